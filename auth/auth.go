@@ -1,0 +1,232 @@
+// Package auth verifies the JSON Web Tokens that clients present at the
+// Socket.IO handshake and on the REST API, and mints tokens for development.
+//
+// Two key sources exist: a shared HS256 secret, or RS256/ES256 public keys
+// fetched (and cached, and refreshed) from a JWKS URL. Verification is done by
+// github.com/golang-jwt/jwt/v5; nothing here touches cryptography itself.
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/MicahParks/keyfunc/v3"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// ErrUnauthorized is wrapped by every verification failure. Its wrapping
+// error's Reason gives the short, client-safe explanation.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// Error is a refused token with a short reason safe to show to the client.
+type Error struct {
+	Reason string
+	err    error
+}
+
+func (e *Error) Error() string { return "unauthorized: " + e.Reason }
+
+// Unwrap lets errors.Is(err, ErrUnauthorized) and the library error through.
+func (e *Error) Unwrap() []error { return []error{ErrUnauthorized, e.err} }
+
+func refuse(reason string, err error) *Error { return &Error{Reason: reason, err: err} }
+
+// Reason returns the short client-facing reason of a verification error, or
+// "invalid token" for any other error.
+func Reason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return "invalid token"
+}
+
+// Claims are what the server keeps of a verified token.
+type Claims struct {
+	UserID    string
+	ExpiresAt time.Time // zero when the token carries no exp
+}
+
+// Verifier checks a bearer token and returns its claims.
+type Verifier interface {
+	Verify(ctx context.Context, token string) (Claims, error)
+}
+
+// userIDPattern is the contract's id alphabet (CONTRACT §1): 1–128 of [A-Za-z0-9_.:@-].
+var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
+
+// ValidID reports whether s is a valid user or conversation id.
+func ValidID(s string) bool { return userIDPattern.MatchString(s) }
+
+// MaxTokenBytes bounds the token size accepted before parsing.
+const MaxTokenBytes = 8 << 10
+
+// jwtVerifier is the one implementation: a jwt parser, the algorithms
+// allowed and a key source bound to the caller's context.
+type jwtVerifier struct {
+	parser *jwt.Parser
+	algs   []string
+	keys   func(context.Context) jwt.Keyfunc
+}
+
+// errAlgorithm marks a token whose alg header is not allowed ("none" included).
+var errAlgorithm = errors.New("algorithm not allowed")
+
+func newVerifier(algs []string, keys func(context.Context) jwt.Keyfunc) *jwtVerifier {
+	// The algorithm allow-list is checked in keyfunc rather than with
+	// jwt.WithValidMethods so that the refusal can be told apart.
+	return &jwtVerifier{
+		parser: jwt.NewParser(jwt.WithLeeway(Leeway), jwt.WithIssuedAt()),
+		algs:   algs,
+		keys:   keys,
+	}
+}
+
+func (v *jwtVerifier) keyfunc(ctx context.Context) jwt.Keyfunc {
+	keys := v.keys(ctx)
+	return func(t *jwt.Token) (any, error) {
+		alg, _ := t.Header["alg"].(string)
+		if t.Method == nil || !slices.Contains(v.algs, alg) || t.Method.Alg() != alg {
+			return nil, errAlgorithm
+		}
+		return keys(t)
+	}
+}
+
+var _ Verifier = (*jwtVerifier)(nil)
+
+// Leeway tolerated on exp/nbf/iat for clock skew between issuer and server.
+const Leeway = 5 * time.Second
+
+// NewHS256 verifies tokens signed with HS256 and the given secret.
+func NewHS256(secret []byte) (Verifier, error) {
+	if len(secret) < 16 {
+		return nil, fmt.Errorf("auth: HS256 secret must be at least 16 bytes, got %d", len(secret))
+	}
+	key := append([]byte(nil), secret...)
+	keyfunc := func(*jwt.Token) (any, error) { return key, nil }
+	return newVerifier([]string{"HS256"}, func(context.Context) jwt.Keyfunc { return keyfunc }), nil
+}
+
+// JWKSConfig configures NewJWKS. Zero values mean the defaults.
+type JWKSConfig struct {
+	URL             string
+	RefreshInterval time.Duration // default 1h; unknown key ids also trigger a (rate-limited) refresh
+	HTTPTimeout     time.Duration // default 10s
+	Client          *http.Client  // default http.DefaultClient
+	Log             *slog.Logger
+}
+
+// NewJWKS verifies RS256/ES256 tokens with keys from a JWKS endpoint. The key
+// set is fetched in the background, cached, and refreshed until ctx ends.
+func NewJWKS(ctx context.Context, cfg JWKSConfig) (Verifier, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("auth: JWKS URL is empty")
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = time.Hour
+	}
+	if cfg.HTTPTimeout <= 0 {
+		cfg.HTTPTimeout = 10 * time.Second
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.URL}, keyfunc.Override{
+		Client:          cfg.Client,
+		HTTPTimeout:     cfg.HTTPTimeout,
+		RefreshInterval: cfg.RefreshInterval,
+		// bounds the on-demand refresh for an unknown key id (default 1 min)
+		RateLimitWaitMax: cfg.HTTPTimeout,
+		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
+			return func(_ context.Context, err error) {
+				log.Warn("jwks refresh failed", "url", u, "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: jwks: %w", err)
+	}
+	return newVerifier([]string{"RS256", "ES256"}, kf.KeyfuncCtx), nil
+}
+
+// Verify parses and validates the token and returns its claims. Every error
+// wraps ErrUnauthorized and carries a short Reason.
+func (v *jwtVerifier) Verify(ctx context.Context, token string) (Claims, error) {
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return Claims{}, refuse("missing token", nil)
+	}
+	if len(token) > MaxTokenBytes {
+		return Claims{}, refuse("token too large", nil)
+	}
+	var rc jwt.RegisteredClaims
+	tok, err := v.parser.ParseWithClaims(token, &rc, v.keyfunc(ctx))
+	if err != nil {
+		reason := classify(err)
+		// The library refuses algorithms it does not know (such as "None")
+		// before our check runs; name those the same way.
+		if tok != nil && errors.Is(err, jwt.ErrTokenUnverifiable) {
+			if alg, _ := tok.Header["alg"].(string); !slices.Contains(v.algs, alg) {
+				reason = "algorithm not allowed"
+			}
+		}
+		return Claims{}, refuse(reason, err)
+	}
+	if rc.Subject == "" {
+		return Claims{}, refuse("token has no sub", nil)
+	}
+	if !ValidID(rc.Subject) {
+		return Claims{}, refuse("sub is not a valid user id", nil)
+	}
+	c := Claims{UserID: rc.Subject}
+	if rc.ExpiresAt != nil {
+		c.ExpiresAt = rc.ExpiresAt.Time
+	}
+	return c, nil
+}
+
+// classify maps a jwt library error to a short reason.
+func classify(err error) string {
+	switch {
+	case errors.Is(err, errAlgorithm):
+		return "algorithm not allowed"
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "token expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "token not valid yet"
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "malformed token"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "invalid signature"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "unverifiable token"
+	default:
+		return "invalid token"
+	}
+}
+
+// SignHS256 mints an HS256 token for userID valid for validFor (dev tooling
+// and tests; production tokens come from the host application).
+func SignHS256(secret []byte, userID string, validFor time.Duration, now time.Time) (string, error) {
+	if !ValidID(userID) {
+		return "", fmt.Errorf("auth: %q is not a valid user id (1-128 of A-Z a-z 0-9 _ . : @ -)", userID)
+	}
+	if validFor <= 0 {
+		return "", fmt.Errorf("auth: validity must be positive, got %s", validFor)
+	}
+	claims := jwt.RegisteredClaims{
+		Subject:   userID,
+		IssuedAt:  jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(validFor)),
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+}

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the validated configuration of one process (CONTRACT §4).
+type Config struct {
+	Addr              string
+	JWTSecret         string
+	JWKSURL           string
+	ServiceToken      string
+	CORSOrigins       []string
+	RedisURL          string
+	DatabaseURL       string
+	DataPath          string
+	NodeID            string
+	PingInterval      time.Duration
+	PingTimeout       time.Duration
+	HeartbeatInterval time.Duration
+	HeartbeatJitter   time.Duration
+	TypingTTL         time.Duration
+	MaxBuffer         int64
+	AllowEIO3         bool
+	HandshakeLimit    int
+	HandshakeWindow   time.Duration
+	ShutdownTimeout   time.Duration
+	LogFormat         string // text | json
+	LogLevel          string // debug | info | warn | error
+
+	// DevMode: none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL,
+	// DATABASE_URL set (CONTRACT §4).
+	DevMode bool
+}
+
+// setting is one row of the configuration table: an environment variable,
+// its flag (the variable's name in kebab case, without PRESENCE_), its
+// default and how to store it.
+type setting struct {
+	env   string
+	def   string
+	help  string
+	apply func(c *Config, v string) error
+}
+
+func (s setting) flag() string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.env, "PRESENCE_")), "_", "-")
+}
+
+func str(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+func dur(dst func(*Config) *time.Duration, min time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration (use Go syntax such as 45s or 10m)")
+		}
+		if d < min {
+			return fmt.Errorf("must be at least %s", min)
+		}
+		*dst(c) = d
+		return nil
+	}
+}
+
+// settings is every setting of this build; later features add rows.
+var settings = []setting{
+	{"PRESENCE_ADDR", ":3000", "listen address", str(func(c *Config) *string { return &c.Addr })},
+	{"PRESENCE_JWT_SECRET", "", "HS256 secret for client tokens (at least 16 bytes); dev mode generates one", str(func(c *Config) *string { return &c.JWTSecret })},
+	{"PRESENCE_JWKS_URL", "", "verify RS256/ES256 tokens with keys from this JWKS URL instead", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return errors.New("must be an http(s) URL")
+		}
+		c.JWKSURL = v
+		return nil
+	}},
+	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
+	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
+		c.CORSOrigins = nil
+		for _, o := range strings.Split(v, ",") {
+			o = strings.TrimSpace(o)
+			if o == "" {
+				continue
+			}
+			if o != "*" {
+				u, err := url.Parse(o)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+					return fmt.Errorf("%q is not an origin (scheme://host[:port]) or *", o)
+				}
+			}
+			c.CORSOrigins = append(c.CORSOrigins, o)
+		}
+		return nil
+	}},
+	{"REDIS_URL", "", "Redis URL; turns on cluster mode (not supported by this build yet)", str(func(c *Config) *string { return &c.RedisURL })},
+	{"DATABASE_URL", "", "PostgreSQL URL (not supported by this build yet)", str(func(c *Config) *string { return &c.DatabaseURL })},
+	{"PRESENCE_DATA", "./presenced.db", "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
+		if v == "" {
+			return errors.New("must not be empty")
+		}
+		c.DataPath = v
+		return nil
+	}},
+	{"PRESENCE_NODE_ID", "", "this node's name (default: hostname + random suffix)", func(c *Config, v string) error {
+		if len(v) > 128 {
+			return errors.New("longer than 128 characters")
+		}
+		c.NodeID = v
+		return nil
+	}},
+	{"PRESENCE_PING_INTERVAL", "25s", "Engine.IO ping interval", dur(func(c *Config) *time.Duration { return &c.PingInterval }, 100*time.Millisecond)},
+	{"PRESENCE_PING_TIMEOUT", "20s", "Engine.IO ping timeout", dur(func(c *Config) *time.Duration { return &c.PingTimeout }, 100*time.Millisecond)},
+	{"PRESENCE_HEARTBEAT_INTERVAL", "15s", "heartbeat interval hinted to clients", dur(func(c *Config) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
+	{"PRESENCE_HEARTBEAT_JITTER", "5s", "random jitter added to the heartbeat hint", dur(func(c *Config) *time.Duration { return &c.HeartbeatJitter }, 0)},
+	{"PRESENCE_TYPING_TTL", "5s", "typing indicator lifetime", dur(func(c *Config) *time.Duration { return &c.TypingTTL }, 100*time.Millisecond)},
+	{"PRESENCE_MAX_BUFFER", "100KB", "Engine.IO maxHttpBufferSize (bytes, or with KB/MB suffix; 1KB = 1024 bytes)", func(c *Config, v string) error {
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		if n < 1024 {
+			return errors.New("must be at least 1KB")
+		}
+		c.MaxBuffer = n
+		return nil
+	}},
+	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.AllowEIO3 = b
+		return nil
+	}},
+	{"PRESENCE_HANDSHAKE_LIMIT", "100/10s", "new connections allowed per client IP per window, as N/duration; 0 turns the limit off", func(c *Config, v string) error {
+		if v == "0" || v == "off" {
+			c.HandshakeLimit = 0
+			return nil
+		}
+		n, w, ok := strings.Cut(v, "/")
+		count, err := strconv.Atoi(n)
+		if !ok || err != nil || count <= 0 {
+			return errors.New("must be N/duration (such as 100/10s) or 0")
+		}
+		d, err := time.ParseDuration(w)
+		if err != nil || d < time.Second {
+			return errors.New("the window must be a duration of at least 1s")
+		}
+		c.HandshakeLimit, c.HandshakeWindow = count, d
+		return nil
+	}},
+	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
+	{"PRESENCE_LOG_FORMAT", "", "text or json (default: text on a terminal, else json)", func(c *Config, v string) error {
+		switch v {
+		case "", "text", "json":
+			c.LogFormat = v
+			return nil
+		}
+		return errors.New("must be text or json")
+	}},
+	{"PRESENCE_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		switch v {
+		case "debug", "info", "warn", "error":
+			c.LogLevel = v
+			return nil
+		}
+		return errors.New("must be debug, info, warn or error")
+	}},
+}
+
+// ConfigError names the bad setting; main exits with code 2 on it.
+type ConfigError struct {
+	Setting string // "PRESENCE_TTL (--ttl)"
+	Value   string
+	Err     error
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("invalid %s=%q: %v", e.Setting, e.Value, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// errUsage is returned after --help has been printed.
+var errUsage = errors.New("usage")
+
+// parseConfig reads every setting from its flag, else its environment
+// variable, else its default, and validates the whole.
+// extra registers a subcommand's own flags.
+func parseConfig(name string, args []string, getenv func(string) string, usageOut io.Writer, extra func(*flag.FlagSet)) (Config, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if extra != nil {
+		extra(fs)
+	}
+	vals := make(map[string]*string, len(settings))
+	for _, s := range settings {
+		vals[s.env] = fs.String(s.flag(), "", s.help)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(usageOut)
+			return Config{}, nil, errUsage
+		}
+		return Config{}, nil, &ConfigError{Setting: "flags", Value: strings.Join(args, " "), Err: err}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var c Config
+	for _, s := range settings {
+		v := s.def
+		if set[s.flag()] {
+			v = *vals[s.env]
+		} else if e, ok := lookup(getenv, s.env); ok {
+			v = e
+		}
+		if err := s.apply(&c, strings.TrimSpace(v)); err != nil {
+			return Config{}, nil, &ConfigError{Setting: fmt.Sprintf("%s (--%s)", s.env, s.flag()), Value: v, Err: err}
+		}
+	}
+	if err := c.finish(); err != nil {
+		return Config{}, nil, err
+	}
+	return c, fs.Args(), nil
+}
+
+func lookup(getenv func(string) string, key string) (string, bool) {
+	v := getenv(key)
+	return v, v != ""
+}
+
+// finish derives dev mode and checks settings against each other.
+func (c *Config) finish() error {
+	c.DevMode = c.JWTSecret == "" && c.JWKSURL == "" && c.RedisURL == "" && c.DatabaseURL == ""
+	if c.JWTSecret != "" && c.JWKSURL != "" {
+		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "(hidden)", Err: errors.New("set either PRESENCE_JWT_SECRET or PRESENCE_JWKS_URL, not both")}
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < 16 {
+		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
+	}
+	if !c.DevMode && c.JWTSecret == "" && c.JWKSURL == "" {
+		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "", Err: errors.New("required outside dev mode (or set PRESENCE_JWKS_URL)")}
+	}
+	if c.RedisURL != "" {
+		return &ConfigError{Setting: "REDIS_URL (--redis-url)", Value: redact(c.RedisURL), Err: errors.New("cluster mode is not available in this build yet; unset REDIS_URL to run one node")}
+	}
+	if c.DatabaseURL != "" {
+		return &ConfigError{Setting: "DATABASE_URL (--database-url)", Value: redact(c.DatabaseURL), Err: errors.New("PostgreSQL is not available in this build yet; unset DATABASE_URL")}
+	}
+	if c.CORSOrigins == nil && c.DevMode {
+		c.CORSOrigins = devOrigins
+	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID()
+	}
+	return nil
+}
+
+// devOrigins are allowed in dev mode when PRESENCE_CORS_ORIGINS is unset:
+// pages on localhost at the usual front-end dev server ports.
+var devOrigins = func() []string {
+	var o []string
+	for _, host := range []string{"localhost", "127.0.0.1", "[::1]"} {
+		for _, port := range []string{"", ":3000", ":3001", ":4200", ":5173", ":5174", ":8000", ":8080", ":8081", ":4173"} {
+			o = append(o, "http://"+host+port)
+		}
+	}
+	return o
+}()
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}
+
+func defaultNodeID() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "node"
+	}
+	return h + "-" + randomHex(3)
+}
+
+// parseSize reads "102400", "100KB", "100KiB", "1MB".
+func parseSize(v string) (int64, error) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"K", 1 << 10}, {"M", 1 << 20}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("must be a size such as 102400, 100KB or 1MB")
+	}
+	if n > (1<<40)/mult {
+		return 0, errors.New("too large")
+	}
+	return n * mult, nil
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, `presenced — a Socket.IO presence server
+
+Usage:
+  presenced [serve] [flags]            run the server (the default)
+  presenced token <userId> [--valid-for 24h]
+                                       print a client token signed with PRESENCE_JWT_SECRET
+                                       (in dev mode: the generated dev secret)
+  presenced healthcheck [--addr :3000] exit 0 if this host's server answers /healthz
+  presenced --help                     this text
+
+Every setting is an environment variable and a flag of the same name in kebab
+case (PRESENCE_TYPING_TTL <-> --typing-ttl); a flag wins over the variable.
+Durations use Go syntax (45s, 10m).
+
+Settings:
+`)
+	for _, s := range settings {
+		def := s.def
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(w, "  --%-22s %-28s default %s\n      %s\n", s.flag(), s.env, def, s.help)
+	}
+	fmt.Fprint(w, `
+Dev mode: with none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL and
+DATABASE_URL set, the server runs one node in memory with a generated secret
+kept beside PRESENCE_DATA, and prints how to mint a token.
+
+Exit codes: 0 after a clean shutdown, 1 on a runtime error, 2 on bad configuration.
+`)
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/auth"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, rest, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rest) != 0 {
+		t.Fatalf("rest = %v", rest)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"addr", c.Addr, ":3000"},
+		{"dev mode", c.DevMode, true},
+		{"data", c.DataPath, "./presenced.db"},
+		{"ping interval", c.PingInterval, 25 * time.Second},
+		{"ping timeout", c.PingTimeout, 20 * time.Second},
+		{"heartbeat interval", c.HeartbeatInterval, 15 * time.Second},
+		{"heartbeat jitter", c.HeartbeatJitter, 5 * time.Second},
+		{"typing ttl", c.TypingTTL, 5 * time.Second},
+		{"max buffer", c.MaxBuffer, int64(100 << 10)},
+		{"eio3", c.AllowEIO3, false},
+		{"handshake limit", c.HandshakeLimit, 100},
+		{"handshake window", c.HandshakeWindow, 10 * time.Second},
+		{"shutdown timeout", c.ShutdownTimeout, 20 * time.Second},
+		{"log level", c.LogLevel, "info"},
+		{"dev origins", slices.Contains(c.CORSOrigins, "http://localhost:5173"), true},
+		{"node id set", c.NodeID != "", true},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestParseConfigPrecedence(t *testing.T) {
+	// flag > environment > default
+	c, _, err := parseConfig("serve", []string{"--typing-ttl", "7s"},
+		env("PRESENCE_TYPING_TTL", "3s", "PRESENCE_PING_INTERVAL", "2s", "PRESENCE_JWT_SECRET", "0123456789abcdef"), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.TypingTTL, 7*time.Second; got != want {
+		t.Errorf("typing ttl: got %v, want %v (flag wins)", got, want)
+	}
+	if got, want := c.PingInterval, 2*time.Second; got != want {
+		t.Errorf("ping interval: got %v, want %v (env wins over default)", got, want)
+	}
+	if c.DevMode {
+		t.Error("a JWT secret must turn dev mode off")
+	}
+	if c.CORSOrigins != nil {
+		t.Errorf("outside dev mode no origin is allowed by default, got %v", c.CORSOrigins)
+	}
+}
+
+func TestParseConfigValues(t *testing.T) {
+	c, _, err := parseConfig("serve", []string{
+		"--max-buffer", "1MB", "--handshake-limit", "5/2s", "--cors-origins", "https://a.example, http://b.example:8080",
+		"--allow-eio3", "true", "--log-format", "text",
+	}, env(), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.MaxBuffer, int64(1<<20); got != want {
+		t.Errorf("max buffer: got %d, want %d", got, want)
+	}
+	if c.HandshakeLimit != 5 || c.HandshakeWindow != 2*time.Second {
+		t.Errorf("handshake limit: got %d/%v", c.HandshakeLimit, c.HandshakeWindow)
+	}
+	if got, want := c.CORSOrigins, []string{"https://a.example", "http://b.example:8080"}; !slices.Equal(got, want) {
+		t.Errorf("origins: got %v, want %v", got, want)
+	}
+	if !c.AllowEIO3 || c.LogFormat != "text" {
+		t.Errorf("eio3/log format: %v %q", c.AllowEIO3, c.LogFormat)
+	}
+	c, _, err = parseConfig("serve", []string{"--handshake-limit", "0"}, env(), &bytes.Buffer{}, nil)
+	if err != nil || c.HandshakeLimit != 0 {
+		t.Errorf("handshake limit 0: %v %d", err, c.HandshakeLimit)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     []string
+		setting string
+	}{
+		{"bad duration", []string{"--ping-interval", "abc"}, nil, "PRESENCE_PING_INTERVAL"},
+		{"duration without unit", nil, []string{"PRESENCE_TYPING_TTL", "5"}, "PRESENCE_TYPING_TTL"},
+		{"too small duration", []string{"--ping-timeout", "1ms"}, nil, "PRESENCE_PING_TIMEOUT"},
+		{"negative jitter", []string{"--heartbeat-jitter", "-1s"}, nil, "PRESENCE_HEARTBEAT_JITTER"},
+		{"bad size", []string{"--max-buffer", "lots"}, nil, "PRESENCE_MAX_BUFFER"},
+		{"tiny size", []string{"--max-buffer", "10"}, nil, "PRESENCE_MAX_BUFFER"},
+		{"bad bool", []string{"--allow-eio3", "maybe"}, nil, "PRESENCE_ALLOW_EIO3"},
+		{"bad limit", []string{"--handshake-limit", "fast"}, nil, "PRESENCE_HANDSHAKE_LIMIT"},
+		{"bad limit window", []string{"--handshake-limit", "10/1ms"}, nil, "PRESENCE_HANDSHAKE_LIMIT"},
+		{"bad origin", []string{"--cors-origins", "example.com"}, nil, "PRESENCE_CORS_ORIGINS"},
+		{"origin with path", []string{"--cors-origins", "https://a.example/app"}, nil, "PRESENCE_CORS_ORIGINS"},
+		{"bad log level", []string{"--log-level", "loud"}, nil, "PRESENCE_LOG_LEVEL"},
+		{"bad log format", nil, []string{"PRESENCE_LOG_FORMAT", "xml"}, "PRESENCE_LOG_FORMAT"},
+		{"short secret", []string{"--jwt-secret", "short"}, nil, "PRESENCE_JWT_SECRET"},
+		{"secret and jwks", []string{"--jwt-secret", "0123456789abcdef", "--jwks-url", "https://idp.example/jwks"}, nil, "PRESENCE_JWT_SECRET"},
+		{"bad jwks url", []string{"--jwks-url", "ftp://x"}, nil, "PRESENCE_JWKS_URL"},
+		{"empty data", []string{"--data", ""}, nil, "PRESENCE_DATA"},
+		{"redis not in this build", nil, []string{"REDIS_URL", "redis://127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"}, "REDIS_URL"},
+		{"unknown flag", []string{"--nope"}, nil, "flags"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := parseConfig("serve", tt.args, env(tt.env...), &bytes.Buffer{}, nil)
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a ConfigError", err)
+			}
+			if !strings.Contains(ce.Setting, tt.setting) {
+				t.Errorf("error names %q, want %q: %v", ce.Setting, tt.setting, err)
+			}
+			if got := exitCode(err, &bytes.Buffer{}); got != 2 {
+				t.Errorf("exit code %d, want 2", got)
+			}
+		})
+	}
+}
+
+func TestSecretRedactedInErrors(t *testing.T) {
+	_, _, err := parseConfig("serve", nil, env("REDIS_URL", "redis://u:hunter2@127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"), &bytes.Buffer{}, nil)
+	if err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("password must not appear in %v", err)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"--help"}, env(), &out, &bytes.Buffer{})
+	if !errors.Is(err, errUsage) || exitCode(err, &bytes.Buffer{}) != 0 {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(out.String(), "--"+s.flag()) || !strings.Contains(out.String(), s.env) {
+			t.Errorf("--help does not list %s / --%s", s.env, s.flag())
+		}
+	}
+}
+
+func TestTokenCommand(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "presenced.db")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"token", "alice", "--data", data, "--valid-for", "1h"}, env(), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("stdout must hold only the token, got %q", out.String())
+	}
+	secret, err := os.ReadFile(filepath.Join(dir, "presenced.dev-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewHS256([]byte(strings.TrimSpace(string(secret))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := v.Verify(context.Background(), lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.UserID != "alice" {
+		t.Errorf("sub: got %q, want alice", c.UserID)
+	}
+	if d := time.Until(c.ExpiresAt); d < 59*time.Minute || d > time.Hour+time.Minute {
+		t.Errorf("expiry in %v, want about 1h", d)
+	}
+
+	// With a configured secret the token verifies with it.
+	out.Reset()
+	if err := run(context.Background(), []string{"token", "--jwt-secret", "0123456789abcdef", "bob"}, env(), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	v2, _ := auth.NewHS256([]byte("0123456789abcdef"))
+	if c, err := v2.Verify(context.Background(), strings.TrimSpace(out.String())); err != nil || c.UserID != "bob" {
+		t.Errorf("configured secret: %v %+v", err, c)
+	}
+
+	for _, args := range [][]string{
+		{"token"},
+		{"token", "a b"},
+		{"token", "alice", "extra"},
+		{"token", "alice", "--valid-for", "-1h"},
+		{"token", "alice", "--jwks-url", "https://idp.example/jwks"},
+	} {
+		err := run(context.Background(), append(args, "--data", data), env(), &bytes.Buffer{}, &bytes.Buffer{})
+		if got := exitCode(err, &bytes.Buffer{}); got != 2 {
+			t.Errorf("%v: exit %d (%v), want 2", args, got, err)
+		}
+	}
+}
+
+func TestDevSecretConcurrentCreate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "sub", "presenced.dev-secret")
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := loadOrCreateSecret(file)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i] = string(s)
+		}()
+	}
+	wg.Wait()
+	for _, s := range got[1:] {
+		if s != got[0] {
+			t.Fatalf("concurrent starts disagree on the secret: %q vs %q", s, got[0])
+		}
+	}
+	st, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("secret file mode %v, want 0600", st.Mode().Perm())
+	}
+	again, _ := loadOrCreateSecret(file)
+	if string(again) != got[0] {
+		t.Error("secret not kept across loads")
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	err := run(context.Background(), []string{"frobnicate"}, env(), &bytes.Buffer{}, &bytes.Buffer{})
+	if got := exitCode(err, &bytes.Buffer{}); got != 2 {
+		t.Errorf("exit %d, want 2", got)
+	}
+}

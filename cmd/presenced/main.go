@@ -1,0 +1,331 @@
+// Command presenced is the presence server. main only sets up signals and
+// calls run, which does everything else and is what the tests drive.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/server"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode prints err and maps it to the process exit code: 2 for bad
+// configuration or usage, 1 for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	var ce *ConfigError
+	switch {
+	case err == nil, errors.Is(err, errUsage):
+		return 0
+	case errors.As(err, &ce), errors.Is(err, errBadUsage):
+		fmt.Fprintln(stderr, "presenced:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "presenced:", err)
+		return 1
+	}
+}
+
+var errBadUsage = errors.New("bad usage (see presenced --help)")
+
+// run is the whole program: it parses the command line and the environment
+// and runs the chosen subcommand until ctx ends.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, getenv, stdout, stderr)
+	case "token":
+		return token(args, getenv, stdout, stderr)
+	case "healthcheck":
+		return healthcheck(args, getenv, stdout)
+	case "help":
+		printUsage(stdout)
+		return nil
+	case "migrate":
+		return fmt.Errorf("%w: migrate arrives with the PostgreSQL store; this build keeps no schema", errBadUsage)
+	default:
+		return fmt.Errorf("%w: unknown command %q", errBadUsage, cmd)
+	}
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+		if isTerminal(w) {
+			format = "text"
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, rest, err := parseConfig("serve", args, getenv, stdout, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
+	}
+	log := newLogger(cfg, stderr).With("node", cfg.NodeID)
+
+	verifier, secretFile, err := newVerifier(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+
+	m := metrics.New()
+	sockets := handlers.NewSockets(handlers.SessionConfig{
+		NodeID:            cfg.NodeID,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		HeartbeatJitter:   cfg.HeartbeatJitter,
+		TypingTTL:         cfg.TypingTTL,
+	}, log.With("component", "sockets"), m)
+	srv, err := server.New(server.Config{
+		PingInterval:    cfg.PingInterval,
+		PingTimeout:     cfg.PingTimeout,
+		MaxBuffer:       cfg.MaxBuffer,
+		AllowEIO3:       cfg.AllowEIO3,
+		CORSOrigins:     cfg.CORSOrigins,
+		HandshakeLimit:  cfg.HandshakeLimit,
+		HandshakeWindow: cfg.HandshakeWindow,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+	}, server.Deps{Log: log, Metrics: m, Verifier: verifier, Sockets: sockets})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	if cfg.DevMode {
+		printDevBanner(stdout, cfg, ln.Addr(), secretFile)
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// newVerifier picks the token verifier: JWKS, the configured secret, or in
+// dev mode the generated secret (whose file it returns).
+func newVerifier(ctx context.Context, cfg Config, log *slog.Logger) (auth.Verifier, string, error) {
+	if cfg.JWKSURL != "" {
+		v, err := auth.NewJWKS(ctx, auth.JWKSConfig{URL: cfg.JWKSURL, Log: log.With("component", "jwks")})
+		return v, "", err
+	}
+	secret, file, err := secretFor(cfg)
+	if err != nil {
+		return nil, "", err
+	}
+	v, err := auth.NewHS256(secret)
+	return v, file, err
+}
+
+// secretFor returns the HS256 secret: PRESENCE_JWT_SECRET, or in dev mode
+// the one kept in a file beside PRESENCE_DATA (created on first use).
+func secretFor(cfg Config) ([]byte, string, error) {
+	if cfg.JWTSecret != "" {
+		return []byte(cfg.JWTSecret), "", nil
+	}
+	if !cfg.DevMode {
+		return nil, "", &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Err: errors.New("required outside dev mode")}
+	}
+	file := devSecretPath(cfg.DataPath)
+	secret, err := loadOrCreateSecret(file)
+	return secret, file, err
+}
+
+func devSecretPath(dataPath string) string {
+	return filepath.Join(filepath.Dir(dataPath), "presenced.dev-secret")
+}
+
+// loadOrCreateSecret reads the dev secret, or creates it (0600) if absent.
+// Concurrent first starts agree: only one O_EXCL create wins.
+func loadOrCreateSecret(file string) ([]byte, error) {
+	for range 3 {
+		b, err := os.ReadFile(file)
+		if err == nil {
+			s := strings.TrimSpace(string(b))
+			if len(s) < 16 {
+				return nil, fmt.Errorf("dev secret file %s is shorter than 16 bytes; delete it to make a new one", file)
+			}
+			return []byte(s), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("read dev secret: %w", err)
+		}
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return nil, fmt.Errorf("create dev secret: %w", err)
+		}
+		f, err := os.OpenFile(file+".tmp-"+randomHex(4), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("create dev secret: %w", err)
+		}
+		secret := randomHex(32)
+		_, werr := f.WriteString(secret + "\n")
+		cerr := f.Close()
+		if werr != nil || cerr != nil {
+			_ = os.Remove(f.Name())
+			return nil, fmt.Errorf("write dev secret: %w", errors.Join(werr, cerr))
+		}
+		// Link fails if another process created the file first: then read theirs.
+		err = os.Link(f.Name(), file)
+		_ = os.Remove(f.Name())
+		if err == nil {
+			return []byte(secret), nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("create dev secret: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("could not create or read dev secret %s", file)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand, Go ≥ 1.24)
+	return hex.EncodeToString(b)
+}
+
+func printDevBanner(w io.Writer, cfg Config, addr net.Addr, secretFile string) {
+	url := "http://" + displayAddr(addr)
+	example, _ := mintDev(cfg, "alice", 24*time.Hour)
+	fmt.Fprintf(w, `presenced is running in dev mode (one node, in memory) on %s
+  dev secret:  %s (kept across restarts; delete it to rotate)
+  mint token:  go run ./cmd/presenced token alice      (or: presenced token alice)
+  try it:      npm i socket.io-client && node -e "require('socket.io-client').io('%s',{auth:{token:process.argv[1]}}).on('session',s=>{console.log(s);process.exit()})" %s
+`, url, secretFile, url, example)
+}
+
+func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {
+	secret, _, err := secretFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	return auth.SignHS256(secret, user, validFor, time.Now())
+}
+
+// displayAddr turns a listen address into one a browser can open.
+func displayAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// token prints a token for <userId> on stdout, and nothing else there.
+func token(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var user string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		user, args = args[0], args[1:]
+	}
+	var validFor time.Duration
+	cfg, rest, err := parseConfig("token", args, getenv, stdout, func(fs *flag.FlagSet) {
+		fs.DurationVar(&validFor, "valid-for", 24*time.Hour, "token lifetime")
+	})
+	if err != nil {
+		return err
+	}
+	if user == "" && len(rest) == 1 {
+		user, rest = rest[0], nil
+	}
+	if user == "" || len(rest) > 0 {
+		return fmt.Errorf("%w: usage: presenced token <userId> [--valid-for 24h]", errBadUsage)
+	}
+	if !auth.ValidID(user) {
+		return fmt.Errorf("%w: %q is not a valid user id (1-128 of A-Z a-z 0-9 _ . : @ -)", errBadUsage, user)
+	}
+	if validFor <= 0 {
+		return fmt.Errorf("%w: --valid-for must be positive", errBadUsage)
+	}
+	if cfg.JWKSURL != "" && cfg.JWTSecret == "" {
+		return fmt.Errorf("%w: with PRESENCE_JWKS_URL tokens come from your identity provider; presenced can only sign HS256 with PRESENCE_JWT_SECRET", errBadUsage)
+	}
+	secret, file, err := secretFor(cfg)
+	if err != nil {
+		return err
+	}
+	t, err := auth.SignHS256(secret, user, validFor, time.Now())
+	if err != nil {
+		return err
+	}
+	if file != "" {
+		fmt.Fprintf(stderr, "signed with the dev secret in %s\n", file)
+	}
+	fmt.Fprintln(stdout, t)
+	return nil
+}
+
+// healthcheck GETs this node's /healthz on the loopback address of
+// PRESENCE_ADDR (for container health checks: the image has no curl).
+func healthcheck(args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, _, err := parseConfig("healthcheck", args, getenv, stdout, nil)
+	if err != nil {
+		return err
+	}
+	_, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return &ConfigError{Setting: "PRESENCE_ADDR (--addr)", Value: cfg.Addr, Err: err}
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	resp, err := client.Get("http://" + net.JoinHostPort("127.0.0.1", port) + "/healthz")
+	if err != nil {
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: /healthz answered %s", resp.Status)
+	}
+	fmt.Fprintln(stdout, "ok")
+	return nil
+}

@@ -1,0 +1,76 @@
+// Package metrics holds the server's Prometheus instruments. One *Metrics is
+// built in main and handed to the packages that record into it; each test
+// builds its own on a fresh registry.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handshake outcomes.
+const (
+	HandshakeOK           = "ok"
+	HandshakeUnauthorized = "unauthorized"
+	HandshakeRateLimited  = "rate_limited"
+	HandshakeForbidden    = "forbidden_origin"
+	HandshakeDraining     = "draining"
+)
+
+// Metrics are the instruments of one server process.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	SocketsConnected prometheus.Gauge
+	Handshakes       *prometheus.CounterVec   // outcome
+	Events           *prometheus.CounterVec   // event, outcome
+	EventDuration    *prometheus.HistogramVec // event
+	Disconnects      *prometheus.CounterVec   // reason
+}
+
+// New creates the instruments on a new registry, with the Go runtime and
+// process collectors.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		SocketsConnected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "presenced_sockets_connected",
+			Help: "Socket.IO sockets connected to this node.",
+		}),
+		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_handshakes_total",
+			Help: "Socket.IO handshakes by outcome (ok, unauthorized, rate_limited, forbidden_origin, draining).",
+		}, []string{"outcome"}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_events_total",
+			Help: "Client events handled, by event name and outcome (ok or an error code).",
+		}, []string{"event", "outcome"}),
+		EventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "presenced_event_duration_seconds",
+			Help:    "Time to handle a client event, up to its ack.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"event"}),
+		Disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_disconnects_total",
+			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(
+		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	for _, o := range []string{HandshakeOK, HandshakeUnauthorized, HandshakeRateLimited, HandshakeForbidden, HandshakeDraining} {
+		m.Handshakes.WithLabelValues(o)
+	}
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}

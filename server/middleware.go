@@ -1,0 +1,164 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/httprate"
+
+	"github.com/presenced/presenced/metrics"
+)
+
+// isHandshake reports whether r opens a new Engine.IO session: the first
+// request of either transport carries no sid.
+func isHandshake(r *http.Request) bool {
+	return r.URL.Query().Get("sid") == ""
+}
+
+// OriginAllowed reports whether a browser origin may use the server. An
+// origin matches an entry of the allow-list exactly (scheme, host, port),
+// "*" allows any, and a page served by this very host is always allowed.
+func OriginAllowed(origins []string, origin, host string) bool {
+	if origin == "" {
+		return true // not a browser cross-origin request
+	}
+	if slices.Contains(origins, "*") {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, host) {
+		return true
+	}
+	norm := strings.ToLower(strings.TrimRight(origin, "/"))
+	for _, o := range origins {
+		if strings.ToLower(strings.TrimRight(o, "/")) == norm {
+			return true
+		}
+	}
+	return false
+}
+
+// cors enforces the origin allow-list on every /socket.io/ request, for
+// both transports: a websocket upgrade or a polling request from a
+// disallowed origin is refused with 403 before it reaches the engine (CORS
+// headers alone would not stop a websocket). Allowed origins get the CORS
+// headers and preflights are answered here.
+func (s *Server) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		if origin == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !OriginAllowed(s.cfg.CORSOrigins, origin, r.Host) {
+			if isHandshake(r) {
+				s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden).Inc()
+			}
+			writeError(w, http.StatusForbidden, "forbidden", "origin not allowed")
+			return
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Credentials", "true")
+		h.Add("Vary", "Origin")
+		if r.Method == http.MethodOptions {
+			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+				h.Set("Access-Control-Allow-Headers", req)
+			}
+			h.Set("Access-Control-Max-Age", "600")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// rejectWhileDraining refuses new Engine.IO sessions once shutdown began.
+func (s *Server) rejectWhileDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() && isHandshake(r) {
+			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeDraining).Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, "unavailable", "server is shutting down")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitHandshakes rate-limits new Engine.IO sessions per client IP, whatever
+// the transport; requests of an established session pass freely.
+func (s *Server) limitHandshakes(next http.Handler) http.Handler {
+	if s.cfg.HandshakeLimit <= 0 {
+		return next
+	}
+	limited := httprate.Limit(s.cfg.HandshakeLimit, s.cfg.HandshakeWindow,
+		httprate.WithKeyFuncs(httprate.KeyByIP),
+		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
+			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
+			if w.Header().Get("Retry-After") == "" {
+				w.Header().Set("Retry-After", strconv.Itoa(int((s.cfg.HandshakeWindow+time.Second-1)/time.Second)))
+			}
+			writeError(w, http.StatusTooManyRequests, "rate_limited", "too many handshakes from this address")
+		}),
+	)(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isHandshake(r) {
+			limited.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// capPollingBody refuses long-polling POST bodies over MaxBuffer with 413.
+// The engine checks Content-Length but silently truncates a body sent
+// without one (chunked), so such a body is read here, bounded, first.
+func (s *Server) capPollingBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			if r.ContentLength > s.cfg.MaxBuffer {
+				writeError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
+				return
+			}
+			if r.ContentLength < 0 {
+				body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBuffer+1))
+				if err != nil {
+					writeError(w, http.StatusBadRequest, "invalid_argument", "unreadable body")
+					return
+				}
+				if int64(len(body)) > s.cfg.MaxBuffer {
+					writeError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				r.ContentLength = int64(len(body))
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeJSON writes v as a JSON response.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes the contract's error shape {"error":{"code","message"}}.
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+}

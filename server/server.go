@@ -1,0 +1,232 @@
+// Package server is the HTTP server: a chi router that mounts Socket.IO at
+// /socket.io/, health and metrics endpoints, the handshake's authentication,
+// CORS and rate limiting, and the graceful shutdown sequence.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+)
+
+// Config configures the HTTP and Socket.IO server. Zero values mean the
+// documented defaults (CONTRACT §4).
+type Config struct {
+	PingInterval    time.Duration // Engine.IO ping interval, default 25s
+	PingTimeout     time.Duration // Engine.IO ping timeout, default 20s
+	MaxBuffer       int64         // Engine.IO maxHttpBufferSize in bytes, default 100 KiB
+	AllowEIO3       bool          // accept Engine.IO v3 clients (socket.io-client 2.x)
+	CORSOrigins     []string      // allowed browser origins; "*" allows any
+	HandshakeLimit  int           // handshakes per HandshakeWindow per IP; 0 disables
+	HandshakeWindow time.Duration // default 10s
+	ShutdownTimeout time.Duration // default 20s
+}
+
+func (c Config) withDefaults() Config {
+	if c.PingInterval <= 0 {
+		c.PingInterval = 25 * time.Second
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = 20 * time.Second
+	}
+	if c.MaxBuffer <= 0 {
+		c.MaxBuffer = 100 << 10
+	}
+	if c.HandshakeWindow <= 0 {
+		c.HandshakeWindow = 10 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 20 * time.Second
+	}
+	return c
+}
+
+// Check is a readiness probe of one dependency (a store, Redis).
+type Check struct {
+	Name  string
+	Check func(context.Context) error
+}
+
+// Deps are what the server is wired to.
+type Deps struct {
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	Verifier auth.Verifier
+	Sockets  *handlers.Sockets
+	Ready    []Check
+}
+
+// Server is one node's HTTP server.
+type Server struct {
+	cfg      Config
+	deps     Deps
+	log      *slog.Logger
+	io       *socket.Server
+	router   chi.Router
+	draining atomic.Bool
+}
+
+// New builds the server; it does not listen yet.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Log == nil || deps.Metrics == nil || deps.Verifier == nil || deps.Sockets == nil {
+		return nil, errors.New("server: Log, Metrics, Verifier and Sockets are required")
+	}
+	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server")}
+	s.io = s.newSocketIO()
+	s.router = s.routes()
+	return s, nil
+}
+
+// IO is the Socket.IO server (for wiring adapters and emitting from tests).
+func (s *Server) IO() *socket.Server { return s.io }
+
+// Handler is the root HTTP handler.
+func (s *Server) Handler() http.Handler { return s.router }
+
+func (s *Server) newSocketIO() *socket.Server {
+	opts := socket.DefaultServerOptions()
+	opts.SetServeClient(false)
+	opts.SetPingInterval(s.cfg.PingInterval)
+	opts.SetPingTimeout(s.cfg.PingTimeout)
+	opts.SetMaxHttpBufferSize(s.cfg.MaxBuffer)
+	opts.SetAllowEIO3(s.cfg.AllowEIO3)
+	opts.SetPath("/socket.io")
+	// CORS is enforced by our own middleware in front of the engine, for
+	// every transport (see cors.go); the engine's is left off.
+	io := socket.NewServer(nil, opts)
+	io.Use(s.authenticate)
+	io.On("connection", func(args ...any) {
+		if sock, ok := args[0].(*socket.Socket); ok {
+			s.deps.Sockets.Connect(sock)
+		}
+	})
+	return io
+}
+
+// verifyTimeout bounds a handshake's token check (a JWKS refresh included).
+const verifyTimeout = 5 * time.Second
+
+// authenticate is the Socket.IO namespace middleware that verifies the
+// handshake token (CONTRACT §1). A refusal reaches the client as
+// connect_error with message "unauthorized" and data {code, reason}.
+func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
+	token, _ := sock.Handshake().Auth["token"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
+	defer cancel()
+	claims, err := s.deps.Verifier.Verify(ctx, token)
+	if err != nil {
+		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
+		reason := auth.Reason(err)
+		s.log.Debug("handshake refused", "reason", reason, "err", err)
+		next(socket.NewExtendedError("unauthorized", map[string]any{
+			"code":   "unauthorized",
+			"reason": reason,
+		}))
+		return
+	}
+	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
+	sock.SetData(handlers.NewConn(claims.UserID))
+	next(nil)
+}
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+
+	ioHandler := s.io.ServeHandler(nil)
+	r.Group(func(r chi.Router) {
+		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.capPollingBody)
+		r.Handle("/socket.io", ioHandler)
+		r.Handle("/socket.io/*", ioHandler)
+	})
+
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.readyz)
+	r.Handle("/metrics", s.deps.Metrics.Handler())
+	return r
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	status := http.StatusOK
+	for _, c := range s.deps.Ready {
+		if err := c.Check(ctx); err != nil {
+			checks[c.Name] = err.Error()
+			status = http.StatusServiceUnavailable
+		} else {
+			checks[c.Name] = "ok"
+		}
+	}
+	word := "ok"
+	if status != http.StatusOK {
+		word = "unavailable"
+	}
+	writeJSON(w, status, map[string]any{"status": word, "checks": checks})
+}
+
+// Serve serves on ln until ctx ends, then shuts down gracefully: new
+// handshakes are refused, every socket is disconnected (its disconnect work
+// runs once), in-flight HTTP requests finish, all within ShutdownTimeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.router,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("listening", "addr", ln.Addr().String())
+
+	select {
+	case err := <-errc:
+		s.closeSockets()
+		return fmt.Errorf("server: %w", err)
+	case <-ctx.Done():
+	}
+
+	s.log.Info("shutting down", "sockets", s.deps.Sockets.Open())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	s.draining.Store(true)
+	s.closeSockets()
+	if err := hs.Shutdown(sctx); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("server: shutdown: %w", err)
+	}
+	<-errc
+	return nil
+}
+
+// closeSockets disconnects every socket (running its disconnect handlers)
+// and closes the engine, which ends long-polling requests and websockets.
+func (s *Server) closeSockets() {
+	before := s.deps.Sockets.Open()
+	done := make(chan struct{})
+	s.io.Close(func(error) { close(done) })
+	<-done
+	s.log.Info("sockets closed", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+}
+
+// Draining reports whether shutdown has begun.
+func (s *Server) Draining() bool { return s.draining.Load() }

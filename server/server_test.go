@@ -1,0 +1,348 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/server"
+)
+
+const secret = "0123456789abcdef-test"
+
+type testServer struct {
+	*server.Server
+	URL     string
+	Metrics *metrics.Metrics
+	Sockets *handlers.Sockets
+}
+
+func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *testServer {
+	tb.Helper()
+	v, err := auth.NewHS256([]byte(secret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, log, m)
+	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(func() {
+		srv.IO().Close(nil)
+		hs.Close()
+	})
+	return &testServer{Server: srv, URL: hs.URL, Metrics: m, Sockets: sockets}
+}
+
+func mint(tb testing.TB, user string) string {
+	tb.Helper()
+	t, err := auth.SignHS256([]byte(secret), user, time.Hour, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+func do(tb testing.TB, method, url, body string, header map[string]string) (*http.Response, string) {
+	tb.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	return resp, string(b)
+}
+
+// handshake opens an Engine.IO polling session and returns its sid.
+func handshake(tb testing.TB, base string, header map[string]string) string {
+	tb.Helper()
+	resp, body := do(tb, "GET", base+"/socket.io/?EIO=4&transport=polling", "", header)
+	if resp.StatusCode != 200 || !strings.HasPrefix(body, "0") {
+		tb.Fatalf("handshake: %d %q", resp.StatusCode, body)
+	}
+	var open struct{ Sid string }
+	if err := json.Unmarshal([]byte(body[1:]), &open); err != nil || open.Sid == "" {
+		tb.Fatalf("handshake body %q: %v", body, err)
+	}
+	return open.Sid
+}
+
+// connectPolling performs the Socket.IO CONNECT over long-polling with the
+// given auth payload and returns what the server sent back.
+func connectPolling(tb testing.TB, base, authJSON string) string {
+	tb.Helper()
+	sid := handshake(tb, base, nil)
+	u := base + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	if resp, body := do(tb, "POST", u, "40"+authJSON, nil); resp.StatusCode != 200 {
+		tb.Fatalf("connect post: %d %q", resp.StatusCode, body)
+	}
+	var got string
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(got, "session") && !strings.Contains(got, "44") {
+		_, body := do(tb, "GET", u, "", nil)
+		got += body + "\x1e"
+	}
+	return got
+}
+
+func TestSocketIOConnectOverPolling(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	got := connectPolling(t, ts.URL, `{"token":"`+mint(t, "alice")+`"}`)
+	if !strings.Contains(got, `42["session",{"userId":"alice"`) {
+		t.Fatalf("no session event in %q", got)
+	}
+	if !strings.Contains(got, `"node":"n1"`) || !strings.Contains(got, `"heartbeat":{"intervalMs":15000,"jitterMs":5000}`) || !strings.Contains(got, `"typingTtlMs":5000`) {
+		t.Errorf("session payload: %q", got)
+	}
+	if v := testutil.ToFloat64(ts.Metrics.SocketsConnected); v != 1 {
+		t.Errorf("sockets connected: got %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK)); v != 1 {
+		t.Errorf("handshakes ok: got %v, want 1", v)
+	}
+}
+
+func TestSocketIORefusesBadTokens(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	tests := []struct{ name, auth, reason string }{
+		{"no auth", ``, "missing token"},
+		{"token not a string", `{"token":42}`, "missing token"},
+		{"garbage", `{"token":"garbage"}`, "malformed token"},
+		{"wrong key", `{"token":"` + func() string {
+			tok, _ := auth.SignHS256([]byte("another-secret-0123456"), "bob", time.Hour, time.Now())
+			return tok
+		}() + `"}`, "invalid signature"},
+		{"expired", `{"token":"` + func() string {
+			tok, _ := auth.SignHS256([]byte(secret), "bob", time.Minute, time.Now().Add(-time.Hour))
+			return tok
+		}() + `"}`, "token expired"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := connectPolling(t, ts.URL, tt.auth)
+			i := strings.Index(got, "44{")
+			if i < 0 {
+				t.Fatalf("no CONNECT_ERROR in %q", got)
+			}
+			var ce struct {
+				Message string
+				Data    struct{ Code, Reason string }
+			}
+			if err := json.NewDecoder(strings.NewReader(got[i+2:])).Decode(&ce); err != nil {
+				t.Fatalf("%q: %v", got, err)
+			}
+			if ce.Message != "unauthorized" || ce.Data.Code != "unauthorized" || ce.Data.Reason != tt.reason {
+				t.Errorf("got %+v, want unauthorized/unauthorized/%q", ce, tt.reason)
+			}
+		})
+	}
+	if v := testutil.ToFloat64(ts.Metrics.SocketsConnected); v != 0 {
+		t.Errorf("sockets connected: got %v, want 0", v)
+	}
+	if got, want := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized)), float64(len(tests)); got != want {
+		t.Errorf("unauthorized handshakes: got %v, want %v", got, want)
+	}
+}
+
+func TestOriginAllowed(t *testing.T) {
+	list := []string{"https://app.example", "http://localhost:5173"}
+	tests := []struct {
+		origin, host string
+		origins      []string
+		want         bool
+	}{
+		{"", "h", list, true},
+		{"https://app.example", "h", list, true},
+		{"https://APP.example/", "h", list, true},
+		{"http://app.example", "h", list, false},
+		{"https://app.example:8443", "h", list, false},
+		{"http://localhost:5173", "h", list, true},
+		{"http://localhost:5174", "h", list, false},
+		{"https://evil.example", "h", list, false},
+		{"null", "h", list, false},
+		{"http://srv:3000", "srv:3000", nil, true}, // same host serves the page
+		{"https://evil.example", "h", []string{"*"}, true},
+	}
+	for _, tt := range tests {
+		if got := server.OriginAllowed(tt.origins, tt.origin, tt.host); got != tt.want {
+			t.Errorf("OriginAllowed(%v, %q, %q) = %v, want %v", tt.origins, tt.origin, tt.host, got, tt.want)
+		}
+	}
+}
+
+func TestCORS(t *testing.T) {
+	ts := newTestServer(t, server.Config{CORSOrigins: []string{"https://app.example"}})
+	hs := "/socket.io/?EIO=4&transport=polling"
+
+	resp, _ := do(t, "GET", ts.URL+hs, "", map[string]string{"Origin": "https://evil.example"})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil polling handshake: got %d, want 403", resp.StatusCode)
+	}
+	resp, _ = do(t, "GET", ts.URL+"/socket.io/?EIO=4&transport=websocket", "", map[string]string{
+		"Origin": "https://evil.example", "Connection": "Upgrade", "Upgrade": "websocket",
+		"Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+	})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil websocket upgrade: got %d, want 403", resp.StatusCode)
+	}
+	resp, _ = do(t, "GET", ts.URL+hs, "", map[string]string{"Origin": "https://app.example"})
+	if resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example" {
+		t.Errorf("allowed: %d %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	resp, _ = do(t, "OPTIONS", ts.URL+hs, "", map[string]string{"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
+	if resp.StatusCode != http.StatusNoContent || resp.Header.Get("Access-Control-Allow-Credentials") != "true" {
+		t.Errorf("preflight: %d %v", resp.StatusCode, resp.Header)
+	}
+	// An established session's requests are checked too: a stolen sid
+	// cannot be driven from a foreign page.
+	sid := handshake(t, ts.URL, nil)
+	resp, _ = do(t, "GET", ts.URL+hs+"&sid="+sid, "", map[string]string{"Origin": "https://evil.example"})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil request on a session: got %d, want 403", resp.StatusCode)
+	}
+	if got := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden)); got != 2 {
+		t.Errorf("forbidden_origin handshakes: got %v, want 2", got)
+	}
+}
+
+func TestHandshakeRateLimit(t *testing.T) {
+	ts := newTestServer(t, server.Config{HandshakeLimit: 2, HandshakeWindow: time.Minute})
+	sid := handshake(t, ts.URL, nil)
+	handshake(t, ts.URL, nil)
+	for _, transport := range []string{"polling", "websocket"} {
+		resp, body := do(t, "GET", ts.URL+"/socket.io/?EIO=4&transport="+transport, "", map[string]string{
+			"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+		})
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s over the limit: %d Retry-After=%q %q", transport, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+	}
+	// requests of an existing session are not limited
+	for range 5 {
+		resp, body := do(t, "POST", ts.URL+"/socket.io/?EIO=4&transport=polling&sid="+sid, "3", nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("session request limited: %d %q", resp.StatusCode, body)
+		}
+	}
+	if got := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited)); got != 2 {
+		t.Errorf("rate_limited: got %v, want 2", got)
+	}
+}
+
+func TestPollingBodyCap(t *testing.T) {
+	ts := newTestServer(t, server.Config{MaxBuffer: 1024})
+	sid := handshake(t, ts.URL, nil)
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	resp, _ := do(t, "POST", u, "4"+strings.Repeat("x", 2000), nil)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("with Content-Length: got %d, want 413", resp.StatusCode)
+	}
+	sid = handshake(t, ts.URL, nil)
+	u = ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	// chunked: no Content-Length
+	req, _ := http.NewRequest("POST", u, io.MultiReader(strings.NewReader("4"), strings.NewReader(strings.Repeat("x", 2000))))
+	req.ContentLength = -1
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Body.Close()
+	if r.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("chunked: got %d, want 413", r.StatusCode)
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	failing := errors.New("connection refused")
+	ok := newTestServer(t, server.Config{}, server.Check{Name: "store", Check: func(context.Context) error { return nil }})
+	bad := newTestServer(t, server.Config{}, server.Check{Name: "redis", Check: func(context.Context) error { return failing }})
+
+	if resp, body := do(t, "GET", ok.URL+"/healthz", "", nil); resp.StatusCode != 200 || !strings.Contains(body, `"ok"`) {
+		t.Errorf("healthz: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := do(t, "GET", ok.URL+"/readyz", "", nil); resp.StatusCode != 200 || !strings.Contains(body, `"store":"ok"`) {
+		t.Errorf("readyz ok: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := do(t, "GET", bad.URL+"/readyz", "", nil); resp.StatusCode != 503 || !strings.Contains(body, "connection refused") {
+		t.Errorf("readyz failing: %d %q", resp.StatusCode, body)
+	}
+	resp, body := do(t, "GET", ok.URL+"/metrics", "", nil)
+	for _, name := range []string{"presenced_sockets_connected", `presenced_handshakes_total{outcome="rate_limited"} 0`, "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("metrics lacks %s", name)
+		}
+	}
+	if resp.StatusCode != 200 {
+		t.Errorf("metrics: %d", resp.StatusCode)
+	}
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	v, _ := auth.NewHS256([]byte(secret))
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, log, m)
+	srv, err := server.New(server.Config{ShutdownTimeout: 5 * time.Second}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	base := "http://" + ln.Addr().String()
+	for i := range 3 {
+		if got := connectPolling(t, base, `{"token":"`+mint(t, "u"+string(rune('a'+i)))+`"}`); !strings.Contains(got, "session") {
+			t.Fatalf("connect %d: %q", i, got)
+		}
+	}
+	if got := sockets.Open(); got != 3 {
+		t.Fatalf("open sockets: got %d, want 3", got)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shutdown did not finish")
+	}
+	if got := sockets.Open(); got != 0 {
+		t.Errorf("open sockets after shutdown: got %d, want 0", got)
+	}
+	if got := testutil.ToFloat64(m.Disconnects.WithLabelValues("server shutting down")); got != 3 {
+		t.Errorf("disconnect work ran %v times for 3 sockets", got)
+	}
+	if got := testutil.ToFloat64(m.SocketsConnected); got != 0 {
+		t.Errorf("sockets gauge after shutdown: %v", got)
+	}
+}
