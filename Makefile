@@ -26,7 +26,7 @@ test-compose:
 	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config -q
 	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config | grep -c 'healthcheck:' | grep -qx 3
 
-test: vet test-go test-compose test-e2e
+test: vet e2e-deps test-go test-compose test-e2e
 
 clean:
 	rm -rf bin
