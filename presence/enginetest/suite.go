@@ -1,0 +1,525 @@
+// Package enginetest is the behaviour suite every presence backend passes.
+// A backend's test calls Run with a factory that attaches nodes to one fresh
+// shared backend; time is a fake clock the suite moves.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// Factory returns a function attaching a node to a fresh backend shared by
+// all nodes of one test. cfg carries the clock and sink; the factory must
+// keep them.
+type Factory func(t *testing.T) func(cfg presence.Config) presence.Engine
+
+// Clock is a fake clock safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock starts at a fixed instant.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+}
+
+// Now returns the current fake time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// Recorder is a Sink that keeps events.
+type Recorder struct {
+	mu     sync.Mutex
+	events []presence.Event
+}
+
+// Sink returns the recording sink.
+func (r *Recorder) Sink() presence.Sink {
+	return func(_ context.Context, ev []presence.Event) {
+		r.mu.Lock()
+		r.events = append(r.events, ev...)
+		r.mu.Unlock()
+	}
+}
+
+// Take returns the events recorded so far, rendered, and forgets them.
+func (r *Recorder) Take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.events))
+	for i, e := range r.events {
+		out[i] = Render(e)
+	}
+	r.events = nil
+	return out
+}
+
+// TakeEvents returns the raw events and forgets them.
+func (r *Recorder) TakeEvents() []presence.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ev := r.events
+	r.events = nil
+	return ev
+}
+
+// Render is a compact text form of an event for comparisons.
+func Render(e presence.Event) string {
+	switch e.Kind {
+	case presence.EventJoin:
+		return fmt.Sprintf("join %s %s", e.ConversationID, e.UserID)
+	case presence.EventLeave:
+		return fmt.Sprintf("leave %s %s %s", e.ConversationID, e.UserID, e.Reason)
+	case presence.EventTyping:
+		return fmt.Sprintf("typing %s %s %v", e.ConversationID, e.UserID, e.Typing)
+	case presence.EventStatus:
+		return fmt.Sprintf("status %s %s", e.UserID, e.Status)
+	}
+	return "?"
+}
+
+type env struct {
+	t      *testing.T
+	clock  *Clock
+	rec    *Recorder
+	attach func(cfg presence.Config) presence.Engine
+	ctx    context.Context
+}
+
+func (e *env) node(id string) presence.Engine {
+	e.t.Helper()
+	eng := e.attach(presence.Config{
+		NodeID:           id,
+		TTL:              45 * time.Second,
+		TypingTTL:        5 * time.Second,
+		FlapGrace:        3 * time.Second,
+		AwayAfter:        5 * time.Minute,
+		LeaseTTL:         5 * time.Second,
+		MaxConversations: 3,
+		Now:              e.clock.Now,
+		Sink:             e.rec.Sink(),
+	})
+	e.t.Cleanup(func() { _ = eng.Close() })
+	return eng
+}
+
+func (e *env) must(err error) {
+	e.t.Helper()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) expect(want ...string) {
+	e.t.Helper()
+	got := e.rec.Take()
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(got, want) {
+		e.t.Fatalf("events:\n got  %q\n want %q", got, want)
+	}
+}
+
+// expectSet compares ignoring order (events of independent conversations).
+func (e *env) expectSet(want ...string) {
+	e.t.Helper()
+	got := e.rec.Take()
+	slices.Sort(got)
+	w := slices.Clone(want)
+	slices.Sort(w)
+	if !slices.Equal(got, w) {
+		e.t.Fatalf("events (any order):\n got  %q\n want %q", got, w)
+	}
+}
+
+func (e *env) roster(eng presence.Engine, conv string) string {
+	e.t.Helper()
+	r, err := eng.Roster(e.ctx, conv)
+	e.must(err)
+	var parts []string
+	for _, m := range r.Online {
+		parts = append(parts, m.UserID+"/"+string(m.Status))
+	}
+	return strings.Join(parts, ",") + " typing:" + strings.Join(r.Typing, ",")
+}
+
+func (e *env) status(eng presence.Engine, users ...string) string {
+	e.t.Helper()
+	ps, err := eng.Users(e.ctx, users)
+	e.must(err)
+	var parts []string
+	for _, p := range ps {
+		parts = append(parts, p.UserID+"/"+string(p.Status))
+	}
+	return strings.Join(parts, ",")
+}
+
+// elapse moves time by d in steps of at most 500ms, ticking every live node
+// at each step as their Run loops would.
+func (e *env) elapse(d time.Duration, engs ...presence.Engine) {
+	e.t.Helper()
+	for d > 0 {
+		step := min(d, 500*time.Millisecond)
+		e.clock.Advance(step)
+		d -= step
+		e.tick(engs...)
+	}
+}
+
+func (e *env) tick(engs ...presence.Engine) {
+	e.t.Helper()
+	for _, eng := range engs {
+		e.must(eng.Tick(e.ctx))
+	}
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, f Factory) {
+	tests := []struct {
+		name string
+		fn   func(e *env)
+	}{
+		{"JoinLeave", testJoinLeave},
+		{"MultiDevice", testMultiDevice},
+		{"FlapGrace", testFlapGrace},
+		{"Typing", testTyping},
+		{"Errors", testErrors},
+		{"AwayAndBack", testAway},
+		{"DeadNode", testDeadNode},
+		{"Idempotent", testIdempotent},
+		{"UsersQuery", testUsers},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &env{t: t, clock: NewClock(), rec: &Recorder{}, attach: f(t), ctx: context.Background()}
+			tt.fn(e)
+		})
+	}
+}
+
+func testJoinLeave(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s2", UserID: "bob"}))
+	e.expect("status alice online", "status bob online")
+
+	r, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	if len(r.Online) != 1 || r.Online[0].UserID != "alice" || r.Online[0].Status != presence.Online || !r.Online[0].Since.Equal(e.clock.Now()) {
+		e.t.Fatalf("join roster %+v", r)
+	}
+	ev := e.rec.TakeEvents()
+	if len(ev) != 1 || ev[0].Kind != presence.EventJoin || ev[0].ExceptSocket != "s1" || !ev[0].At.Equal(e.clock.Now()) {
+		e.t.Fatalf("join events %+v", ev)
+	}
+	e.clock.Advance(time.Second)
+	_, err = n.Join(e.ctx, "s2", "c1")
+	e.must(err)
+	e.expect("join c1 bob")
+	if got, want := e.roster(n, "c1"), "alice/online,bob/online typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+	if got := n.Conversations("s1"); !slices.Equal(got, []string{"c1"}) {
+		e.t.Fatalf("conversations %v", got)
+	}
+	e.must(n.Leave(e.ctx, "s2", "c1"))
+	e.expect("leave c1 bob left")
+	if got, want := e.roster(n, "c1"), "alice/online typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+	// leaving again, or a conversation never joined, changes nothing
+	e.must(n.Leave(e.ctx, "s2", "c1"))
+	e.must(n.Leave(e.ctx, "s2", "c9"))
+	e.expect()
+}
+
+func testMultiDevice(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.must(n1.Connect(e.ctx, presence.Socket{ID: "phone", UserID: "alice"}))
+	e.must(n2.Connect(e.ctx, presence.Socket{ID: "laptop", UserID: "alice"}))
+	e.expect("status alice online")
+	_, err := n1.Join(e.ctx, "phone", "c1")
+	e.must(err)
+	_, err = n2.Join(e.ctx, "laptop", "c1")
+	e.must(err)
+	e.expect("join c1 alice") // only the first socket cluster-wide
+	e.must(n1.Leave(e.ctx, "phone", "c1"))
+	e.expect() // laptop still there
+	e.must(n1.Disconnect(e.ctx, "phone"))
+	e.elapse(10*time.Second, n1, n2)
+	e.expect()
+	if got := e.status(n1, "alice"); got != "alice/online" {
+		e.t.Fatalf("status %q", got)
+	}
+	e.must(n2.Leave(e.ctx, "laptop", "c1"))
+	e.expect("leave c1 alice left")
+	e.must(n2.Disconnect(e.ctx, "laptop"))
+	e.elapse(4*time.Second, n1, n2)
+	ev := e.rec.TakeEvents()
+	if len(ev) != 1 || ev[0].Kind != presence.EventStatus || ev[0].Status != presence.Offline {
+		e.t.Fatalf("offline events %+v", ev)
+	}
+	if want := e.clock.Now().Add(-4 * time.Second); !ev[0].LastSeen.Equal(want) {
+		e.t.Fatalf("lastSeen %v, want the last disconnect %v", ev[0].LastSeen, want)
+	}
+	if got := e.status(n1, "alice"); got != "alice/offline" {
+		e.t.Fatalf("status %q", got)
+	}
+}
+
+func testFlapGrace(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "b1", UserID: "bob"}))
+	_, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	_, err = n.Join(e.ctx, "b1", "c1")
+	e.must(err)
+	e.rec.Take()
+
+	// disconnect and come back within the grace: nothing at all
+	e.must(n.Disconnect(e.ctx, "s1"))
+	e.clock.Advance(2 * time.Second)
+	e.tick(n)
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s2", UserID: "alice"}))
+	_, err = n.Join(e.ctx, "s2", "c1")
+	e.must(err)
+	e.clock.Advance(5 * time.Second)
+	e.tick(n)
+	e.expect()
+	if got, want := e.roster(n, "c1"), "alice/online,bob/online typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+
+	// beyond the grace: leave (disconnected) and offline, then a fresh join
+	e.must(n.Disconnect(e.ctx, "s2"))
+	e.expect()
+	e.clock.Advance(3 * time.Second)
+	e.tick(n)
+	ev := e.rec.TakeEvents()
+	var got []string
+	for _, x := range ev {
+		got = append(got, Render(x))
+		if x.Kind == presence.EventLeave && !x.At.Equal(e.clock.Now().Add(-3*time.Second)) {
+			e.t.Errorf("leave at %v, want the disconnect time", x.At)
+		}
+	}
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("events %q, want %q", got, want)
+	}
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s3", UserID: "alice"}))
+	_, err = n.Join(e.ctx, "s3", "c1")
+	e.must(err)
+	e.expect("status alice online", "join c1 alice")
+}
+
+func testTyping(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	_, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	e.rec.Take()
+
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice true")
+	e.clock.Advance(3 * time.Second)
+	e.must(n.TypingStart(e.ctx, "s1", "c1")) // silent refresh
+	e.expect()
+	e.clock.Advance(3 * time.Second) // 6s after start, 3s after refresh: still typing
+	e.tick(n)
+	e.expect()
+	if got, want := e.roster(n, "c1"), "alice/online typing:alice"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+	e.must(n.TypingStop(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice false")
+	e.must(n.TypingStop(e.ctx, "s1", "c1")) // not typing: nothing
+	e.expect()
+
+	// expiry
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.clock.Advance(5 * time.Second)
+	e.tick(n)
+	e.expect("typing c1 alice true", "typing c1 alice false")
+
+	// leave stops typing, then the leave
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.must(n.Leave(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice true", "typing c1 alice false", "leave c1 alice left")
+
+	// disconnect stops typing at once; the leave waits for the grace
+	_, err = n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.rec.Take()
+	e.must(n.Disconnect(e.ctx, "s1"))
+	e.expect("typing c1 alice false")
+}
+
+func testErrors(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	e.rec.Take()
+	for _, err := range []error{
+		n.TypingStart(e.ctx, "s1", "c1"),
+		n.TypingStop(e.ctx, "s1", "c1"),
+	} {
+		if !errors.Is(err, presence.ErrNotJoined) {
+			e.t.Fatalf("typing before join: %v, want ErrNotJoined", err)
+		}
+	}
+	if _, err := n.Join(e.ctx, "nope", "c1"); !errors.Is(err, presence.ErrUnknown) {
+		e.t.Fatalf("unknown socket: %v", err)
+	}
+	for _, c := range []string{"c1", "c2", "c3"} {
+		_, err := n.Join(e.ctx, "s1", c)
+		e.must(err)
+	}
+	e.rec.Take()
+	if _, err := n.Join(e.ctx, "s1", "c4"); !errors.Is(err, presence.ErrLimit) {
+		e.t.Fatalf("over the limit: %v, want ErrLimit", err)
+	}
+	// rejoining one already joined is fine at the limit
+	_, err := n.Join(e.ctx, "s1", "c3")
+	e.must(err)
+	e.expect()
+	if got, want := e.roster(n, "c4"), " typing:"; got != want {
+		e.t.Fatalf("refused join changed the roster: %q", got)
+	}
+}
+
+func testAway(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	_, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	e.rec.Take()
+	e.clock.Advance(4 * time.Minute)
+	e.must(n.Heartbeat(e.ctx, "s1", false)) // alive but idle
+	e.clock.Advance(time.Minute)
+	e.tick(n)
+	e.expect("status alice away")
+	if got, want := e.roster(n, "c1"), "alice/away typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+	if got := e.status(n, "alice"); got != "alice/away" {
+		e.t.Fatalf("status %q", got)
+	}
+	e.must(n.Heartbeat(e.ctx, "s1", true))
+	e.expect("status alice online")
+	e.clock.Advance(5 * time.Minute)
+	e.tick(n)
+	e.expect("status alice away")
+	e.must(n.Touch(e.ctx, "s1"))
+	e.expect("status alice online")
+}
+
+func testDeadNode(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.must(n1.Connect(e.ctx, presence.Socket{ID: "a1", UserID: "alice"}))
+	e.must(n2.Connect(e.ctx, presence.Socket{ID: "b1", UserID: "bob"}))
+	e.must(n2.Connect(e.ctx, presence.Socket{ID: "a2", UserID: "alice"}))
+	for _, j := range [][2]string{{"a1", "c1"}, {"b1", "c1"}, {"b1", "c2"}} {
+		var err error
+		if j[0] == "a1" {
+			_, err = n1.Join(e.ctx, j[0], j[1])
+		} else {
+			_, err = n2.Join(e.ctx, j[0], j[1])
+		}
+		e.must(err)
+	}
+	e.rec.Take()
+	// n2 stops (crash); n1 keeps ticking
+	lastProof := e.clock.Now()
+	for range 6 {
+		e.clock.Advance(time.Second)
+		e.tick(n1)
+	}
+	ev := e.rec.TakeEvents()
+	var got []string
+	for _, x := range ev {
+		got = append(got, Render(x))
+		if x.Kind == presence.EventStatus && x.Status == presence.Offline && x.LastSeen.After(lastProof.Add(time.Second)) {
+			e.t.Errorf("lastSeen %v after the dead node's last proof of life %v", x.LastSeen, lastProof)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"leave c1 bob timeout", "leave c2 bob timeout", "status bob offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("events %q, want %q", got, want)
+	}
+	if got, want := e.roster(n1, "c1"), "alice/online typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q (alice still on n1)", got, want)
+	}
+	if got := e.status(n1, "alice", "bob"); got != "alice/online,bob/offline" {
+		e.t.Fatalf("status %q", got)
+	}
+	// sweeping again finds nothing more
+	e.clock.Advance(time.Second)
+	e.tick(n1)
+	e.expect()
+}
+
+func testIdempotent(e *env) {
+	n := e.node("n1")
+	s := presence.Socket{ID: "s1", UserID: "alice"}
+	e.must(n.Connect(e.ctx, s))
+	e.must(n.Connect(e.ctx, s))
+	_, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	_, err = n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	e.expect("status alice online", "join c1 alice")
+	e.must(n.Disconnect(e.ctx, "s1"))
+	e.must(n.Disconnect(e.ctx, "s1"))
+	e.clock.Advance(3 * time.Second)
+	e.tick(n)
+	e.tick(n)
+	e.expect("leave c1 alice disconnected", "status alice offline")
+	// operations on a gone socket
+	if err := n.Heartbeat(e.ctx, "s1", true); !errors.Is(err, presence.ErrUnknown) {
+		e.t.Fatalf("heartbeat of a gone socket: %v", err)
+	}
+}
+
+func testUsers(e *env) {
+	n := e.node("n1")
+	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
+	ps, err := n.Users(e.ctx, []string{"bob", "alice", "bob"})
+	e.must(err)
+	var got []string
+	for _, p := range ps {
+		got = append(got, p.UserID+"/"+string(p.Status))
+	}
+	if want := []string{"bob/offline", "alice/online", "bob/offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("users %q, want %q", got, want)
+	}
+	big := make([]string, 1000)
+	for i := range big {
+		big[i] = fmt.Sprintf("u%d", i)
+	}
+	ps, err = n.Users(e.ctx, big)
+	e.must(err)
+	if len(ps) != 1000 || ps[999].UserID != "u999" {
+		e.t.Fatalf("1000 users: %d", len(ps))
+	}
+}

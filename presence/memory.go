@@ -1,0 +1,556 @@
+package presence
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Memory is the in-memory backend: the whole cluster's presence state in
+// one process. Production uses it with one Engine (single-node mode); tests
+// attach several Engines to one Memory to model a cluster.
+type Memory struct {
+	mu      sync.Mutex
+	sockets map[string]*mSocket
+	convs   map[string]*mConv
+	users   map[string]*mUser
+	leases  map[string]time.Time // node → last lease renewal
+}
+
+type mSocket struct {
+	id, user, node string
+	convs          map[string]struct{}
+	refreshed      time.Time
+}
+
+type mConv struct {
+	members map[string]*mMember
+	typing  map[string]*mTyping
+}
+
+type mMember struct {
+	since      time.Time
+	socks      map[string]struct{}
+	graceUntil time.Time // set while the user's last socket here is gone but the flap grace runs
+	leftAt     time.Time
+}
+
+type mTyping struct {
+	until time.Time
+	sid   string
+}
+
+type mUser struct {
+	socks          map[string]struct{}
+	activity       time.Time
+	status         Status // last announced
+	graceUntil     time.Time
+	disconnectedAt time.Time
+}
+
+// NewMemory creates an empty backend.
+func NewMemory() *Memory {
+	return &Memory{
+		sockets: map[string]*mSocket{},
+		convs:   map[string]*mConv{},
+		users:   map[string]*mUser{},
+		leases:  map[string]time.Time{},
+	}
+}
+
+// MemoryEngine is one node's Engine over a Memory backend.
+type MemoryEngine struct {
+	m   *Memory
+	cfg Config
+}
+
+var _ Engine = (*MemoryEngine)(nil)
+
+// NewMemoryEngine attaches a node to the backend.
+func NewMemoryEngine(m *Memory, cfg Config) *MemoryEngine {
+	cfg = cfg.WithDefaults()
+	e := &MemoryEngine{m: m, cfg: cfg}
+	m.mu.Lock()
+	m.leases[cfg.NodeID] = cfg.Now()
+	m.mu.Unlock()
+	return e
+}
+
+// batch collects the events of one operation; they are delivered after the
+// lock is released.
+type batch []Event
+
+func (e *MemoryEngine) emit(ctx context.Context, b batch) {
+	if len(b) > 0 {
+		e.cfg.Sink(ctx, b)
+	}
+}
+
+// Connect implements Engine.
+func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	if _, ok := m.sockets[s.ID]; !ok {
+		m.sockets[s.ID] = &mSocket{id: s.ID, user: s.UserID, node: e.cfg.NodeID, convs: map[string]struct{}{}, refreshed: now}
+		u := m.users[s.UserID]
+		if u == nil {
+			u = &mUser{socks: map[string]struct{}{}, status: Offline}
+			m.users[s.UserID] = u
+		}
+		u.socks[s.ID] = struct{}{}
+		u.graceUntil = time.Time{}
+		u.activity = now
+		if u.status != Online {
+			u.status = Online
+			b = append(b, Event{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online})
+		}
+	}
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// Disconnect implements Engine.
+func (e *MemoryEngine) Disconnect(ctx context.Context, socketID string) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	if s, ok := m.sockets[socketID]; ok {
+		b = m.removeSocket(s, now, e.cfg.FlapGrace, ReasonDisconnected, b)
+	}
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// removeSocket takes a socket out of every conversation and of its user.
+// With a grace, the user's leaves and offline wait for it; without
+// (reason timeout), they happen now and lastSeen is the socket's last proof
+// of life.
+func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, reason string, b batch) batch {
+	for _, conv := range sortedKeys(s.convs) {
+		b = m.leaveConv(s, conv, now, grace, reason, b)
+	}
+	delete(m.sockets, s.id)
+	u := m.users[s.user]
+	if u == nil {
+		return b
+	}
+	delete(u.socks, s.id)
+	if len(u.socks) > 0 {
+		return b
+	}
+	if reason == ReasonTimeout {
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: s.refreshed})
+		delete(m.users, s.user)
+		return b
+	}
+	u.graceUntil = now.Add(grace)
+	u.disconnectedAt = now
+	return b
+}
+
+// leaveConv removes socket s from conversation conv.
+func (m *Memory) leaveConv(s *mSocket, conv string, now time.Time, grace time.Duration, reason string, b batch) batch {
+	delete(s.convs, conv)
+	c := m.convs[conv]
+	if c == nil {
+		return b
+	}
+	if t := c.typing[s.user]; t != nil && t.sid == s.id {
+		delete(c.typing, s.user)
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
+	}
+	mem := c.members[s.user]
+	if mem == nil {
+		return b
+	}
+	delete(mem.socks, s.id)
+	if len(mem.socks) > 0 {
+		return b
+	}
+	if reason == ReasonDisconnected && grace > 0 {
+		mem.graceUntil = now.Add(grace)
+		mem.leftAt = now
+		return b
+	}
+	at := now
+	if reason == ReasonTimeout {
+		at = s.refreshed
+	}
+	delete(c.members, s.user)
+	if t := c.typing[s.user]; t != nil {
+		delete(c.typing, s.user)
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
+	}
+	b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: s.user, At: at, Reason: reason})
+	m.dropIfEmpty(conv, c)
+	return b
+}
+
+func (m *Memory) dropIfEmpty(conv string, c *mConv) {
+	if len(c.members) == 0 && len(c.typing) == 0 {
+		delete(m.convs, conv)
+	}
+}
+
+// Join implements Engine.
+func (e *MemoryEngine) Join(ctx context.Context, socketID, conv string) (JoinResult, error) {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, ok := m.sockets[socketID]
+	if !ok {
+		m.mu.Unlock()
+		return JoinResult{}, ErrUnknown
+	}
+	if _, in := s.convs[conv]; !in {
+		if len(s.convs) >= e.cfg.MaxConversations {
+			m.mu.Unlock()
+			return JoinResult{}, ErrLimit
+		}
+		c := m.convs[conv]
+		if c == nil {
+			c = &mConv{members: map[string]*mMember{}, typing: map[string]*mTyping{}}
+			m.convs[conv] = c
+		}
+		mem := c.members[s.user]
+		if mem == nil {
+			mem = &mMember{since: now, socks: map[string]struct{}{}}
+			c.members[s.user] = mem
+			b = append(b, Event{Kind: EventJoin, ConversationID: conv, UserID: s.user, At: now, ExceptSocket: socketID})
+		}
+		mem.graceUntil = time.Time{}
+		mem.socks[socketID] = struct{}{}
+		s.convs[conv] = struct{}{}
+	}
+	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	res := m.roster(conv, now, e.cfg.AwayAfter)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return res, nil
+}
+
+// activity records activity of a user; an away user comes back online.
+func (m *Memory) activity(user string, now time.Time, _ time.Duration, b batch) batch {
+	u := m.users[user]
+	if u == nil {
+		return b
+	}
+	u.activity = now
+	if u.status == Away {
+		u.status = Online
+		b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Online})
+	}
+	return b
+}
+
+func (m *Memory) status(user string, now time.Time, awayAfter time.Duration) Status {
+	u := m.users[user]
+	if u == nil {
+		return Offline
+	}
+	if now.Sub(u.activity) >= awayAfter {
+		return Away
+	}
+	return Online
+}
+
+func (m *Memory) roster(conv string, now time.Time, awayAfter time.Duration) JoinResult {
+	res := JoinResult{Online: []Member{}, Typing: []string{}}
+	c := m.convs[conv]
+	if c == nil {
+		return res
+	}
+	for user, mem := range c.members {
+		st := m.status(user, now, awayAfter)
+		if st == Offline {
+			st = Away // in flap grace: still shown, without activity
+		}
+		res.Online = append(res.Online, Member{UserID: user, Status: st, Since: mem.since})
+	}
+	slices.SortFunc(res.Online, func(a, b Member) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.UserID, b.UserID))
+	})
+	for user, t := range c.typing {
+		if t.until.After(now) {
+			res.Typing = append(res.Typing, user)
+		}
+	}
+	slices.Sort(res.Typing)
+	return res
+}
+
+// Leave implements Engine.
+func (e *MemoryEngine) Leave(ctx context.Context, socketID, conv string) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, ok := m.sockets[socketID]
+	if !ok {
+		m.mu.Unlock()
+		return ErrUnknown
+	}
+	if _, in := s.convs[conv]; in {
+		b = m.leaveConv(s, conv, now, 0, ReasonLeft, b)
+	}
+	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// Heartbeat implements Engine.
+func (e *MemoryEngine) Heartbeat(ctx context.Context, socketID string, active bool) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, ok := m.sockets[socketID]
+	if !ok {
+		m.mu.Unlock()
+		return ErrUnknown
+	}
+	s.refreshed = now
+	if active {
+		b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	}
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// Touch implements Engine.
+func (e *MemoryEngine) Touch(ctx context.Context, socketID string) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, ok := m.sockets[socketID]
+	if !ok {
+		m.mu.Unlock()
+		return ErrUnknown
+	}
+	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// TypingStart implements Engine.
+func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, c, err := m.joined(socketID, conv)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	if t := c.typing[s.user]; t != nil && t.until.After(now) {
+		t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
+	} else {
+		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
+	}
+	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// TypingStop implements Engine.
+func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	s, c, err := m.joined(socketID, conv)
+	if err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	if t := c.typing[s.user]; t != nil {
+		delete(c.typing, s.user)
+		if t.until.After(now) {
+			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
+		}
+	}
+	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+func (m *Memory) joined(socketID, conv string) (*mSocket, *mConv, error) {
+	s, ok := m.sockets[socketID]
+	if !ok {
+		return nil, nil, ErrUnknown
+	}
+	if _, in := s.convs[conv]; !in {
+		return nil, nil, ErrNotJoined
+	}
+	return s, m.convs[conv], nil
+}
+
+// Roster implements Engine.
+func (e *MemoryEngine) Roster(_ context.Context, conv string) (JoinResult, error) {
+	m := e.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.roster(conv, e.cfg.Now(), e.cfg.AwayAfter), nil
+}
+
+// Users implements Engine.
+func (e *MemoryEngine) Users(_ context.Context, ids []string) ([]UserPresence, error) {
+	now := e.cfg.Now()
+	m := e.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]UserPresence, len(ids))
+	for i, id := range ids {
+		out[i] = UserPresence{UserID: id, Status: Offline}
+		u := m.users[id]
+		if u == nil {
+			continue
+		}
+		if len(u.socks) == 0 && !u.graceUntil.IsZero() {
+			// within flap grace the user still counts as connected
+			out[i].Status, out[i].Since = u.status, u.activity
+			continue
+		}
+		out[i].Status, out[i].Since = m.status(id, now, e.cfg.AwayAfter), u.activity
+	}
+	return out, nil
+}
+
+// Conversations implements Engine.
+func (e *MemoryEngine) Conversations(socketID string) []string {
+	m := e.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.sockets[socketID]
+	if !ok {
+		return nil
+	}
+	return sortedKeys(s.convs)
+}
+
+// Tick implements Engine.
+func (e *MemoryEngine) Tick(ctx context.Context) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	// this node is alive, and so are its sockets
+	m.leases[e.cfg.NodeID] = now
+	for _, s := range m.sockets {
+		if s.node == e.cfg.NodeID {
+			s.refreshed = now
+		}
+	}
+	b = m.expire(now, e.cfg, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
+// expire runs every timer of the backend; whichever node ticks first does
+// the work, once, under the lock.
+func (m *Memory) expire(now time.Time, cfg Config, b batch) batch {
+	// Dead nodes and sockets not refreshed within TTL: removed without grace.
+	var dead []*mSocket
+	for _, s := range m.sockets {
+		lease, ok := m.leases[s.node]
+		if (ok && now.Sub(lease) >= cfg.LeaseTTL) || now.Sub(s.refreshed) >= cfg.TTL {
+			if ok && lease.After(s.refreshed) {
+				s.refreshed = lease
+			}
+			dead = append(dead, s)
+		}
+	}
+	slices.SortFunc(dead, func(a, b *mSocket) int { return cmp.Compare(a.id, b.id) })
+	for _, s := range dead {
+		b = m.removeSocket(s, now, 0, ReasonTimeout, b)
+	}
+	for node, lease := range m.leases {
+		if now.Sub(lease) >= cfg.LeaseTTL {
+			delete(m.leases, node)
+		}
+	}
+
+	for _, conv := range sortedKeys(m.convs) {
+		c := m.convs[conv]
+		for _, user := range sortedKeys(c.typing) {
+			if t := c.typing[user]; !t.until.After(now) {
+				delete(c.typing, user)
+				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: user, At: now, Typing: false})
+			}
+		}
+		for _, user := range sortedKeys(c.members) {
+			mem := c.members[user]
+			if len(mem.socks) == 0 && !mem.graceUntil.IsZero() && !mem.graceUntil.After(now) {
+				delete(c.members, user)
+				b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: mem.leftAt, Reason: ReasonDisconnected})
+			}
+		}
+		m.dropIfEmpty(conv, c)
+	}
+
+	for _, user := range sortedKeys(m.users) {
+		u := m.users[user]
+		switch {
+		case len(u.socks) == 0 && !u.graceUntil.IsZero() && !u.graceUntil.After(now):
+			b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Offline, LastSeen: u.disconnectedAt})
+			delete(m.users, user)
+		case len(u.socks) > 0 && u.status == Online && now.Sub(u.activity) >= cfg.AwayAfter:
+			u.status = Away
+			b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Away})
+		}
+	}
+	return b
+}
+
+// Run implements Engine.
+func (e *MemoryEngine) Run(ctx context.Context) error {
+	return runTicker(ctx, e.cfg, e.Tick)
+}
+
+// Close implements Engine.
+func (e *MemoryEngine) Close() error { return nil }
+
+// tickEvery is how often Run ticks: often enough for typing expiry to be
+// announced within a quarter of its TTL.
+func tickEvery(cfg Config) time.Duration {
+	return min(max(cfg.TypingTTL/4, 50*time.Millisecond), 250*time.Millisecond)
+}
+
+func runTicker(ctx context.Context, cfg Config, tick func(context.Context) error) error {
+	t := time.NewTicker(tickEvery(cfg))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			_ = tick(ctx) // errors are counted and logged by the engine
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,202 @@
+// Package presence is the domain of who is here now: per-conversation
+// rosters, typing indicators, and each user's connections across devices and
+// nodes with their online / away / offline status.
+//
+// An Engine is one node's view of a shared backend. Two backends exist: an
+// in-memory one (single node, the default; several Engines may share one
+// Memory backend, which is how the shared suite simulates a cluster) and a
+// Redis one (cluster mode). Both pass the same behaviour suite
+// (presence/enginetest).
+//
+// Operations return what the caller's acknowledgement needs; everything that
+// others must be told (joins, leaves, typing, status changes) is handed to
+// the Sink as Events, synchronously for client operations and from Tick for
+// timers (flap grace, typing expiry, sweeps of dead nodes).
+package presence
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors of engine operations. Handlers map them to ack codes.
+var (
+	ErrNotJoined   = errors.New("presence: socket has not joined the conversation")
+	ErrLimit       = errors.New("presence: too many conversations for this socket")
+	ErrUnknown     = errors.New("presence: unknown socket")
+	ErrUnavailable = errors.New("presence: backend unavailable")
+)
+
+// Status is a user's presence status.
+type Status string
+
+const (
+	Online  Status = "online"
+	Away    Status = "away"
+	Offline Status = "offline"
+)
+
+// Leave reasons (CONTRACT §1 presence:leave).
+const (
+	ReasonLeft         = "left"
+	ReasonDisconnected = "disconnected"
+	ReasonTimeout      = "timeout"
+)
+
+// Config of an engine. Zero values mean the documented defaults.
+type Config struct {
+	NodeID           string
+	TTL              time.Duration    // presence entry lifetime without refresh, 45s
+	TypingTTL        time.Duration    // 5s
+	FlapGrace        time.Duration    // 3s
+	AwayAfter        time.Duration    // 5m
+	MaxConversations int              // per socket, 100
+	LeaseTTL         time.Duration    // a node is dead this long after its last lease renewal, 5s
+	Now              func() time.Time // clock, time.Now
+	Sink             Sink             // receives events; required
+}
+
+// WithDefaults fills zero values.
+func (c Config) WithDefaults() Config {
+	if c.TTL <= 0 {
+		c.TTL = 45 * time.Second
+	}
+	if c.TypingTTL <= 0 {
+		c.TypingTTL = 5 * time.Second
+	}
+	if c.FlapGrace < 0 {
+		c.FlapGrace = 0
+	} else if c.FlapGrace == 0 {
+		c.FlapGrace = 3 * time.Second
+	}
+	if c.AwayAfter <= 0 {
+		c.AwayAfter = 5 * time.Minute
+	}
+	if c.MaxConversations <= 0 {
+		c.MaxConversations = 100
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 5 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Sink == nil {
+		c.Sink = func(context.Context, []Event) {}
+	}
+	return c
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	EventJoin   EventKind = iota + 1 // a user's first socket joined a conversation
+	EventLeave                       // a user's last socket left a conversation
+	EventTyping                      // a user started or stopped typing
+	EventStatus                      // a user's status changed (online, away, offline)
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventJoin:
+		return "join"
+	case EventLeave:
+		return "leave"
+	case EventTyping:
+		return "typing"
+	case EventStatus:
+		return "status"
+	}
+	return "unknown"
+}
+
+// Event is something others must be told.
+type Event struct {
+	Kind           EventKind
+	ConversationID string // join, leave, typing
+	UserID         string
+	At             time.Time
+	Reason         string // leave: left, disconnected, timeout
+	Typing         bool   // typing: started (true) or stopped
+	Status         Status // status: the new status
+	// LastSeen is, for an offline status, the exact time the user's last
+	// connection closed (or the dead node's last proof of life).
+	LastSeen time.Time
+	// ExceptSocket, when set, is the socket that caused the event and need
+	// not be told (it gets an ack instead).
+	ExceptSocket string
+}
+
+// Sink receives events to deliver. It must not call back into the engine.
+type Sink func(ctx context.Context, events []Event)
+
+// Socket identifies a connected socket.
+type Socket struct {
+	ID     string
+	UserID string
+}
+
+// Member is a user present in a conversation.
+type Member struct {
+	UserID string
+	Status Status // online or away
+	Since  time.Time
+}
+
+// JoinResult is what a join's ack carries.
+type JoinResult struct {
+	Online []Member
+	Typing []string
+}
+
+// UserPresence is a user's cluster-wide state.
+type UserPresence struct {
+	UserID string
+	Status Status    // online, away or offline
+	Since  time.Time // online/away: last activity; zero when offline
+	// LastSeen is set for offline users the engine still remembers (the
+	// exact time of their last disconnect); zero otherwise.
+	LastSeen time.Time
+}
+
+// Engine is one node's presence engine.
+type Engine interface {
+	// Connect registers an authenticated socket of this node. The user comes
+	// online unless they were already connected or are within flap grace.
+	Connect(ctx context.Context, s Socket) error
+	// Disconnect removes a socket; safe to call twice. Its conversations'
+	// leaves and the user's offline are deferred by the flap grace.
+	Disconnect(ctx context.Context, socketID string) error
+	// Join adds the socket to a conversation (idempotent) and returns the
+	// roster. A user's first socket in it (cluster-wide) emits EventJoin.
+	Join(ctx context.Context, socketID, conversationID string) (JoinResult, error)
+	// Leave removes the socket from a conversation at the user's request;
+	// the user's last socket there emits EventLeave with ReasonLeft at once.
+	// Leaving a conversation not joined is not an error.
+	Leave(ctx context.Context, socketID, conversationID string) error
+	// Heartbeat refreshes the socket everywhere it is present; active counts
+	// as activity (away → online).
+	Heartbeat(ctx context.Context, socketID string, active bool) error
+	// Touch records activity of the socket's user (any client event).
+	Touch(ctx context.Context, socketID string) error
+	// TypingStart records typing; only the start of a typing session emits.
+	TypingStart(ctx context.Context, socketID, conversationID string) error
+	// TypingStop clears typing; emits if the user was typing.
+	TypingStop(ctx context.Context, socketID, conversationID string) error
+	// Roster returns who is online and typing in a conversation.
+	Roster(ctx context.Context, conversationID string) (JoinResult, error)
+	// Users returns the presence of users, in the order asked.
+	Users(ctx context.Context, userIDs []string) ([]UserPresence, error)
+	// Conversations lists the conversations a local socket has joined.
+	Conversations(socketID string) []string
+	// Tick runs the timers: refresh of this node's sockets and lease, flap
+	// grace expiry, typing expiry, away transitions, sweeps of expired
+	// entries and dead nodes. Run calls it periodically.
+	Tick(ctx context.Context) error
+	// Run ticks until ctx ends.
+	Run(ctx context.Context) error
+	// Close releases the engine's resources; it does not disconnect sockets.
+	Close() error
+}
