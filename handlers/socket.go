@@ -1,9 +1,10 @@
-// Package handlers holds the Socket.IO event handlers and (later) the REST
+// Package handlers holds the Socket.IO event handlers and the REST
 // handlers: decode, validate, one call into the domain, respond. Errors are
 // mapped to ack codes and HTTP statuses in one place (errors.go).
 package handlers
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -12,15 +13,24 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
 )
 
-// SessionConfig is what the `session` event tells clients. Zero values mean
+// SessionConfig is what the socket handlers need to know. Zero values mean
 // the documented defaults.
 type SessionConfig struct {
 	NodeID            string
 	HeartbeatInterval time.Duration // default 15s
 	HeartbeatJitter   time.Duration // default 5s
 	TypingTTL         time.Duration // default 5s
+	// TypingRate and TypingBurst limit typing events per socket (default 5/s, burst 10).
+	TypingRate  float64
+	TypingBurst int
+	// StateInterval is the least time between two `state` broadcasts of one
+	// socket (default 100ms: at most 10/s, coalesced to the latest).
+	StateInterval time.Duration
+	// OpTimeout bounds one event's work (default 5s).
+	OpTimeout time.Duration
 }
 
 func (c SessionConfig) withDefaults() SessionConfig {
@@ -35,22 +45,52 @@ func (c SessionConfig) withDefaults() SessionConfig {
 	if c.TypingTTL <= 0 {
 		c.TypingTTL = 5 * time.Second
 	}
+	if c.TypingRate <= 0 {
+		c.TypingRate = 5
+	}
+	if c.TypingBurst <= 0 {
+		c.TypingBurst = 10
+	}
+	if c.StateInterval <= 0 {
+		c.StateInterval = 100 * time.Millisecond
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = 5 * time.Second
+	}
 	return c
 }
 
-// Sockets handles the life of authenticated sockets.
+// SocketDeps are the domain services the socket handlers call.
+type SocketDeps struct {
+	Log        *slog.Logger
+	Metrics    *metrics.Metrics
+	Engine     presence.Engine
+	Membership presence.Membership
+	Rooms      *Rooms
+}
+
+// Sockets handles the life and events of authenticated sockets.
 type Sockets struct {
-	cfg     SessionConfig
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	now     func() time.Time
+	cfg        SessionConfig
+	log        *slog.Logger
+	metrics    *metrics.Metrics
+	engine     presence.Engine
+	membership presence.Membership
+	rooms      *Rooms
+	now        func() time.Time
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
 }
 
 // NewSockets builds the socket handlers.
-func NewSockets(cfg SessionConfig, log *slog.Logger, m *metrics.Metrics) *Sockets {
-	return &Sockets{cfg: cfg.withDefaults(), log: log, metrics: m, now: time.Now}
+func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
+	if d.Membership == nil {
+		d.Membership = presence.Open{}
+	}
+	return &Sockets{
+		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
+		membership: d.Membership, rooms: d.Rooms, now: time.Now,
+	}
 }
 
 // Conn is the server's state of one authenticated socket, kept in the
@@ -58,14 +98,23 @@ func NewSockets(cfg SessionConfig, log *slog.Logger, m *metrics.Metrics) *Socket
 type Conn struct {
 	UserID string
 	sid    string
-	closed sync.Once
-}
+	sock   *socket.Socket
 
-// NewConn is created by the handshake middleware once the token is verified.
-func NewConn(userID string) *Conn { return &Conn{UserID: userID} }
+	ready     chan struct{} // closed once Connect's work is done
+	connected atomic.Bool   // the engine knows the socket
+	closed    sync.Once
+
+	mu     sync.Mutex
+	typing *rateLimiter
+	states map[string]*stateSlot // conversation → throttled `state`
+	gone   bool
+}
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
 func UserRoom(userID string) socket.Room { return socket.Room("user:" + userID) }
+
+// ConversationRoom is the room of a conversation's sockets (CONTRACT §1).
+func ConversationRoom(id string) socket.Room { return socket.Room("conversation:" + id) }
 
 // SessionPayload is the `session` event.
 type SessionPayload struct {
@@ -86,30 +135,48 @@ type HeartbeatPayload struct {
 // Timestamp formats t as the contract's `at`: RFC 3339 UTC with milliseconds.
 func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
 
-// Connect is called for every socket that passed authentication.
-func (h *Sockets) Connect(s *socket.Socket) {
-	c, ok := s.Data().(*Conn)
-	if !ok || c == nil {
-		// Cannot happen: the auth middleware sets Data before connection.
-		h.log.Error("socket without auth state", "sid", s.Id())
-		s.Disconnect(false)
-		return
-	}
-	c.sid = string(s.Id())
-	h.open.Add(1)
-	h.metrics.SocketsConnected.Inc()
-
+// Prepare is called by the handshake middleware once the token is verified,
+// before the library acknowledges the connection to the client. The event
+// listeners are registered here, not in Connect: the client may send events
+// the instant it sees the CONNECT packet, and the library delivers them on
+// another goroutine, possibly before the "connection" listeners would run.
+// Each listener waits for Connect's work (the ready gate) before acting.
+func (h *Sockets) Prepare(s *socket.Socket, userID string) {
+	c := &Conn{UserID: userID, sid: string(s.Id()), sock: s, ready: make(chan struct{})}
+	s.SetData(c)
+	h.register(s, c)
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
 	})
-	// The library may have closed the socket between the middleware and
-	// here; if so the disconnect event has already fired without us.
+}
+
+// Connect is called for every socket that passed authentication, after the
+// library sent the CONNECT packet.
+func (h *Sockets) Connect(s *socket.Socket) {
+	c, ok := s.Data().(*Conn)
+	if !ok || c == nil {
+		h.log.Error("socket without auth state", "sid", s.Id())
+		s.Disconnect(false)
+		return
+	}
+	h.open.Add(1)
+	h.metrics.SocketsConnected.Inc()
+
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	if err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
+		h.log.Warn("presence connect failed", "sid", c.sid, "user_id", c.UserID, "err", err)
+	} else {
+		c.connected.Store(true)
+	}
+	close(c.ready)
+	// The socket may have closed meanwhile; its disconnect work then runs
+	// here (once), after the engine knew it.
 	if s.Disconnected() {
 		h.disconnect(c, "closed before connect")
 		return
 	}
-
 	s.Join(UserRoom(c.UserID))
 	err := s.Emit("session", SessionPayload{
 		UserID:     c.UserID,
@@ -125,16 +192,30 @@ func (h *Sockets) Connect(s *socket.Socket) {
 	if err != nil {
 		h.log.Warn("emit session failed", "sid", c.sid, "user_id", c.UserID, "err", err)
 	}
-	h.log.Debug("socket connected", "sid", c.sid, "user_id", c.UserID)
 }
 
 // disconnect runs a socket's disconnect work exactly once, however many
 // times the library reports the disconnect.
 func (h *Sockets) disconnect(c *Conn, reason string) {
+	select {
+	case <-c.ready:
+	default:
+		// Connect has not finished; it will see the socket closed and call
+		// us again.
+		return
+	}
 	c.closed.Do(func() {
 		h.open.Add(-1)
 		h.metrics.SocketsConnected.Dec()
 		h.metrics.Disconnects.WithLabelValues(reason).Inc()
+		h.clearStates(c)
+		if c.connected.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+			defer cancel()
+			if err := h.engine.Disconnect(ctx, c.sid); err != nil {
+				h.log.Warn("presence disconnect failed", "sid", c.sid, "user_id", c.UserID, "err", err)
+			}
+		}
 		h.log.Debug("socket disconnected", "sid", c.sid, "user_id", c.UserID, "reason", reason)
 	})
 }

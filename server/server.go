@@ -138,7 +138,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
-	sock.SetData(handlers.NewConn(claims.UserID))
+	s.deps.Sockets.Prepare(sock, claims.UserID)
 	next(nil)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
 
@@ -38,7 +39,7 @@ func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *tes
 	}
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, log, m)
+	sockets := newSockets(m)
 	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready})
 	if err != nil {
 		tb.Fatal(err)
@@ -49,6 +50,15 @@ func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *tes
 		hs.Close()
 	})
 	return &testServer{Server: srv, URL: hs.URL, Metrics: m, Sockets: sockets}
+}
+
+func newSockets(m *metrics.Metrics) *handlers.Sockets {
+	log := slog.New(slog.DiscardHandler)
+	rooms := handlers.NewRooms(0, log)
+	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	return handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
+	})
 }
 
 func mint(tb testing.TB, user string) string {
@@ -306,7 +316,7 @@ func TestGracefulShutdown(t *testing.T) {
 	v, _ := auth.NewHS256([]byte(secret))
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, log, m)
+	sockets := newSockets(m)
 	srv, err := server.New(server.Config{ShutdownTimeout: 5 * time.Second}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
 	if err != nil {
 		t.Fatal(err)

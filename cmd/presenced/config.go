@@ -28,6 +28,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	HeartbeatJitter   time.Duration
 	TypingTTL         time.Duration
+	TTL               time.Duration
+	FlapGrace         time.Duration
+	AwayAfter         time.Duration
+	MaxConversations  int
+	Membership        string // store | open
 	MaxBuffer         int64
 	AllowEIO3         bool
 	HandshakeLimit    int
@@ -127,6 +132,25 @@ var settings = []setting{
 	{"PRESENCE_HEARTBEAT_INTERVAL", "15s", "heartbeat interval hinted to clients", dur(func(c *Config) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
 	{"PRESENCE_HEARTBEAT_JITTER", "5s", "random jitter added to the heartbeat hint", dur(func(c *Config) *time.Duration { return &c.HeartbeatJitter }, 0)},
 	{"PRESENCE_TYPING_TTL", "5s", "typing indicator lifetime", dur(func(c *Config) *time.Duration { return &c.TypingTTL }, 100*time.Millisecond)},
+	{"PRESENCE_TTL", "45s", "presence entry lifetime without refresh", dur(func(c *Config) *time.Duration { return &c.TTL }, time.Second)},
+	{"PRESENCE_AWAY_AFTER", "5m", "status turns away after this long without activity", dur(func(c *Config) *time.Duration { return &c.AwayAfter }, time.Second)},
+	{"PRESENCE_FLAP_GRACE", "3s", "a reconnect within this long emits no leave, join or status change", dur(func(c *Config) *time.Duration { return &c.FlapGrace }, 0)},
+	{"PRESENCE_MAX_CONVERSATIONS", "100", "conversations one socket may join", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100000 {
+			return errors.New("must be a whole number from 1 to 100000")
+		}
+		c.MaxConversations = n
+		return nil
+	}},
+	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode", func(c *Config, v string) error {
+		switch v {
+		case "", "store", "open":
+			c.Membership = v
+			return nil
+		}
+		return errors.New("must be store or open")
+	}},
 	{"PRESENCE_MAX_BUFFER", "100KB", "Engine.IO maxHttpBufferSize (bytes, or with KB/MB suffix; 1KB = 1024 bytes)", func(c *Config, v string) error {
 		n, err := parseSize(v)
 		if err != nil {
@@ -261,6 +285,12 @@ func (c *Config) finish() error {
 	}
 	if c.DatabaseURL != "" {
 		return &ConfigError{Setting: "DATABASE_URL (--database-url)", Value: redact(c.DatabaseURL), Err: errors.New("PostgreSQL is not available in this build yet; unset DATABASE_URL")}
+	}
+	if c.Membership == "" {
+		c.Membership = "store"
+		if c.DevMode {
+			c.Membership = "open"
+		}
 	}
 	if c.CORSOrigins == nil && c.DevMode {
 		c.CORSOrigins = devOrigins

@@ -24,6 +24,7 @@ import (
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
 
@@ -118,12 +119,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	m := metrics.New()
+	rooms := handlers.NewRooms(cfg.TypingTTL, log.With("component", "rooms"))
+	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{
+		NodeID:           cfg.NodeID,
+		TTL:              cfg.TTL,
+		TypingTTL:        cfg.TypingTTL,
+		FlapGrace:        cfg.FlapGrace,
+		AwayAfter:        cfg.AwayAfter,
+		MaxConversations: cfg.MaxConversations,
+		Sink:             rooms.Sink(),
+	})
 	sockets := handlers.NewSockets(handlers.SessionConfig{
 		NodeID:            cfg.NodeID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatJitter:   cfg.HeartbeatJitter,
 		TypingTTL:         cfg.TypingTTL,
-	}, log.With("component", "sockets"), m)
+	}, handlers.SocketDeps{
+		Log:        log.With("component", "sockets"),
+		Metrics:    m,
+		Engine:     engine,
+		Membership: presence.Open{},
+		Rooms:      rooms,
+	})
 	srv, err := server.New(server.Config{
 		PingInterval:    cfg.PingInterval,
 		PingTimeout:     cfg.PingTimeout,
@@ -137,6 +154,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	rooms.Bind(srv.IO())
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -145,8 +163,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.DevMode {
 		printDevBanner(stdout, cfg, ln.Addr(), secretFile)
 	}
-	if err := srv.Serve(ctx, ln); err != nil {
-		return err
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan struct{})
+	go func() {
+		defer close(engineDone)
+		_ = engine.Run(engineCtx)
+	}()
+	serveErr := srv.Serve(ctx, ln)
+	// The engine outlives the HTTP server so that the disconnect work of
+	// the shutdown is done; then it stops.
+	stopEngine()
+	<-engineDone
+	_ = engine.Close()
+	if serveErr != nil {
+		return serveErr
 	}
 	log.Info("stopped")
 	return nil

@@ -1,0 +1,403 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/zishang520/socket.io/servers/socket/v3"
+	"golang.org/x/time/rate"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/presence"
+)
+
+type rateLimiter = rate.Limiter
+
+// MaxStateBytes bounds the JSON encoding of a `state:set` state.
+const MaxStateBytes = 1024
+
+// handler does one event's work and returns the ack body's extra fields.
+type handler func(ctx context.Context, c *Conn, p payload) (map[string]any, error)
+
+// events are the client → server events (CONTRACT §1).
+func (h *Sockets) events() map[string]handler {
+	return map[string]handler{
+		"conversation:join":  h.join,
+		"conversation:leave": h.leave,
+		"heartbeat":          h.heartbeat,
+		"typing:start":       h.typingStart,
+		"typing:stop":        h.typingStop,
+		"state:set":          h.stateSet,
+	}
+}
+
+// register attaches every event listener to a socket, and a catch-all that
+// answers unknown events that asked for an ack.
+func (h *Sockets) register(s *socket.Socket, c *Conn) {
+	events := h.events()
+	for name, fn := range events {
+		s.On(name, func(args ...any) { h.handle(c, name, fn, args) })
+	}
+	s.OnAny(func(args ...any) {
+		name, _ := firstString(args)
+		if _, known := events[name]; known {
+			return
+		}
+		if len(args) == 0 {
+			return
+		}
+		if ack, ok := args[len(args)-1].(socket.Ack); ok {
+			h.metrics.Events.WithLabelValues("unknown", CodeNotFound).Inc()
+			ack([]any{ackError(errorf(CodeNotFound, "unknown event"))}, nil)
+		}
+	})
+}
+
+// handle runs one event: waits for the connection to be set up, decodes,
+// calls the handler under a timeout, acks, and records metrics. No panic
+// escapes to the library.
+func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
+	start := time.Now()
+	var ack socket.Ack
+	if n := len(args); n > 0 {
+		if a, ok := args[n-1].(socket.Ack); ok {
+			ack, args = a, args[:n-1]
+		}
+	}
+	outcome := "ok"
+	defer func() {
+		if r := recover(); r != nil {
+			h.log.Error("event handler panic", "event", name, "sid", c.sid, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			outcome = CodeInternal
+			if ack != nil {
+				ack([]any{ackError(errorf(CodeInternal, "internal error"))}, nil)
+			}
+		}
+		h.metrics.Events.WithLabelValues(name, outcome).Inc()
+		h.metrics.EventDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	}()
+
+	reply := func(body map[string]any, err error) {
+		if err != nil {
+			e := classify(err)
+			outcome = e.Code
+			if e.Code == CodeInternal || e.Code == CodeUnavailable {
+				h.log.Warn("event failed", "event", name, "sid", c.sid, "user_id", c.UserID, "err", err)
+			}
+			if ack != nil {
+				ack([]any{ackError(e)}, nil)
+			}
+			return
+		}
+		if ack != nil {
+			if body == nil {
+				body = map[string]any{}
+			}
+			body["ok"] = true
+			ack([]any{body}, nil)
+		}
+	}
+
+	select {
+	case <-c.ready:
+	case <-time.After(h.cfg.OpTimeout):
+		reply(nil, errorf(CodeUnavailable, "connection not ready"))
+		return
+	}
+	if !c.connected.Load() {
+		reply(nil, errorf(CodeUnavailable, "presence is unavailable for this connection; reconnect"))
+		return
+	}
+	p, err := decode(args)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	reply(fn(ctx, c, p))
+}
+
+// payload is a decoded event argument: a JSON object.
+type payload map[string]any
+
+// decode takes the event's first argument, which must be an object when
+// present. An event sent with no argument decodes to an empty object.
+func decode(args []any) (payload, error) {
+	if len(args) == 0 || args[0] == nil {
+		return payload{}, nil
+	}
+	m, ok := args[0].(map[string]any)
+	if !ok {
+		return nil, errorf(CodeInvalidArgument, "payload must be an object")
+	}
+	return payload(m), nil
+}
+
+// id reads a required id field.
+func (p payload) id(field string) (string, error) {
+	v, ok := p[field]
+	if !ok || v == nil {
+		return "", errorf(CodeInvalidArgument, "%s is required", field)
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", errorf(CodeInvalidArgument, "%s must be a string", field)
+	}
+	if !auth.ValidID(s) {
+		return "", errorf(CodeInvalidArgument, "%s must be 1-128 characters of A-Z a-z 0-9 _ . : @ -", field)
+	}
+	return s, nil
+}
+
+// optBool reads an optional boolean field.
+func (p payload) optBool(field string, def bool) (bool, error) {
+	v, ok := p[field]
+	if !ok || v == nil {
+		return def, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, errorf(CodeInvalidArgument, "%s must be a boolean", field)
+	}
+	return b, nil
+}
+
+func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	conv, err := p.id("conversationId")
+	if err != nil {
+		return nil, err
+	}
+	ok, err := h.membership.IsMember(ctx, conv, c.UserID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errorf(CodeForbidden, "not a member of this conversation")
+	}
+	// Into the room first, so that nothing said after the roster snapshot
+	// is missed; out again if the engine refuses.
+	room := ConversationRoom(conv)
+	already := c.sock.Rooms().Has(room)
+	c.sock.Join(room)
+	res, err := h.engine.Join(ctx, c.sid, conv)
+	if err != nil {
+		if !already {
+			c.sock.Leave(room)
+		}
+		return nil, err
+	}
+	return map[string]any{
+		"conversationId": conv,
+		"online":         members(res.Online),
+		"typing":         res.Typing,
+	}, nil
+}
+
+// MemberPayload is a roster entry.
+type MemberPayload struct {
+	UserID string `json:"userId"`
+	Status string `json:"status"`
+	Since  string `json:"since"`
+}
+
+func members(ms []presence.Member) []MemberPayload {
+	out := make([]MemberPayload, len(ms))
+	for i, m := range ms {
+		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: Timestamp(m.Since)}
+	}
+	return out
+}
+
+func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	conv, err := p.id("conversationId")
+	if err != nil {
+		return nil, err
+	}
+	h.clearState(c, conv)
+	// Out of the room first: the leaving socket is not told of its own leave.
+	room := ConversationRoom(conv)
+	was := c.sock.Rooms().Has(room)
+	c.sock.Leave(room)
+	if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
+		if was {
+			c.sock.Join(room)
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	active, err := p.optBool("active", true)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.engine.Heartbeat(ctx, c.sid, active); err != nil {
+		return nil, err
+	}
+	next := h.cfg.HeartbeatInterval
+	if j := h.cfg.HeartbeatJitter; j > 0 {
+		next += time.Duration(rand.Int64N(int64(j)))
+	}
+	return map[string]any{"serverTime": Timestamp(h.now()), "nextInMs": next.Milliseconds()}, nil
+}
+
+func (h *Sockets) allowTyping(c *Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.typing == nil {
+		c.typing = rate.NewLimiter(rate.Limit(h.cfg.TypingRate), h.cfg.TypingBurst)
+	}
+	return c.typing.Allow()
+}
+
+func (h *Sockets) typingStart(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	conv, err := p.id("conversationId")
+	if err != nil {
+		return nil, err
+	}
+	if !h.allowTyping(c) {
+		return nil, errorf(CodeRateLimited, "too many typing events; slow down")
+	}
+	return nil, h.engine.TypingStart(ctx, c.sid, conv)
+}
+
+func (h *Sockets) typingStop(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	conv, err := p.id("conversationId")
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := p["reason"]; ok && r != nil {
+		if r != "sent" && r != "cleared" {
+			return nil, errorf(CodeInvalidArgument, `reason must be "sent" or "cleared"`)
+		}
+	}
+	if !h.allowTyping(c) {
+		return nil, errorf(CodeRateLimited, "too many typing events; slow down")
+	}
+	return nil, h.engine.TypingStop(ctx, c.sid, conv)
+}
+
+// stateSlot throttles one socket's `state` broadcasts in one conversation:
+// at most one per StateInterval, coalesced to the latest value.
+type stateSlot struct {
+	latest  any
+	sent    time.Time
+	timer   *time.Timer
+	visible bool // a non-null state has been broadcast
+}
+
+func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	conv, err := p.id("conversationId")
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := p["state"]
+	if !ok {
+		return nil, errorf(CodeInvalidArgument, "state is required (an object, or null to clear)")
+	}
+	if raw != nil {
+		if _, isObj := raw.(map[string]any); !isObj {
+			return nil, errorf(CodeInvalidArgument, "state must be an object or null")
+		}
+		b, err := json.Marshal(raw)
+		if err != nil {
+			return nil, errorf(CodeInvalidArgument, "state is not JSON")
+		}
+		if len(b) > MaxStateBytes {
+			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", len(b), MaxStateBytes)
+		}
+	}
+	if !c.sock.Rooms().Has(ConversationRoom(conv)) {
+		return nil, presence.ErrNotJoined
+	}
+	if err := h.engine.Touch(ctx, c.sid); err != nil {
+		return nil, err
+	}
+	h.queueState(c, conv, raw)
+	return nil, nil
+}
+
+// queueState records the latest state and broadcasts it now or when the
+// throttle interval has passed.
+func (h *Sockets) queueState(c *Conn, conv string, state any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gone {
+		return
+	}
+	if c.states == nil {
+		c.states = map[string]*stateSlot{}
+	}
+	slot := c.states[conv]
+	if slot == nil {
+		slot = &stateSlot{}
+		c.states[conv] = slot
+	}
+	slot.latest = state
+	if slot.timer != nil {
+		return // a send is scheduled; it will take the latest
+	}
+	wait := h.cfg.StateInterval - time.Since(slot.sent)
+	if wait <= 0 {
+		h.sendStateLocked(c, conv, slot)
+		return
+	}
+	slot.timer = time.AfterFunc(wait, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.gone || c.states[conv] != slot {
+			return
+		}
+		slot.timer = nil
+		h.sendStateLocked(c, conv, slot)
+	})
+}
+
+func (h *Sockets) sendStateLocked(c *Conn, conv string, slot *stateSlot) {
+	slot.sent = time.Now()
+	slot.visible = slot.latest != nil
+	h.rooms.State(conv, c.UserID, c.sid, slot.latest)
+	if slot.latest == nil {
+		delete(c.states, conv)
+	}
+}
+
+// clearState drops a conversation's state of this socket, telling the room
+// if others saw one.
+func (h *Sockets) clearState(c *Conn, conv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	slot := c.states[conv]
+	if slot == nil {
+		return
+	}
+	if slot.timer != nil {
+		slot.timer.Stop()
+	}
+	delete(c.states, conv)
+	if slot.visible {
+		h.rooms.State(conv, c.UserID, c.sid, nil)
+	}
+}
+
+// clearStates clears every state of a closing socket.
+func (h *Sockets) clearStates(c *Conn) {
+	c.mu.Lock()
+	convs := make([]string, 0, len(c.states))
+	for conv := range c.states {
+		convs = append(convs, conv)
+	}
+	c.mu.Unlock()
+	for _, conv := range convs {
+		h.clearState(c, conv)
+	}
+	c.mu.Lock()
+	c.gone = true
+	c.mu.Unlock()
+}

@@ -1,0 +1,108 @@
+package presence
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Membership decides who may join a conversation.
+type Membership interface {
+	IsMember(ctx context.Context, conversationID, userID string) (bool, error)
+}
+
+// Open lets any authenticated user join any conversation
+// (PRESENCE_MEMBERSHIP=open).
+type Open struct{}
+
+// IsMember implements Membership.
+func (Open) IsMember(context.Context, string, string) (bool, error) { return true, nil }
+
+// MemberStore is the durable membership a cache reads through.
+type MemberStore interface {
+	IsMember(ctx context.Context, conversationID, userID string) (bool, error)
+}
+
+// CachedMembership reads membership through a cache whose answers are at
+// most MaxAge old; Forget drops a conversation's answers at once (when its
+// member list is replaced on this node).
+type CachedMembership struct {
+	store  MemberStore
+	maxAge time.Duration
+	now    func() time.Time
+	max    int
+
+	mu      sync.Mutex
+	entries map[[2]string]cached
+}
+
+type cached struct {
+	member bool
+	at     time.Time
+}
+
+// NewCachedMembership caches answers for maxAge (default 5s), keeping at
+// most maxEntries (default 100,000; the oldest half is dropped when full).
+func NewCachedMembership(s MemberStore, maxAge time.Duration, maxEntries int) *CachedMembership {
+	if maxAge <= 0 {
+		maxAge = 5 * time.Second
+	}
+	if maxEntries <= 0 {
+		maxEntries = 100_000
+	}
+	return &CachedMembership{store: s, maxAge: maxAge, now: time.Now, max: maxEntries, entries: map[[2]string]cached{}}
+}
+
+// IsMember implements Membership.
+func (c *CachedMembership) IsMember(ctx context.Context, conv, user string) (bool, error) {
+	key := [2]string{conv, user}
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < c.maxAge {
+		return e.member, nil
+	}
+	member, err := c.store.IsMember(ctx, conv, user)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	if len(c.entries) >= c.max {
+		c.evict(now)
+	}
+	c.entries[key] = cached{member: member, at: now}
+	c.mu.Unlock()
+	return member, nil
+}
+
+// evict drops expired entries, or if none, an arbitrary half.
+func (c *CachedMembership) evict(now time.Time) {
+	for k, e := range c.entries {
+		if now.Sub(e.at) >= c.maxAge {
+			delete(c.entries, k)
+		}
+	}
+	if len(c.entries) < c.max {
+		return
+	}
+	n := 0
+	for k := range c.entries {
+		if n >= c.max/2 {
+			break
+		}
+		delete(c.entries, k)
+		n++
+	}
+}
+
+// Forget drops the cached answers of a conversation.
+func (c *CachedMembership) Forget(conv string) {
+	c.mu.Lock()
+	for k := range c.entries {
+		if k[0] == conv {
+			delete(c.entries, k)
+		}
+	}
+	c.mu.Unlock()
+}
