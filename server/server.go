@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
@@ -104,8 +105,12 @@ func (s *Server) newSocketIO() *socket.Server {
 	opts.SetMaxHttpBufferSize(s.cfg.MaxBuffer)
 	opts.SetAllowEIO3(s.cfg.AllowEIO3)
 	opts.SetPath("/socket.io")
-	// CORS is enforced by our own middleware in front of the engine, for
-	// every transport (see cors.go); the engine's is left off.
+	// The origin allow-list is enforced by our middleware in front of the
+	// engine, for every transport (middleware.go: a refused origin never
+	// reaches the engine). The engine is told to accept whatever reaches it:
+	// without a CORS option its websocket upgrader refuses every
+	// cross-origin upgrade.
+	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)
 	io.On("connection", func(args ...any) {
