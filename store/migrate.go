@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"path"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/presenced/presenced/migrations"
+)
+
+// Dialect names the SQL database behind a *sql.DB given to Migrate.
+type Dialect string
+
+const (
+	DialectPostgres Dialect = "postgres"
+	DialectSQLite   Dialect = "sqlite"
+)
+
+// Migration is one schema migration and whether the database has it.
+type Migration struct {
+	Version   int64
+	Name      string    // file name in migrations/, e.g. "00001_initial_schema.sql"
+	Applied   bool      // false: pending
+	AppliedAt time.Time // UTC; zero when pending (in Migrate's result: when it finished)
+}
+
+// migrateLockWait is how long a node waits for another node's migration to
+// finish before giving up (PostgreSQL only), polling every second.
+const migrateLockWait = 5 * time.Minute
+
+// Migrate applies every pending migration of migrations.FS to db and
+// returns those it applied (none when the schema is current). It is
+// idempotent. On PostgreSQL it holds a session-level advisory lock while it
+// works, so several nodes starting at once apply each migration exactly
+// once; the others wait, then find nothing to do. db must be a
+// database/sql handle for dialect (pgx's stdlib driver, or modernc.org/sqlite).
+//
+// OpenPostgres and OpenSQLite call it unless told not to.
+func Migrate(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migration, error) {
+	p, err := newProvider(db, dialect)
+	if err != nil {
+		return nil, err
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, wrap("migrate", err, driverTransient(dialect))
+	}
+	out := make([]Migration, 0, len(results))
+	for _, r := range results {
+		out = append(out, Migration{
+			Version:   r.Source.Version,
+			Name:      path.Base(r.Source.Path),
+			Applied:   true,
+			AppliedAt: time.Now().UTC(),
+		})
+	}
+	return out, nil
+}
+
+// MigrationStatus lists every migration of migrations.FS in version order,
+// with whether db has it applied (for `presenced migrate status`). It
+// creates goose's version table if the database has none yet, and waits
+// for a migration running on another node (PostgreSQL).
+func MigrationStatus(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migration, error) {
+	p, err := newProvider(db, dialect)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return nil, wrap("migration status", err, driverTransient(dialect))
+	}
+	out := make([]Migration, 0, len(st))
+	for _, s := range st {
+		m := Migration{
+			Version: s.Source.Version,
+			Name:    path.Base(s.Source.Path),
+			Applied: s.State == goose.StateApplied,
+		}
+		if m.Applied {
+			m.AppliedAt = s.AppliedAt.UTC()
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func newProvider(db *sql.DB, dialect Dialect) (*goose.Provider, error) {
+	opts := []goose.ProviderOption{
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSlog(slog.New(slog.DiscardHandler)),
+	}
+	var gd goose.Dialect
+	switch dialect {
+	case DialectPostgres:
+		gd = goose.DialectPostgres
+		locker, err := lock.NewPostgresSessionLocker(
+			lock.WithLockTimeout(1, uint64(migrateLockWait/time.Second)),
+			lock.WithUnlockTimeout(1, 60),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("store: migrate: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	case DialectSQLite:
+		gd = goose.DialectSQLite3
+	default:
+		return nil, invalid("migrate", "unknown dialect %q", dialect)
+	}
+	p, err := goose.NewProvider(gd, db, migrations.FS, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("store: migrate: %w", err)
+	}
+	return p, nil
+}
+
+func driverTransient(d Dialect) func(error) bool {
+	if d == DialectPostgres {
+		return pgTransient
+	}
+	return sqliteTransient
+}
+
+// logApplied reports applied migrations on logger (nil: nowhere).
+func logApplied(logger *slog.Logger, applied []Migration) {
+	if logger == nil {
+		return
+	}
+	for _, m := range applied {
+		logger.Info("migration applied", "version", m.Version, "name", m.Name)
+	}
+}

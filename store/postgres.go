@@ -1,0 +1,440 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jackc/puddle/v2"
+)
+
+// PostgresConfig tunes OpenPostgres. Zero values mean the defaults.
+type PostgresConfig struct {
+	// MaxConns caps the connection pool; 0 keeps pool_max_conns from the
+	// URL, else pgx's default (the larger of 4 and the number of CPUs).
+	MaxConns int32
+	// ConnectTimeout bounds each connection attempt; 0 keeps
+	// connect_timeout from the URL, else 5s.
+	ConnectTimeout time.Duration
+	// SkipMigrate opens without applying migrations (for
+	// `presenced migrate status`, or when migrations run as a separate step).
+	SkipMigrate bool
+	// Logger receives one line per migration applied at open; nil: none.
+	Logger *slog.Logger
+}
+
+// Postgres is the cluster store: PostgreSQL through a pgx connection pool.
+// It is safe for concurrent use.
+type Postgres struct {
+	pool    *pgxpool.Pool
+	conn    pgx.ConnConfig // for the migrator's own connection
+	closed  atomic.Bool
+	counter counters
+}
+
+var _ Store = (*Postgres)(nil)
+
+const defaultConnectTimeout = 5 * time.Second
+
+// OpenPostgres connects to the database at url (a postgres:// URL or a
+// key=value DSN), checks that it answers, and applies pending migrations
+// unless cfg.SkipMigrate. An unreachable server gives an error wrapping
+// ErrUnavailable; a malformed url one wrapping ErrInvalid.
+func OpenPostgres(ctx context.Context, url string, cfg PostgresConfig) (*Postgres, error) {
+	const op = "open postgres"
+	pc, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The message of a parse error may quote the URL, password included.
+		return nil, invalid(op, "malformed database URL")
+	}
+	if cfg.MaxConns > 0 {
+		pc.MaxConns = cfg.MaxConns
+	}
+	if cfg.ConnectTimeout > 0 {
+		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	} else if pc.ConnConfig.ConnectTimeout == 0 {
+		pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	if _, ok := pc.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pc.ConnConfig.RuntimeParams["application_name"] = "presenced"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, wrap(op, err, pgTransient)
+	}
+	p := &Postgres{pool: pool, conn: *pc.ConnConfig}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, wrap(op, err, pgTransient)
+	}
+	if !cfg.SkipMigrate {
+		applied, err := p.Migrate(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		logApplied(cfg.Logger, applied)
+	}
+	return p, nil
+}
+
+// Migrate applies pending migrations (see the package function Migrate),
+// on a connection of its own that is closed afterwards, so the migration
+// lock can never stay behind in the pool.
+func (p *Postgres) Migrate(ctx context.Context) ([]Migration, error) {
+	if p.closed.Load() {
+		return nil, wrap("migrate", errClosed, pgTransient)
+	}
+	db := stdlib.OpenDB(p.conn)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	return Migrate(ctx, db, DialectPostgres)
+}
+
+// MigrationStatus lists the migrations and whether each is applied.
+func (p *Postgres) MigrationStatus(ctx context.Context) ([]Migration, error) {
+	if p.closed.Load() {
+		return nil, wrap("migration status", errClosed, pgTransient)
+	}
+	db := stdlib.OpenDB(p.conn)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	return MigrationStatus(ctx, db, DialectPostgres)
+}
+
+// Stats returns the statement counters.
+func (p *Postgres) Stats() Stats { return p.counter.snapshot() }
+
+func (p *Postgres) check(op string) error {
+	if p.closed.Load() {
+		return wrap(op, errClosed, pgTransient)
+	}
+	return nil
+}
+
+func (p *Postgres) exec(ctx context.Context, q pgxExecer, sql string, args ...any) (int64, error) {
+	p.counter.statements.Add(1)
+	tag, err := q.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	p.counter.rows.Add(tag.RowsAffected())
+	return tag.RowsAffected(), nil
+}
+
+type pgxExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+const pgUpsertLastSeen = `INSERT INTO last_seen (user_id, seen_at)
+SELECT * FROM unnest($1::text[], $2::bigint[])
+ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(last_seen.seen_at, EXCLUDED.seen_at)
+WHERE last_seen.seen_at < EXCLUDED.seen_at`
+
+// UpsertLastSeen implements Store: one INSERT ... ON CONFLICT for the whole
+// batch, rows in user-id order so concurrent batches lock rows in one order.
+func (p *Postgres) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
+	const op = "upsert last seen"
+	ids, ms, err := lastSeenRows(op, batch)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	if err := p.check(op); err != nil {
+		return err
+	}
+	_, err = p.exec(ctx, p.pool, pgUpsertLastSeen, ids, ms)
+	return wrap(op, err, pgTransient)
+}
+
+// LastSeen implements Store.
+func (p *Postgres) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
+	const op = "last seen"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = p.query(ctx, op, `SELECT user_id, seen_at FROM last_seen WHERE user_id = ANY($1)`,
+		[]any{ids}, func(rows pgx.Rows) error {
+			var id string
+			var ms int64
+			if err := rows.Scan(&id, &ms); err != nil {
+				return err
+			}
+			out[id] = fromMillis(ms)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Privacy implements Store.
+func (p *Postgres) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
+	const op = "privacy"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Visibility, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = p.query(ctx, op, `SELECT user_id, last_seen FROM privacy WHERE user_id = ANY($1)`,
+		[]any{ids}, func(rows pgx.Rows) error {
+			var id, v string
+			if err := rows.Scan(&id, &v); err != nil {
+				return err
+			}
+			out[id] = Visibility(v)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = DefaultVisibility
+		}
+	}
+	return out, nil
+}
+
+// SetPrivacy implements Store.
+func (p *Postgres) SetPrivacy(ctx context.Context, userID string, v Visibility) error {
+	const op = "set privacy"
+	if err := checkID(op, "user id", userID); err != nil {
+		return err
+	}
+	if err := checkVisibility(op, v); err != nil {
+		return err
+	}
+	if err := p.check(op); err != nil {
+		return err
+	}
+	_, err := p.exec(ctx, p.pool, `INSERT INTO privacy (user_id, last_seen) VALUES ($1, $2)
+ON CONFLICT (user_id) DO UPDATE SET last_seen = EXCLUDED.last_seen
+WHERE privacy.last_seen <> EXCLUDED.last_seen`, userID, string(v))
+	return wrap(op, err, pgTransient)
+}
+
+// Advisory lock classes (pg_advisory_xact_lock(class, hashtext(id))): a
+// replace of one owner's list waits for a concurrent replace of the same
+// list, so the last one wins whole.
+const (
+	pgLockContacts int32 = 0x70726331 // "prc1"
+	pgLockMembers  int32 = 0x70726d31 // "prm1"
+)
+
+// SetContacts implements Store: in one transaction, delete the contacts
+// not in the new list and insert the missing ones.
+func (p *Postgres) SetContacts(ctx context.Context, userID string, contacts []string) error {
+	const op = "set contacts"
+	if err := checkID(op, "user id", userID); err != nil {
+		return err
+	}
+	ids, err := uniqueIDs(op, "contact id", contacts)
+	if err != nil {
+		return err
+	}
+	_, err = p.replace(ctx, op, pgLockContacts, userID, ids,
+		`DELETE FROM contacts WHERE owner_id = $1 AND contact_id <> ALL($2::text[])`,
+		`INSERT INTO contacts (owner_id, contact_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`)
+	return err
+}
+
+// ContactOf implements Store.
+func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
+	const op = "contact of"
+	if err := checkID(op, "viewer id", viewer); err != nil {
+		return nil, err
+	}
+	ids, err := uniqueIDs(op, "owner id", owners)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	for _, id := range ids {
+		out[id] = false
+	}
+	err = p.query(ctx, op, `SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`,
+		[]any{ids, viewer}, func(rows pgx.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out[id] = true
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SetMembers implements Store, like SetContacts; the deleted rows are the
+// removed members.
+func (p *Postgres) SetMembers(ctx context.Context, conversationID string, userIDs []string) ([]string, error) {
+	const op = "set members"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	return p.replace(ctx, op, pgLockMembers, conversationID, ids,
+		`DELETE FROM conversation_members WHERE conversation_id = $1 AND user_id <> ALL($2::text[]) RETURNING user_id`,
+		`INSERT INTO conversation_members (conversation_id, user_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`)
+}
+
+// replace runs del (which may return the deleted ids) then ins, both with
+// ($1 key, $2 ids), in one transaction serialised per key.
+func (p *Postgres) replace(ctx context.Context, op string, lockClass int32, key string, ids []string, del, ins string) (removed []string, err error) {
+	if err := p.check(op); err != nil {
+		return nil, err
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockClass, key); err != nil {
+			return err
+		}
+		p.counter.statements.Add(1)
+		rows, err := tx.Query(ctx, del, key, ids)
+		if err != nil {
+			return err
+		}
+		removed, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		p.counter.rows.Add(rows.CommandTag().RowsAffected())
+		_, err = p.exec(ctx, tx, ins, key, ids)
+		return err
+	})
+	if err != nil {
+		return nil, wrap(op, err, pgTransient)
+	}
+	slices.Sort(removed)
+	if removed == nil {
+		removed = []string{}
+	}
+	return removed, nil
+}
+
+// IsMember implements Store.
+func (p *Postgres) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
+	const op = "is member"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return false, err
+	}
+	if err := checkID(op, "user id", userID); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := p.query(ctx, op, `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = $1 AND user_id = $2)`,
+		[]any{conversationID, userID}, func(rows pgx.Rows) error { return rows.Scan(&ok) })
+	return ok, err
+}
+
+// Members implements Store; the ids are sorted (byte order).
+func (p *Postgres) Members(ctx context.Context, conversationID string) ([]string, error) {
+	const op = "members"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	out := []string{}
+	err := p.query(ctx, op, `SELECT user_id FROM conversation_members WHERE conversation_id = $1`,
+		[]any{conversationID}, func(rows pgx.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out = append(out, id)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// query runs one read query and calls scan for each row.
+func (p *Postgres) query(ctx context.Context, op, sql string, args []any, scan func(pgx.Rows) error) error {
+	if err := p.check(op); err != nil {
+		return err
+	}
+	p.counter.queries.Add(1)
+	rows, err := p.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return wrap(op, err, pgTransient)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return wrap(op, err, pgTransient)
+		}
+	}
+	return wrap(op, rows.Err(), pgTransient)
+}
+
+// Ping implements Store.
+func (p *Postgres) Ping(ctx context.Context) error {
+	const op = "ping"
+	if err := p.check(op); err != nil {
+		return err
+	}
+	return wrap(op, p.pool.Ping(ctx), pgTransient)
+}
+
+// Close implements Store. It waits for connections in use to be released;
+// later calls return ErrUnavailable. Closing twice is harmless.
+func (p *Postgres) Close() error {
+	if p.closed.CompareAndSwap(false, true) {
+		p.pool.Close()
+	}
+	return nil
+}
+
+// pgTransient reports whether err means PostgreSQL could not be reached or
+// could not serve the request now (a retry may succeed): connection
+// failures, timeouts, a closed pool, and the server's own "try again" codes.
+func pgTransient(err error) bool {
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || errors.Is(err, puddle.ErrClosedPool) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case len(pe.Code) == 5 && pe.Code[:2] == "08": // connection exception
+			return true
+		case len(pe.Code) == 5 && pe.Code[:2] == "53": // insufficient resources (too many connections, ...)
+			return true
+		}
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
+			"40001", "40P01", // serialization failure, deadlock detected
+			"55P03", "57014": // lock not available, query canceled (statement_timeout)
+			return true
+		}
+	}
+	return false
+}

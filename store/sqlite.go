@@ -1,0 +1,531 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLiteConfig tunes OpenSQLite. Zero values mean the defaults.
+type SQLiteConfig struct {
+	// BusyTimeout is how long a statement waits for a lock held by another
+	// connection or process; 0 means 5s.
+	BusyTimeout time.Duration
+	// MaxReaders caps the read connections; 0 means the larger of 4 and
+	// the number of CPUs. Writes always go through one connection.
+	MaxReaders int
+	// SkipMigrate opens without applying migrations.
+	SkipMigrate bool
+	// Logger receives one line per migration applied at open; nil: none.
+	Logger *slog.Logger
+}
+
+// SQLite is the embedded single-node store: one SQLite file in WAL mode
+// (modernc.org/sqlite, no cgo). Writes are serialised on one connection,
+// reads use a pool of read-only connections. It is safe for concurrent use.
+type SQLite struct {
+	w, r    *sql.DB // writer (one connection) and readers; the same for ":memory:"
+	path    string
+	closed  atomic.Bool
+	counter counters
+}
+
+var _ Store = (*SQLite)(nil)
+
+// OpenSQLite opens (creating it and its directory if needed) the database
+// file at path and applies pending migrations unless cfg.SkipMigrate.
+// path ":memory:" gives a private in-memory database on one connection.
+func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, error) {
+	const op = "open sqlite"
+	if path == "" || strings.ContainsAny(path, "?\x00") || strings.HasPrefix(path, "file:") {
+		return nil, invalid(op, "database path %q: want a plain file name without '?'", clip(path))
+	}
+	busy := cfg.BusyTimeout
+	if busy <= 0 {
+		busy = 5 * time.Second
+	}
+	common := "_pragma=busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")" +
+		"&_pragma=foreign_keys(0)"
+	s := &SQLite{path: path}
+	if path == ":memory:" {
+		db, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate")
+		if err != nil {
+			return nil, wrap(op, err, s.transient)
+		}
+		db.SetMaxOpenConns(1)
+		db.SetConnMaxIdleTime(0)
+		db.SetConnMaxLifetime(0)
+		s.w, s.r = db, db
+	} else {
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return nil, wrap(op, err, s.transient)
+			}
+		}
+		w, err := sql.Open("sqlite", path+"?"+common+
+			"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		if err != nil {
+			return nil, wrap(op, err, s.transient)
+		}
+		w.SetMaxOpenConns(1)
+		w.SetConnMaxIdleTime(0)
+		w.SetConnMaxLifetime(0)
+		r, err := sql.Open("sqlite", path+"?"+common+"&_query_only=1")
+		if err != nil {
+			w.Close()
+			return nil, wrap(op, err, s.transient)
+		}
+		n := cfg.MaxReaders
+		if n <= 0 {
+			n = max(4, runtime.NumCPU())
+		}
+		r.SetMaxOpenConns(n)
+		r.SetMaxIdleConns(n)
+		s.w, s.r = w, r
+	}
+	// The writer connects first and switches the file to WAL; readers
+	// connect lazily, after it.
+	if err := s.w.PingContext(ctx); err != nil {
+		s.closeDBs()
+		return nil, wrap(op, err, s.transient)
+	}
+	if !cfg.SkipMigrate {
+		applied, err := s.Migrate(ctx)
+		if err != nil {
+			s.closeDBs()
+			return nil, err
+		}
+		logApplied(cfg.Logger, applied)
+	}
+	return s, nil
+}
+
+// sqliteMigrateLocks serialises migrations of one file within the process:
+// goose has no SQLite lock, and two racing migrators would both try to
+// apply the same version.
+var sqliteMigrateLocks sync.Map // absolute path -> *sync.Mutex
+
+func (s *SQLite) migrateLock() func() {
+	if s.path == ":memory:" {
+		return func() {}
+	}
+	key, err := filepath.Abs(s.path)
+	if err != nil {
+		key = s.path
+	}
+	mu, _ := sqliteMigrateLocks.LoadOrStore(key, new(sync.Mutex))
+	mu.(*sync.Mutex).Lock()
+	return mu.(*sync.Mutex).Unlock
+}
+
+// Migrate applies pending migrations (see the package function Migrate).
+func (s *SQLite) Migrate(ctx context.Context) ([]Migration, error) {
+	if s.closed.Load() {
+		return nil, wrap("migrate", errClosed, s.transient)
+	}
+	defer s.migrateLock()()
+	return Migrate(ctx, s.w, DialectSQLite)
+}
+
+// MigrationStatus lists the migrations and whether each is applied.
+func (s *SQLite) MigrationStatus(ctx context.Context) ([]Migration, error) {
+	if s.closed.Load() {
+		return nil, wrap("migration status", errClosed, s.transient)
+	}
+	defer s.migrateLock()()
+	return MigrationStatus(ctx, s.w, DialectSQLite)
+}
+
+// Stats returns the statement counters.
+func (s *SQLite) Stats() Stats { return s.counter.snapshot() }
+
+func (s *SQLite) check(op string) error {
+	if s.closed.Load() {
+		return wrap(op, errClosed, s.transient)
+	}
+	return nil
+}
+
+type sqlExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (s *SQLite) exec(ctx context.Context, q sqlExecer, query string, args ...any) error {
+	s.counter.statements.Add(1)
+	res, err := q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err == nil {
+		s.counter.rows.Add(n)
+	}
+	return nil
+}
+
+// jsonIDs encodes validated ids as a JSON array for json_each. Valid ids
+// hold no character that JSON would escape.
+func jsonIDs(ids []string) string {
+	var b strings.Builder
+	b.Grow(len(ids) * 16)
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(id)
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// The "WHERE true" resolves SQLite's parsing ambiguity between a join's ON
+// and the upsert's ON CONFLICT.
+const sqliteUpsertLastSeen = `INSERT INTO last_seen (user_id, seen_at)
+SELECT value ->> 0, value ->> 1 FROM json_each(?) WHERE true
+ON CONFLICT (user_id) DO UPDATE SET seen_at = max(last_seen.seen_at, excluded.seen_at)
+WHERE last_seen.seen_at < excluded.seen_at`
+
+// UpsertLastSeen implements Store: one INSERT ... ON CONFLICT over a JSON
+// array of [user id, Unix ms] pairs.
+func (s *SQLite) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
+	const op = "upsert last seen"
+	ids, ms, err := lastSeenRows(op, batch)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	if err := s.check(op); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.Grow(len(ids) * 32)
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`["`)
+		b.WriteString(id)
+		b.WriteString(`",`)
+		b.WriteString(strconv.FormatInt(ms[i], 10))
+		b.WriteByte(']')
+	}
+	b.WriteByte(']')
+	return wrap(op, s.exec(ctx, s.w, sqliteUpsertLastSeen, b.String()), s.transient)
+}
+
+// LastSeen implements Store.
+func (s *SQLite) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
+	const op = "last seen"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = s.query(ctx, op, `SELECT user_id, seen_at FROM last_seen WHERE user_id IN (SELECT value FROM json_each(?))`,
+		[]any{jsonIDs(ids)}, func(rows *sql.Rows) error {
+			var id string
+			var ms int64
+			if err := rows.Scan(&id, &ms); err != nil {
+				return err
+			}
+			out[id] = fromMillis(ms)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Privacy implements Store.
+func (s *SQLite) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
+	const op = "privacy"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Visibility, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = s.query(ctx, op, `SELECT user_id, last_seen FROM privacy WHERE user_id IN (SELECT value FROM json_each(?))`,
+		[]any{jsonIDs(ids)}, func(rows *sql.Rows) error {
+			var id, v string
+			if err := rows.Scan(&id, &v); err != nil {
+				return err
+			}
+			out[id] = Visibility(v)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = DefaultVisibility
+		}
+	}
+	return out, nil
+}
+
+// SetPrivacy implements Store.
+func (s *SQLite) SetPrivacy(ctx context.Context, userID string, v Visibility) error {
+	const op = "set privacy"
+	if err := checkID(op, "user id", userID); err != nil {
+		return err
+	}
+	if err := checkVisibility(op, v); err != nil {
+		return err
+	}
+	if err := s.check(op); err != nil {
+		return err
+	}
+	return wrap(op, s.exec(ctx, s.w, `INSERT INTO privacy (user_id, last_seen) VALUES (?, ?)
+ON CONFLICT (user_id) DO UPDATE SET last_seen = excluded.last_seen
+WHERE privacy.last_seen <> excluded.last_seen`, userID, string(v)), s.transient)
+}
+
+// SetContacts implements Store: in one transaction, delete the contacts
+// not in the new list and insert the missing ones.
+func (s *SQLite) SetContacts(ctx context.Context, userID string, contacts []string) error {
+	const op = "set contacts"
+	if err := checkID(op, "user id", userID); err != nil {
+		return err
+	}
+	ids, err := uniqueIDs(op, "contact id", contacts)
+	if err != nil {
+		return err
+	}
+	_, err = s.replace(ctx, op, userID, ids,
+		`DELETE FROM contacts WHERE owner_id = ?1 AND contact_id NOT IN (SELECT value FROM json_each(?2))`,
+		`INSERT INTO contacts (owner_id, contact_id) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`)
+	return err
+}
+
+// ContactOf implements Store.
+func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
+	const op = "contact of"
+	if err := checkID(op, "viewer id", viewer); err != nil {
+		return nil, err
+	}
+	ids, err := uniqueIDs(op, "owner id", owners)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	for _, id := range ids {
+		out[id] = false
+	}
+	err = s.query(ctx, op, `SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`,
+		[]any{jsonIDs(ids), viewer}, func(rows *sql.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out[id] = true
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SetMembers implements Store, like SetContacts; the deleted rows are the
+// removed members.
+func (s *SQLite) SetMembers(ctx context.Context, conversationID string, userIDs []string) ([]string, error) {
+	const op = "set members"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	return s.replace(ctx, op, conversationID, ids,
+		`DELETE FROM conversation_members WHERE conversation_id = ?1 AND user_id NOT IN (SELECT value FROM json_each(?2)) RETURNING user_id`,
+		`INSERT INTO conversation_members (conversation_id, user_id) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`)
+}
+
+// replace runs del (which may return the deleted ids) then ins, both with
+// (?1 key, ?2 ids as JSON), in one IMMEDIATE transaction on the writer.
+func (s *SQLite) replace(ctx context.Context, op, key string, ids []string, del, ins string) (removed []string, err error) {
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	arr := jsonIDs(ids)
+	err = func() error {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // after Commit: ErrTxDone
+		s.counter.statements.Add(1)
+		rows, err := tx.QueryContext(ctx, del, key, arr)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			removed = append(removed, id)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		s.counter.rows.Add(int64(len(removed)))
+		if err := s.exec(ctx, tx, ins, key, arr); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}()
+	if err != nil {
+		return nil, wrap(op, err, s.transient)
+	}
+	slices.Sort(removed)
+	if removed == nil {
+		removed = []string{}
+	}
+	return removed, nil
+}
+
+// IsMember implements Store.
+func (s *SQLite) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
+	const op = "is member"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return false, err
+	}
+	if err := checkID(op, "user id", userID); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := s.query(ctx, op, `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = ? AND user_id = ?)`,
+		[]any{conversationID, userID}, func(rows *sql.Rows) error { return rows.Scan(&ok) })
+	return ok, err
+}
+
+// Members implements Store; the ids are sorted (byte order).
+func (s *SQLite) Members(ctx context.Context, conversationID string) ([]string, error) {
+	const op = "members"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	out := []string{}
+	err := s.query(ctx, op, `SELECT user_id FROM conversation_members WHERE conversation_id = ? ORDER BY user_id`,
+		[]any{conversationID}, func(rows *sql.Rows) error {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			out = append(out, id)
+			return nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// query runs one read query on the readers and calls scan for each row.
+func (s *SQLite) query(ctx context.Context, op, query string, args []any, scan func(*sql.Rows) error) error {
+	if err := s.check(op); err != nil {
+		return err
+	}
+	s.counter.queries.Add(1)
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return wrap(op, err, s.transient)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return wrap(op, err, s.transient)
+		}
+	}
+	return wrap(op, rows.Err(), s.transient)
+}
+
+// Ping implements Store: both the writer and a reader answer.
+func (s *SQLite) Ping(ctx context.Context) error {
+	const op = "ping"
+	if err := s.check(op); err != nil {
+		return err
+	}
+	// The writer connects first and switches the file to WAL; readers
+	// connect lazily, after it.
+	if err := s.w.PingContext(ctx); err != nil {
+		return wrap(op, err, s.transient)
+	}
+	return wrap(op, s.r.PingContext(ctx), s.transient)
+}
+
+// Close implements Store. Later calls return ErrUnavailable; closing twice
+// is harmless.
+func (s *SQLite) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := s.closeDBs(); err != nil {
+		return fmt.Errorf("store: close sqlite: %w", err)
+	}
+	return nil
+}
+
+func (s *SQLite) closeDBs() error {
+	var errs []error
+	if s.r != s.w {
+		errs = append(errs, s.r.Close())
+	}
+	errs = append(errs, s.w.Close())
+	return errors.Join(errs...)
+}
+
+// transient is sqliteTransient, plus any failure after Close (database/sql
+// then reports an unexported "database is closed").
+func (s *SQLite) transient(err error) bool { return s.closed.Load() || sqliteTransient(err) }
+
+// sqliteTransient reports whether err means the file could not be used
+// now: locked or busy past the busy timeout, out of memory or disk, or an
+// I/O failure.
+func sqliteTransient(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_NOMEM,
+			sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL,
+			sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL:
+			return true
+		}
+	}
+	var pe *os.PathError
+	return errors.As(err, &pe)
+}

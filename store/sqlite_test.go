@@ -1,0 +1,103 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/store/storetest"
+)
+
+var sqliteBackend = storetest.Backend{
+	NewDatabase: func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "data", "presenced.db") },
+	Open: func(ctx context.Context, path string, skipMigrate bool) (storetest.Store, error) {
+		return store.OpenSQLite(ctx, path, store.SQLiteConfig{SkipMigrate: skipMigrate})
+	},
+}
+
+func TestSQLite(t *testing.T) { storetest.Run(t, sqliteBackend) }
+
+func TestSQLiteFile(t *testing.T) {
+	path := sqliteBackend.NewDatabase(t)
+	s, err := store.OpenSQLite(t.Context(), path, store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 678_000_000, time.UTC)
+	if err := s.UpsertLastSeen(t.Context(), []store.LastSeen{{UserID: "a", At: at}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Read the file behind the store's back: WAL mode, integer milliseconds.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var mode, typ string
+	var ms int64
+	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT typeof(seen_at), seen_at FROM last_seen WHERE user_id = 'a'`).Scan(&typ, &ms); err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || typ != "integer" || ms != at.UnixMilli() {
+		t.Errorf("journal_mode %q, seen_at %s %d; want wal, integer %d", mode, typ, ms, at.UnixMilli())
+	}
+	if _, err := db.Exec(`INSERT INTO privacy (user_id, last_seen) VALUES ('a', 'friends')`); err == nil {
+		t.Error("the privacy CHECK constraint let 'friends' in")
+	}
+}
+
+func TestSQLiteMemory(t *testing.T) {
+	s, err := store.OpenSQLite(t.Context(), ":memory:", store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	if err := s.UpsertLastSeen(t.Context(), []store.LastSeen{{UserID: "a", At: at}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LastSeen(t.Context(), []string{"a"})
+	if err != nil || !got["a"].Equal(at) {
+		t.Fatalf("LastSeen = %v, %v; want %v", got, err, at)
+	}
+	if _, err := s.SetMembers(t.Context(), "c", []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.MigrationStatus(t.Context())
+	if err != nil || len(st) == 0 || !st[0].Applied {
+		t.Fatalf("MigrationStatus = %+v, %v", st, err)
+	}
+}
+
+func TestSQLiteOpenErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "plain-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A directory component that is a file: the store cannot be created.
+	_, err := store.OpenSQLite(t.Context(), filepath.Join(file, "sub", "x.db"), store.SQLiteConfig{})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("OpenSQLite(under a file) = %v, want ErrUnavailable", err)
+	}
+	// A directory where the database file should be.
+	_, err = store.OpenSQLite(t.Context(), dir, store.SQLiteConfig{})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("OpenSQLite(a directory) = %v, want ErrUnavailable", err)
+	}
+	for _, p := range []string{"", "x.db?mode=ro", "file:x.db"} {
+		if _, err := store.OpenSQLite(t.Context(), p, store.SQLiteConfig{}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("OpenSQLite(%q) = %v, want ErrInvalid", p, err)
+		}
+	}
+}
