@@ -240,6 +240,9 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (map[string
 	if err := h.engine.Heartbeat(ctx, c.sid, active); err != nil {
 		return nil, err
 	}
+	if active && h.activity != nil {
+		h.activity(ctx, c.UserID, h.now())
+	}
 	next := h.cfg.HeartbeatInterval
 	if j := h.cfg.HeartbeatJitter; j > 0 {
 		next += time.Duration(rand.Int64N(int64(j)))

@@ -67,6 +67,9 @@ type SocketDeps struct {
 	Engine     presence.Engine
 	Membership presence.Membership
 	Rooms      *Rooms
+	// Activity, when set, is told of each active heartbeat (the last-seen
+	// pipeline coarsens these).
+	Activity func(ctx context.Context, userID string, at time.Time)
 }
 
 // Sockets handles the life and events of authenticated sockets.
@@ -77,6 +80,7 @@ type Sockets struct {
 	engine     presence.Engine
 	membership presence.Membership
 	rooms      *Rooms
+	activity   func(ctx context.Context, userID string, at time.Time)
 	now        func() time.Time
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
@@ -89,7 +93,7 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	}
 	return &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
-		membership: d.Membership, rooms: d.Rooms, now: time.Now,
+		membership: d.Membership, rooms: d.Rooms, activity: d.Activity, now: time.Now,
 	}
 }
 

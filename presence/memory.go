@@ -519,6 +519,32 @@ func (m *Memory) expire(now time.Time, cfg Config, b batch) batch {
 	return b
 }
 
+// Drain ends every flap grace now, as if it had run out: for a single
+// node shutting down, whose graces nobody else would end. The offline
+// events carry the exact disconnect times.
+func (e *MemoryEngine) Drain(ctx context.Context) error {
+	now := e.cfg.Now()
+	var b batch
+	m := e.m
+	m.mu.Lock()
+	for _, c := range m.convs {
+		for _, mem := range c.members {
+			if !mem.graceUntil.IsZero() {
+				mem.graceUntil = now
+			}
+		}
+	}
+	for _, u := range m.users {
+		if !u.graceUntil.IsZero() {
+			u.graceUntil = now
+		}
+	}
+	b = m.expire(now, e.cfg, b)
+	m.mu.Unlock()
+	e.emit(ctx, b)
+	return nil
+}
+
 // Run implements Engine.
 func (e *MemoryEngine) Run(ctx context.Context) error {
 	return runTicker(ctx, e.cfg, e.Tick)

@@ -68,6 +68,8 @@ type Deps struct {
 	Verifier auth.Verifier
 	Sockets  *handlers.Sockets
 	Ready    []Check
+	// API, when set, is mounted at /v1 (the REST API).
+	API http.Handler
 }
 
 // Server is one node's HTTP server.
@@ -157,6 +159,10 @@ func (s *Server) routes() chi.Router {
 		r.Handle("/socket.io", ioHandler)
 		r.Handle("/socket.io/*", ioHandler)
 	})
+
+	if s.deps.API != nil {
+		r.With(s.cors).Mount("/v1", s.deps.API)
+	}
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -5,7 +5,9 @@
 // test file's process exits.
 
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -64,6 +66,13 @@ export async function freePort() {
  *   t         a test context (or anything with .after): the process is
  *             killed after the test, whatever its outcome
  */
+const tempDirs = new Set();
+process.on('exit', () => {
+  for (const dir of tempDirs) {
+    try { fs.rmSync(dir, { recursive: true, force: true }); } catch { /* best effort */ }
+  }
+});
+
 export async function startServer({
   args = [],
   secret = SECRET,
@@ -77,6 +86,12 @@ export async function startServer({
   if (secret != null) argv.push('--jwt-secret', secret);
   if (nodeId != null) argv.push('--node-id', nodeId);
   argv.push(...args);
+  // Each server gets its own embedded store file unless the test names one.
+  if (!args.includes('--data')) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-e2e-'));
+    tempDirs.add(dir);
+    argv.push('--data', path.join(dir, 'presenced.db'));
+  }
 
   const child = spawn(BIN, argv, { env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
   live.add(child);

@@ -55,7 +55,7 @@ describe('connect and session', { timeout: 60000 }, () => {
     assert.deepEqual(JSON.parse(h.body), { status: 'ok' });
     const r = await request(`${server.url}/readyz`);
     assert.equal(r.status, 200);
-    assert.deepEqual(JSON.parse(r.body), { status: 'ok', checks: {} });
+    assert.deepEqual(JSON.parse(r.body), { status: 'ok', checks: { store: 'ok' } });
   });
 
   it('starts with no socket connected', async () => {
