@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -32,6 +33,8 @@ func (h *Sockets) events() map[string]handler {
 		"typing:start":       h.typingStart,
 		"typing:stop":        h.typingStop,
 		"state:set":          h.stateSet,
+		"presence:query":     h.query,
+		"presence:subscribe": h.subscribe,
 	}
 }
 
@@ -403,4 +406,82 @@ func (h *Sockets) clearStates(c *Conn) {
 	c.mu.Lock()
 	c.gone = true
 	c.mu.Unlock()
+}
+
+// ids reads a list of user ids of at most MaxQueryIDs.
+func (p payload) ids(field string, minLen int) ([]string, error) {
+	v, ok := p[field]
+	if !ok || v == nil {
+		return nil, errorf(CodeInvalidArgument, "%s is required (an array of user ids)", field)
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, errorf(CodeInvalidArgument, "%s must be an array of user ids", field)
+	}
+	if len(arr) > MaxQueryIDs {
+		return nil, errorf(CodeLimitExceeded, "%s has %d ids; at most %d", field, len(arr), MaxQueryIDs)
+	}
+	if len(arr) < minLen {
+		return nil, errorf(CodeInvalidArgument, "%s must hold at least %d id", field, minLen)
+	}
+	out := make([]string, len(arr))
+	for i, x := range arr {
+		s, ok := x.(string)
+		if !ok || !auth.ValidID(s) {
+			return nil, errorf(CodeInvalidArgument, "%s[%d] is not a valid user id", field, i)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	ids, err := p.ids("userIds", 1)
+	if err != nil {
+		return nil, err
+	}
+	if h.viewers == nil {
+		return nil, errorf(CodeUnavailable, "presence queries are not available")
+	}
+	if err := h.engine.Touch(ctx, c.sid); err != nil {
+		return nil, err
+	}
+	ps, err := h.viewers.Presences(ctx, c.UserID, ids)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"presences": ps}, nil
+}
+
+func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
+	ids, err := p.ids("userIds", 0)
+	if err != nil {
+		return nil, err
+	}
+	if h.viewers == nil || h.subs == nil {
+		return nil, errorf(CodeUnavailable, "presence subscriptions are not available")
+	}
+	unique := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			unique = append(unique, id)
+		}
+	}
+	if err := h.engine.Touch(ctx, c.sid); err != nil {
+		return nil, err
+	}
+	// Subscribe first, then read: a change between the two is not missed
+	// (at worst it is sent as well as acked).
+	h.subs.Replace(c, unique)
+	ps := []lastseen.Presence{}
+	if len(unique) > 0 {
+		ps, err = h.viewers.Presences(ctx, c.UserID, unique)
+		if err != nil {
+			return nil, err
+		}
+		seed(c, ps)
+	}
+	return map[string]any{"presences": ps}, nil
 }

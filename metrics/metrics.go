@@ -29,6 +29,10 @@ type Metrics struct {
 	Events           *prometheus.CounterVec   // event, outcome
 	EventDuration    *prometheus.HistogramVec // event
 	Disconnects      *prometheus.CounterVec   // reason
+
+	AdapterPublished     prometheus.Counter
+	AdapterPublishFailed prometheus.Counter
+	AdapterReceived      prometheus.Counter
 }
 
 // New creates the instruments on a new registry, with the Go runtime and
@@ -58,9 +62,22 @@ func New() *Metrics {
 			Name: "presenced_disconnects_total",
 			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
 		}, []string{"reason"}),
+		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_adapter_published_total",
+			Help: "Messages the cluster adapter published to Redis.",
+		}),
+		AdapterPublishFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_adapter_publish_failures_total",
+			Help: "Messages the cluster adapter could not publish (Redis unreachable or slow, queue full).",
+		}),
+		AdapterReceived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_adapter_received_total",
+			Help: "Messages the cluster adapter received from Redis.",
+		}),
 	}
 	reg.MustRegister(
 		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
+		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -74,3 +91,15 @@ func New() *Metrics {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
+
+// AdapterObserver feeds the cluster adapter's traffic into the metrics.
+type AdapterObserver struct{ M *Metrics }
+
+// Published counts a published message.
+func (o AdapterObserver) Published() { o.M.AdapterPublished.Inc() }
+
+// PublishFailed counts a message that could not be published.
+func (o AdapterObserver) PublishFailed(string, error) { o.M.AdapterPublishFailed.Inc() }
+
+// Received counts a received message.
+func (o AdapterObserver) Received() { o.M.AdapterReceived.Inc() }

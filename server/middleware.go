@@ -72,7 +72,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		h.Set("Access-Control-Allow-Credentials", "true")
 		h.Add("Vary", "Origin")
 		if r.Method == http.MethodOptions {
-			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+			h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, OPTIONS")
 			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
 				h.Set("Access-Control-Allow-Headers", req)
 			}

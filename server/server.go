@@ -34,6 +34,8 @@ type Config struct {
 	HandshakeLimit  int           // handshakes per HandshakeWindow per IP; 0 disables
 	HandshakeWindow time.Duration // default 10s
 	ShutdownTimeout time.Duration // default 20s
+	// Adapter, when set, carries rooms across nodes (cluster mode).
+	Adapter socket.AdapterConstructor
 }
 
 func (c Config) withDefaults() Config {
@@ -107,6 +109,9 @@ func (s *Server) newSocketIO() *socket.Server {
 	opts.SetMaxHttpBufferSize(s.cfg.MaxBuffer)
 	opts.SetAllowEIO3(s.cfg.AllowEIO3)
 	opts.SetPath("/socket.io")
+	if s.cfg.Adapter != nil {
+		opts.SetAdapter(s.cfg.Adapter)
+	}
 	// The origin allow-list is enforced by our middleware in front of the
 	// engine, for every transport (middleware.go: a refused origin never
 	// reaches the engine). The engine is told to accept whatever reaches it:
@@ -163,6 +168,13 @@ func (s *Server) routes() chi.Router {
 	if s.deps.API != nil {
 		r.With(s.cors).Mount("/v1", s.deps.API)
 	}
+
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "no such route")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
+	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

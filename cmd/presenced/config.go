@@ -33,6 +33,14 @@ type Config struct {
 	AwayAfter         time.Duration
 	MaxConversations  int
 	Membership        string // store | open
+	RedisPrefix       string
+	RedisSharded      bool
+	LastSeenCoarse    time.Duration
+	LastSeenFlush     time.Duration
+	LastSeenBatch     int
+	LastSeenRetention time.Duration
+	RESTLimit         int
+	RESTWindow        time.Duration
 	MaxBuffer         int64
 	AllowEIO3         bool
 	HandshakeLimit    int
@@ -111,8 +119,42 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"REDIS_URL", "", "Redis URL; turns on cluster mode (not supported by this build yet)", str(func(c *Config) *string { return &c.RedisURL })},
-	{"DATABASE_URL", "", "PostgreSQL URL (not supported by this build yet)", str(func(c *Config) *string { return &c.DatabaseURL })},
+	{"REDIS_URL", "", "Redis: turns on cluster mode (needs DATABASE_URL). redis://[user:pass@]host:port[/db] (rediss:// for TLS), redis+cluster://host:port[,host:port…], redis+sentinel://host:port[,host:port…]/<master>", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		if _, err := parseRedisURL(v); err != nil {
+			return err
+		}
+		c.RedisURL = v
+		return nil
+	}},
+	{"PRESENCE_REDIS_PREFIX", "presence", "prefix of every Redis key and channel", func(c *Config, v string) error {
+		if v == "" || strings.ContainsAny(v, " {}*?[]") || len(v) > 64 {
+			return errors.New("must be 1-64 characters without spaces, braces or glob characters")
+		}
+		c.RedisPrefix = v
+		return nil
+	}},
+	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		c.RedisSharded = b
+		return nil
+	}},
+	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			return errors.New("must be a postgres:// URL")
+		}
+		c.DatabaseURL = v
+		return nil
+	}},
 	{"PRESENCE_DATA", "./presenced.db", "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
 		if v == "" {
 			return errors.New("must not be empty")
@@ -151,6 +193,25 @@ var settings = []setting{
 		}
 		return errors.New("must be store or open")
 	}},
+	{"PRESENCE_LASTSEEN_COARSE", "10m", "at most one activity record per user per interval", dur(func(c *Config) *time.Duration { return &c.LastSeenCoarse }, time.Second)},
+	{"PRESENCE_LASTSEEN_FLUSH_INTERVAL", "30s", "how often buffered last-seen times are written to the store", dur(func(c *Config) *time.Duration { return &c.LastSeenFlush }, 100*time.Millisecond)},
+	{"PRESENCE_LASTSEEN_FLUSH_BATCH", "1000", "users written per store statement", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return errors.New("must be a whole number from 1 to 10000")
+		}
+		c.LastSeenBatch = n
+		return nil
+	}},
+	{"PRESENCE_LASTSEEN_RETENTION", "168h", "buffered last-seen times older than this are dropped from Redis once stored", dur(func(c *Config) *time.Duration { return &c.LastSeenRetention }, time.Minute)},
+	{"PRESENCE_REST_LIMIT", "600/1m", "REST requests per user per window, as N/duration", func(c *Config, v string) error {
+		n, d, err := parseLimit(v)
+		if err != nil {
+			return err
+		}
+		c.RESTLimit, c.RESTWindow = n, d
+		return nil
+	}},
 	{"PRESENCE_MAX_BUFFER", "100KB", "Engine.IO maxHttpBufferSize (bytes, or with KB/MB suffix; 1KB = 1024 bytes)", func(c *Config, v string) error {
 		n, err := parseSize(v)
 		if err != nil {
@@ -175,16 +236,11 @@ var settings = []setting{
 			c.HandshakeLimit = 0
 			return nil
 		}
-		n, w, ok := strings.Cut(v, "/")
-		count, err := strconv.Atoi(n)
-		if !ok || err != nil || count <= 0 {
-			return errors.New("must be N/duration (such as 100/10s) or 0")
+		n, d, err := parseLimit(v)
+		if err != nil {
+			return err
 		}
-		d, err := time.ParseDuration(w)
-		if err != nil || d < time.Second {
-			return errors.New("the window must be a duration of at least 1s")
-		}
-		c.HandshakeLimit, c.HandshakeWindow = count, d
+		c.HandshakeLimit, c.HandshakeWindow = n, d
 		return nil
 	}},
 	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
@@ -254,7 +310,14 @@ func parseConfig(name string, args []string, getenv func(string) string, usageOu
 			v = e
 		}
 		if err := s.apply(&c, strings.TrimSpace(v)); err != nil {
-			return Config{}, nil, &ConfigError{Setting: fmt.Sprintf("%s (--%s)", s.env, s.flag()), Value: v, Err: err}
+			shown := v
+			switch s.env {
+			case "REDIS_URL", "DATABASE_URL":
+				shown = redact(v)
+			case "PRESENCE_JWT_SECRET", "PRESENCE_SERVICE_TOKEN":
+				shown = "(hidden)"
+			}
+			return Config{}, nil, &ConfigError{Setting: fmt.Sprintf("%s (--%s)", s.env, s.flag()), Value: shown, Err: err}
 		}
 	}
 	if err := c.finish(); err != nil {
@@ -280,11 +343,8 @@ func (c *Config) finish() error {
 	if !c.DevMode && c.JWTSecret == "" && c.JWKSURL == "" {
 		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "", Err: errors.New("required outside dev mode (or set PRESENCE_JWKS_URL)")}
 	}
-	if c.RedisURL != "" {
-		return &ConfigError{Setting: "REDIS_URL (--redis-url)", Value: redact(c.RedisURL), Err: errors.New("cluster mode is not available in this build yet; unset REDIS_URL to run one node")}
-	}
-	if c.DatabaseURL != "" {
-		return &ConfigError{Setting: "DATABASE_URL (--database-url)", Value: redact(c.DatabaseURL), Err: errors.New("PostgreSQL is not available in this build yet; unset DATABASE_URL")}
+	if c.RedisURL != "" && c.DatabaseURL == "" {
+		return &ConfigError{Setting: "DATABASE_URL (--database-url)", Value: "", Err: errors.New("cluster mode (REDIS_URL set) needs PostgreSQL: durable data must be shared by every node")}
 	}
 	if c.Membership == "" {
 		c.Membership = "store"
@@ -312,6 +372,20 @@ var devOrigins = func() []string {
 	}
 	return o
 }()
+
+// parseLimit reads "N/duration".
+func parseLimit(v string) (int, time.Duration, error) {
+	n, w, ok := strings.Cut(v, "/")
+	count, err := strconv.Atoi(n)
+	if !ok || err != nil || count <= 0 {
+		return 0, 0, errors.New("must be N/duration (such as 100/10s)")
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Second {
+		return 0, 0, errors.New("the window must be a duration of at least 1s")
+	}
+	return count, d, nil
+}
 
 func redact(raw string) string {
 	u, err := url.Parse(raw)
@@ -360,6 +434,7 @@ Usage:
   presenced token <userId> [--valid-for 24h]
                                        print a client token signed with PRESENCE_JWT_SECRET
                                        (in dev mode: the generated dev secret)
+  presenced migrate [up|status]        apply the schema / show it (DATABASE_URL, else PRESENCE_DATA)
   presenced healthcheck [--addr :3000] exit 0 if this host's server answers /healthz
   presenced --help                     this text
 

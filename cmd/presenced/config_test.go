@@ -130,7 +130,14 @@ func TestParseConfigErrors(t *testing.T) {
 		{"secret and jwks", []string{"--jwt-secret", "0123456789abcdef", "--jwks-url", "https://idp.example/jwks"}, nil, "PRESENCE_JWT_SECRET"},
 		{"bad jwks url", []string{"--jwks-url", "ftp://x"}, nil, "PRESENCE_JWKS_URL"},
 		{"empty data", []string{"--data", ""}, nil, "PRESENCE_DATA"},
-		{"redis not in this build", nil, []string{"REDIS_URL", "redis://127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"}, "REDIS_URL"},
+		{"cluster without a database", nil, []string{"REDIS_URL", "redis://127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"}, "DATABASE_URL"},
+		{"bad redis scheme", []string{"--redis-url", "http://x"}, nil, "REDIS_URL"},
+		{"sentinel without master", []string{"--redis-url", "redis+sentinel://a:26379,b:26379"}, nil, "REDIS_URL"},
+		{"bad database url", []string{"--database-url", "mysql://x"}, nil, "DATABASE_URL"},
+		{"bad prefix", []string{"--redis-prefix", "a b"}, nil, "PRESENCE_REDIS_PREFIX"},
+		{"bad membership", []string{"--membership", "closed"}, nil, "PRESENCE_MEMBERSHIP"},
+		{"bad flush batch", []string{"--lastseen-flush-batch", "0"}, nil, "PRESENCE_LASTSEEN_FLUSH_BATCH"},
+		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
 	}
 	for _, tt := range tests {
@@ -151,9 +158,38 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestSecretRedactedInErrors(t *testing.T) {
-	_, _, err := parseConfig("serve", nil, env("REDIS_URL", "redis://u:hunter2@127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"), &bytes.Buffer{}, nil)
-	if err == nil || strings.Contains(err.Error(), "hunter2") {
-		t.Fatalf("password must not appear in %v", err)
+	for _, e := range [][]string{
+		{"REDIS_URL", "redis://u:hunter2@127.0.0.1:6379", "PRESENCE_JWT_SECRET", "0123456789abcdef"},
+		{"REDIS_URL", "redis+sentinel://u:hunter2@a:1", "PRESENCE_JWT_SECRET", "0123456789abcdef"},
+		{"DATABASE_URL", "mysql://u:hunter2@x/db"},
+		{"PRESENCE_JWT_SECRET", "hunter2"},
+	} {
+		_, _, err := parseConfig("serve", nil, env(e...), &bytes.Buffer{}, nil)
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%v: a secret must not appear in %v", e, err)
+		}
+	}
+}
+
+func TestParseRedisURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		addrs   []string
+		cluster bool
+		master  string
+	}{
+		{"redis://127.0.0.1:6379/2", []string{"127.0.0.1:6379"}, false, ""},
+		{"redis+cluster://a:7000,b:7001,c", []string{"a:7000", "b:7001", "c:6379"}, true, ""},
+		{"redis+sentinel://s1:26379,s2:26379/mymaster", []string{"s1:26379", "s2:26379"}, false, "mymaster"},
+	}
+	for _, tt := range tests {
+		o, err := parseRedisURL(tt.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		if !slices.Equal(o.Addrs, tt.addrs) || o.IsClusterMode != tt.cluster || o.MasterName != tt.master {
+			t.Errorf("%s: got %+v", tt.url, o)
+		}
 	}
 }
 

@@ -22,10 +22,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
-	"github.com/presenced/presenced/handlers"
-	"github.com/presenced/presenced/metrics"
-	"github.com/presenced/presenced/presence"
-	"github.com/presenced/presenced/server"
+	"github.com/presenced/presenced/store"
 )
 
 func main() {
@@ -71,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printUsage(stdout)
 		return nil
 	case "migrate":
-		return fmt.Errorf("%w: migrate arrives with the PostgreSQL store; this build keeps no schema", errBadUsage)
+		return migrate(ctx, args, getenv, stdout, stderr)
 	default:
 		return fmt.Errorf("%w: unknown command %q", errBadUsage, cmd)
 	}
@@ -113,68 +110,60 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log := newLogger(cfg, stderr).With("node", cfg.NodeID)
 
-	verifier, secretFile, err := newVerifier(ctx, cfg, log)
+	a, err := build(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-
-	m := metrics.New()
-	rooms := handlers.NewRooms(cfg.TypingTTL, log.With("component", "rooms"))
-	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{
-		NodeID:           cfg.NodeID,
-		TTL:              cfg.TTL,
-		TypingTTL:        cfg.TypingTTL,
-		FlapGrace:        cfg.FlapGrace,
-		AwayAfter:        cfg.AwayAfter,
-		MaxConversations: cfg.MaxConversations,
-		Sink:             rooms.Sink(),
-	})
-	sockets := handlers.NewSockets(handlers.SessionConfig{
-		NodeID:            cfg.NodeID,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatJitter:   cfg.HeartbeatJitter,
-		TypingTTL:         cfg.TypingTTL,
-	}, handlers.SocketDeps{
-		Log:        log.With("component", "sockets"),
-		Metrics:    m,
-		Engine:     engine,
-		Membership: presence.Open{},
-		Rooms:      rooms,
-	})
-	srv, err := server.New(server.Config{
-		PingInterval:    cfg.PingInterval,
-		PingTimeout:     cfg.PingTimeout,
-		MaxBuffer:       cfg.MaxBuffer,
-		AllowEIO3:       cfg.AllowEIO3,
-		CORSOrigins:     cfg.CORSOrigins,
-		HandshakeLimit:  cfg.HandshakeLimit,
-		HandshakeWindow: cfg.HandshakeWindow,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-	}, server.Deps{Log: log, Metrics: m, Verifier: verifier, Sockets: sockets})
-	if err != nil {
-		return err
-	}
-	rooms.Bind(srv.IO())
+	defer a.close()
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	if cfg.DevMode {
-		printDevBanner(stdout, cfg, ln.Addr(), secretFile)
+		printDevBanner(stdout, cfg, ln.Addr(), devSecretPath(cfg.DataPath))
 	}
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	engineDone := make(chan struct{})
+
+	// The engine and the last-seen pipeline outlive the HTTP server: the
+	// shutdown's disconnect work needs them; then they stop in order.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
+	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	go func() {
-		defer close(engineDone)
-		_ = engine.Run(engineCtx)
+		defer close(busDone)
+		for bg.Err() == nil {
+			if err := a.bus.Run(bg, a.subs.Deliver); err != nil {
+				log.Warn("status bus stopped; restarting", "err", err)
+				select {
+				case <-bg.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}
 	}()
-	serveErr := srv.Serve(ctx, ln)
-	// The engine outlives the HTTP server so that the disconnect work of
-	// the shutdown is done; then it stops.
-	stopEngine()
+
+	serveErr := a.srv.Serve(ctx, ln)
+
+	fctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if d, ok := a.engine.(interface{ Drain(context.Context) error }); ok {
+		// One node in memory: nobody else will end the flap graces of the
+		// sockets just closed, so end them now (exact last-seen times).
+		if err := d.Drain(fctx); err != nil {
+			log.Warn("presence drain failed", "err", err)
+		}
+	}
+	stopBG()
 	<-engineDone
-	_ = engine.Close()
+	<-pipelineDone
+	<-busDone
+	if err := a.pipeline.Flush(fctx); err != nil {
+		log.Error("last-seen flush at shutdown failed", "err", err)
+	}
+	if err := a.engine.Close(); err != nil {
+		log.Warn("presence close failed", "err", err)
+	}
 	if serveErr != nil {
 		return serveErr
 	}
@@ -357,5 +346,62 @@ func healthcheck(args []string, getenv func(string) string, stdout io.Writer) er
 		return fmt.Errorf("healthcheck: /healthz answered %s", resp.Status)
 	}
 	fmt.Fprintln(stdout, "ok")
+	return nil
+}
+
+// migrate applies the schema (up, the default) or shows its state (status)
+// on the configured store: DATABASE_URL, else the embedded file.
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	action := "up"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		action, args = args[0], args[1:]
+	}
+	if action != "up" && action != "status" {
+		return fmt.Errorf("%w: usage: presenced migrate [up|status]", errBadUsage)
+	}
+	cfg, rest, err := parseConfig("migrate", args, getenv, stdout, nil)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
+	}
+	log := newLogger(cfg, stderr)
+	st, err := openStore(ctx, cfg, log, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, ok := st.(interface {
+		Migrate(context.Context) ([]store.Migration, error)
+		MigrationStatus(context.Context) ([]store.Migration, error)
+	})
+	if !ok {
+		return errors.New("this store has no migrations")
+	}
+	if action == "up" {
+		applied, err := m.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(stdout, "schema is up to date")
+		}
+		for _, mg := range applied {
+			fmt.Fprintf(stdout, "applied %05d %s\n", mg.Version, mg.Name)
+		}
+		return nil
+	}
+	all, err := m.MigrationStatus(ctx)
+	if err != nil {
+		return err
+	}
+	for _, mg := range all {
+		state := "pending"
+		if mg.Applied {
+			state = "applied " + mg.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(stdout, "%05d %-40s %s\n", mg.Version, mg.Name, state)
+	}
 	return nil
 }

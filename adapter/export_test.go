@@ -1,0 +1,7 @@
+package adapter
+
+// Exported for the tests of package adapter_test.
+var (
+	EncodeMsgpack = encodeMsgpack
+	DecodeMsgpack = decodeMsgpack
+)

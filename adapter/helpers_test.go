@@ -1,0 +1,289 @@
+package adapter_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+	"go.uber.org/goleak"
+
+	"github.com/presenced/presenced/adapter"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, leakOptions()...)
+}
+
+func leakOptions() []goleak.Option {
+	return []goleak.Option{
+		// The socket.io library's package-level timers and log writers.
+		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/utils.(*Timer).run"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	}
+}
+
+func redisURL() string {
+	if v := os.Getenv("REDIS_TEST_URL"); v != "" {
+		return v
+	}
+	return "redis://127.0.0.1:6379"
+}
+
+// needRedis returns a client of the test Redis; without one the test is
+// skipped, or fails under CI=true.
+func needRedis(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opt, err := redis.ParseURL(redisURL())
+	if err != nil {
+		tb.Fatalf("REDIS_TEST_URL: %v", err)
+	}
+	opt.ContextTimeoutEnabled = true
+	client := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("redis at %s unreachable under CI: %v", redisURL(), err)
+		}
+		tb.Skipf("redis at %s unreachable: %v", redisURL(), err)
+	}
+	tb.Cleanup(func() { client.Close() })
+	return client
+}
+
+var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// uniquePrefix is a channel prefix no other test uses.
+func uniquePrefix(tb testing.TB) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := nonWord.ReplaceAllString(tb.Name(), "-")
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	return "t-" + strings.Trim(name, "-") + "-" + hex.EncodeToString(b)
+}
+
+// countingObserver counts what the adapter reports.
+type countingObserver struct {
+	published atomic.Int64
+	failed    atomic.Int64
+	received  atomic.Int64
+	mu        sync.Mutex
+	lastErr   error
+}
+
+func (o *countingObserver) Published() { o.published.Add(1) }
+func (o *countingObserver) PublishFailed(_ string, err error) {
+	o.failed.Add(1)
+	o.mu.Lock()
+	o.lastErr = err
+	o.mu.Unlock()
+}
+func (o *countingObserver) Received() { o.received.Add(1) }
+
+// goNode is a Socket.IO server with the Redis adapter on an httptest server.
+// Its sockets join "user:<auth.user>" and the rooms of auth.rooms, keep
+// {user} as data, join a room on a "join" event and leave one on "leave".
+type goNode struct {
+	name string
+	io   *socket.Server
+	ts   *httptest.Server
+	b    *adapter.Builder
+	url  string
+
+	mu  sync.Mutex
+	sse []sseCall
+}
+
+type sseCall struct {
+	name string
+	args []any
+}
+
+func startGoNode(tb testing.TB, name string, client redis.UniversalClient, cfg adapter.Config) *goNode {
+	tb.Helper()
+	b, err := adapter.New(context.Background(), client, cfg)
+	if err != nil {
+		tb.Fatalf("adapter.New: %v", err)
+	}
+	opts := socket.DefaultServerOptions()
+	opts.SetServeClient(false)
+	opts.SetAdapter(b)
+	io := socket.NewServer(nil, opts)
+	n := &goNode{name: name, io: io, b: b}
+	io.On("connection", func(args ...any) {
+		s := args[0].(*socket.Socket)
+		auth := s.Handshake().Auth
+		user, _ := auth["user"].(string)
+		if user != "" {
+			s.Join(socket.Room("user:" + user))
+		}
+		if rooms, ok := auth["rooms"].([]any); ok {
+			for _, r := range rooms {
+				if room, ok := r.(string); ok {
+					s.Join(socket.Room(room))
+				}
+			}
+		}
+		s.SetData(map[string]any{"user": user, "node": name})
+		_ = s.On("join", func(args ...any) {
+			if room, ok := args[0].(string); ok {
+				s.Join(socket.Room(room))
+			}
+			if ack, ok := args[len(args)-1].(socket.Ack); ok {
+				ack([]any{"ok"}, nil)
+			}
+		})
+	})
+	_ = io.Of("/", nil).On("echo", func(args ...any) {
+		if ack, ok := args[len(args)-1].(socket.Ack); ok {
+			ack([]any{args[0]}, nil)
+		}
+	})
+	for _, ev := range []string{"note", "ping-sse"} {
+		_ = io.Of("/", nil).On(ev, func(args ...any) {
+			n.mu.Lock()
+			n.sse = append(n.sse, sseCall{name: ev, args: args})
+			n.mu.Unlock()
+			if len(args) > 0 {
+				if ack, ok := args[len(args)-1].(socket.Ack); ok {
+					ack([]any{map[string]any{"from": name, "got": args[0]}}, nil)
+				}
+			}
+		})
+	}
+	n.ts = httptest.NewServer(io.ServeHandler(nil))
+	n.url = n.ts.URL
+	tb.Cleanup(n.stop)
+	return n
+}
+
+func (n *goNode) stop() {
+	done := make(chan struct{})
+	n.io.Close(func(error) { close(done) })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	n.ts.Close()
+	_ = n.b.Close()
+}
+
+func (n *goNode) adapter() *adapter.NamespaceAdapter {
+	return n.io.Of("/", nil).Adapter().(*adapter.NamespaceAdapter)
+}
+
+func (n *goNode) sseCalls(name string) []sseCall {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []sseCall
+	for _, c := range n.sse {
+		if c.name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (n *goNode) serverCount(tb testing.TB) int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := n.adapter().ServerCountContext(ctx)
+	if err != nil {
+		tb.Fatalf("server count: %v", err)
+	}
+	return c
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitCluster waits until every node is subscribed and counts n servers.
+func waitCluster(tb testing.TB, nodes ...*goNode) {
+	tb.Helper()
+	for _, n := range nodes {
+		eventually(tb, 5*time.Second, n.name+" subscribed", func() bool { return n.adapter().Subscribed("") })
+	}
+	for _, n := range nodes {
+		eventually(tb, 5*time.Second, n.name+" server count", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			c, err := n.adapter().ServerCountContext(ctx)
+			return err == nil && c >= int64(len(nodes))
+		})
+	}
+}
+
+// waitRooms waits until each node is subscribed to the channels of the rooms
+// it has (sharded mode), so that a broadcast to them arrives.
+func waitRooms(tb testing.TB, nodes ...*goNode) {
+	tb.Helper()
+	for _, n := range nodes {
+		a := n.adapter()
+		for _, room := range a.Rooms().Keys() {
+			eventually(tb, 5*time.Second, n.name+" subscribed to "+string(room), func() bool { return a.Subscribed(room) })
+		}
+	}
+}
+
+// fence has emit send a unique "fence" event to every client and waits for
+// each client to get it: whatever that sender published before has arrived.
+func fence(tb testing.TB, emit func(ev string, args ...any), clients ...*wsClient) {
+	tb.Helper()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	emit("fence", id)
+	for _, c := range clients {
+		for {
+			ev, ok := c.wait("fence", 3*time.Second)
+			if !ok {
+				tb.Fatalf("client %s: no fence", c.name)
+			}
+			if len(ev.args) > 0 && ev.args[0] == id {
+				break
+			}
+		}
+	}
+}
+
+// emitter of a node, for fence.
+func (n *goNode) emit(ev string, args ...any) { _ = n.io.Emit(ev, args...) }
+
+// got checks that each client received exactly want[i] events named name:
+// it waits up to 3s for the expected ones (on a Redis Cluster, messages of
+// different shard channels are not ordered with the fence), then counts.
+func got(tb testing.TB, name string, clients []*wsClient, want []int) {
+	tb.Helper()
+	for i, c := range clients {
+		deadline := time.Now().Add(3 * time.Second)
+		for c.count(name) < want[i] && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := len(c.take(name)); n != want[i] {
+			tb.Errorf("client %s got %d %q events, want %d", c.name, n, name, want[i])
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package adapter_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/adapter"
+)
+
+// redisProc is a redis-server of the test's own, on a free port.
+type redisProc struct {
+	tb   testing.TB
+	bin  string
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+	exit chan struct{}
+}
+
+func needRedisServer(tb testing.TB) string {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("redis-server not found under CI: %v", err)
+		}
+		tb.Skipf("redis-server not found: %v", err)
+	}
+	return bin
+}
+
+// freePort returns a port in 6390..7389 nobody listens on.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	for range 50 {
+		port := 6390 + rand.IntN(1000)
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		// the cluster bus port too (port + 10000)
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		ln.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port
+	}
+	tb.Fatal("no free port")
+	return 0
+}
+
+func startRedisProc(tb testing.TB, extra ...string) *redisProc {
+	tb.Helper()
+	r := &redisProc{tb: tb, bin: needRedisServer(tb), port: freePort(tb), dir: tb.TempDir(), args: extra}
+	r.start()
+	tb.Cleanup(r.kill)
+	return r
+}
+
+func (r *redisProc) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
+
+func (r *redisProc) start() {
+	r.tb.Helper()
+	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", r.dir, "--daemonize", "no", "--loglevel", "warning"}, r.args...)
+	r.cmd = exec.Command(r.bin, args...)
+	if err := r.cmd.Start(); err != nil {
+		r.tb.Fatalf("start redis-server: %v", err)
+	}
+	r.exit = make(chan struct{})
+	go func(cmd *exec.Cmd, exit chan struct{}) { _ = cmd.Wait(); close(exit) }(r.cmd, r.exit)
+	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
+	defer c.Close()
+	eventually(r.tb, 5*time.Second, "redis-server up on "+r.addr(), func() bool {
+		return c.Ping(context.Background()).Err() == nil
+	})
+}
+
+// kill stops the server at once (SIGKILL), as a crash would.
+func (r *redisProc) kill() {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.exit
+	r.cmd = nil
+}
+
+// TestRedisRestart kills Redis under two nodes and starts it again: the
+// nodes keep serving their own clients, publishes fail fast and are counted
+// meanwhile, and cross-node broadcasts resume by themselves.
+func TestRedisRestart(t *testing.T) {
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { testRedisRestart(t, m.sharded) })
+	}
+}
+
+func testRedisRestart(t *testing.T, sharded bool) {
+	srv := startRedisProc(t)
+	rdb := redis.NewClient(&redis.Options{
+		Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
+	t.Cleanup(func() { rdb.Close() })
+	obs1, obs2 := &countingObserver{}, &countingObserver{}
+	cfg := adapter.Config{Prefix: uniquePrefix(t), Sharded: sharded, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second}
+	cfg.Observer = obs1
+	n1 := startGoNode(t, "n1", rdb, cfg)
+	cfg.Observer = obs2
+	n2 := startGoNode(t, "n2", rdb, cfg)
+	waitCluster(t, n1, n2)
+	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", "r")})
+	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", "r")})
+	waitRooms(t, n1, n2)
+
+	n1.io.To("r").Emit("before")
+	c1.expect("before")
+	c2.expect("before")
+
+	srv.kill()
+
+	// Local delivery does not wait for Redis.
+	failedBefore := obs1.failed.Load()
+	start := time.Now()
+	n1.io.To("r").Emit("during")
+	if _, ok := c1.wait("during", time.Second); !ok {
+		t.Fatal("local client did not get a broadcast during the outage")
+	}
+	if d := time.Since(start); d > 200*time.Millisecond {
+		t.Errorf("local delivery took %v during the outage", d)
+	}
+	// Publishes fail fast, and are counted.
+	for i := range 20 {
+		n1.io.To("r").Emit("during", i)
+	}
+	eventually(t, 2*time.Second, "21 failed publishes counted", func() bool {
+		return obs1.failed.Load()-failedBefore >= 21
+	})
+	t.Logf("21 publishes failed within %v (last error: %v)", time.Since(start), obs1.lastErr)
+	if _, ok := c2.wait("during", 300*time.Millisecond); ok {
+		t.Error("a broadcast crossed nodes without Redis")
+	}
+	// The nodes still serve their clients.
+	if r := c1.emitWithAck("join", "r2"); len(r) != 1 || r[0] != "ok" {
+		t.Errorf("client on n1 answered %v during the outage", r)
+	}
+	if c1.isClosed() || c2.isClosed() {
+		t.Fatal("a client lost its connection")
+	}
+
+	time.Sleep(500 * time.Millisecond) // let the subscribers retry in vain a few times
+	srv.start()
+	restarted := time.Now()
+
+	// Cross-node broadcasts resume, both ways.
+	for i, dir := range []struct {
+		from *goNode
+		to   *wsClient
+	}{{n1, c2}, {n2, c1}} {
+		ev := fmt.Sprintf("after%d", i)
+		eventually(t, 10*time.Second, ev+" crosses nodes", func() bool {
+			dir.from.io.To("r").Emit(ev)
+			_, ok := dir.to.wait(ev, 100*time.Millisecond)
+			return ok
+		})
+	}
+	t.Logf("cross-node broadcasts resumed %v after the restart", time.Since(restarted))
+	for _, n := range []*goNode{n1, n2} {
+		eventually(t, 5*time.Second, n.name+" resubscribed", func() bool { return n.adapter().Subscribed("") })
+		if c := n.serverCount(t); c != 2 {
+			t.Errorf("%s counts %d servers after the restart", n.name, c)
+		}
+	}
+	if c1.isClosed() || c2.isClosed() {
+		t.Fatal("a client lost its connection")
+	}
+	if obs2.received.Load() == 0 || obs1.published.Load() == 0 {
+		t.Errorf("observer saw published=%d received=%d", obs1.published.Load(), obs2.received.Load())
+	}
+}

@@ -1,0 +1,456 @@
+package adapter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+type subKind uint8
+
+const (
+	kindChannel subKind = iota // SUBSCRIBE
+	kindPattern                // PSUBSCRIBE
+	kindShard                  // SSUBSCRIBE
+)
+
+const (
+	pingInterval   = 3 * time.Second
+	deadAfter      = 10 * time.Second // no traffic (pongs included) for this long: reconnect
+	dialBudget     = 5 * time.Second
+	minRetryPause  = 100 * time.Millisecond
+	maxRetryPause  = 2 * time.Second
+	unsubscribeTTL = 5 * time.Second
+)
+
+// subscriber keeps a set of subscriptions alive. Callers state what they
+// want (want/unwant, never blocking); one goroutine reconciles that with
+// Redis, and one goroutine per connection reads messages.
+//
+// It owns reconnection instead of relying on go-redis's: on any error of a
+// connection (or 10s without traffic, pongs included) the connection is
+// closed and replaced, and every wanted channel subscribed again, retrying
+// with a growing pause while Redis is away. This matters for sharded Pub/Sub
+// on Redis Cluster, where channels live on different nodes: go-redis would
+// resubscribe all of a connection's shard channels in one SSUBSCRIBE, which a
+// cluster node refuses (CROSSSLOT). Here, shard channels are routed to the
+// master that owns their slot, one connection per master, and subscribed in
+// one command per slot.
+type subscriber struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // non-nil: route shard channels per node
+	handle  func(*redis.Message)
+	log     *slog.Logger
+	obs     Observer
+
+	mu        sync.Mutex
+	want      map[string]subKind
+	confirmed map[string]bool
+	kick      chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newSubscriber(ctx context.Context, client redis.UniversalClient, handle func(*redis.Message), log *slog.Logger, obs Observer) *subscriber {
+	s := &subscriber{
+		client:    client,
+		handle:    handle,
+		log:       log,
+		obs:       obs,
+		want:      map[string]subKind{},
+		confirmed: map[string]bool{},
+		kick:      make(chan struct{}, 1),
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.cluster = cc
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.wg.Add(1)
+	go s.run()
+	return s
+}
+
+// add asks for subscriptions; it does not wait for Redis.
+func (s *subscriber) add(kind subKind, channels ...string) {
+	s.mu.Lock()
+	for _, ch := range channels {
+		s.want[ch] = kind
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+// remove drops subscriptions; it does not wait for Redis.
+func (s *subscriber) remove(channels ...string) {
+	s.mu.Lock()
+	for _, ch := range channels {
+		delete(s.want, ch)
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *subscriber) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// isSubscribed reports whether Redis confirmed the subscription to ch.
+func (s *subscriber) isSubscribed(ch string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed[ch]
+}
+
+// close ends the subscriptions and waits for the goroutines.
+func (s *subscriber) close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// subConn is one Pub/Sub connection and its reader.
+type subConn struct {
+	s      *subscriber
+	route  string
+	ps     *redis.PubSub
+	have   map[string]subKind // owned by the run goroutine
+	failed atomic.Bool
+	closed atomic.Bool
+	seen   atomic.Int64 // unix nanoseconds of the last traffic
+	reader bool
+	done   chan struct{}
+
+	mu      sync.Mutex
+	leaving map[string]time.Time // unsubscriptions we asked for, not yet confirmed
+}
+
+func (s *subscriber) run() {
+	defer s.wg.Done()
+	conns := map[string]*subConn{}
+	where := map[string]*subConn{}
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+		s.mu.Lock()
+		clear(s.confirmed)
+		s.mu.Unlock()
+	}()
+
+	health := time.NewTicker(pingInterval)
+	defer health.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	pause := time.Duration(0)
+
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.kick:
+		case <-retry.C:
+		case <-health.C:
+			s.checkHealth(conns)
+		}
+
+		// Replace failed connections. On a cluster, routing may have
+		// changed too: start over with every connection.
+		failed := false
+		for _, c := range conns {
+			if c.failed.Load() {
+				failed = true
+			}
+		}
+		if failed {
+			for route, c := range conns {
+				if s.cluster == nil && !c.failed.Load() {
+					continue
+				}
+				c.close()
+				delete(conns, route)
+				for ch, w := range where {
+					if w == c {
+						delete(where, ch)
+					}
+				}
+			}
+			if s.cluster != nil {
+				ctx, cancel := context.WithTimeout(s.ctx, dialBudget)
+				s.cluster.ReloadState(ctx)
+				cancel()
+			}
+		}
+
+		if err := s.reconcile(conns, where); err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			if pause == 0 {
+				pause = minRetryPause
+				s.log.Warn("redis subscription failed, retrying", "err", err)
+			} else {
+				pause = min(2*pause, maxRetryPause)
+			}
+			retry.Reset(pause)
+			continue
+		}
+		if pause != 0 {
+			s.log.Info("redis subscriptions restored")
+			pause = 0
+		}
+	}
+}
+
+// checkHealth pings every connection and fails those that went silent.
+func (s *subscriber) checkHealth(conns map[string]*subConn) {
+	for _, c := range conns {
+		if c.failed.Load() || !c.reader {
+			continue
+		}
+		if time.Since(time.Unix(0, c.seen.Load())) > deadAfter {
+			c.fail(errors.New("no traffic from redis"))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+		err := c.ps.Ping(ctx)
+		cancel()
+		if err != nil {
+			c.fail(err)
+		}
+	}
+}
+
+type subGroup struct {
+	route string
+	node  *redis.Client
+	kind  subKind
+	slot  int
+}
+
+// reconcile subscribes and unsubscribes so that Redis matches s.want.
+func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subConn) error {
+	s.mu.Lock()
+	want := make(map[string]subKind, len(s.want))
+	for ch, k := range s.want {
+		want[ch] = k
+	}
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(s.ctx, dialBudget)
+	defer cancel()
+
+	// Unsubscribe what is no longer wanted.
+	for ch, c := range where {
+		k, ok := want[ch]
+		if ok && k == c.have[ch] {
+			continue
+		}
+		kind := c.have[ch]
+		delete(c.have, ch)
+		delete(where, ch)
+		s.setConfirmed(ch, false)
+		if c.failed.Load() {
+			continue
+		}
+		if err := c.unsubscribe(ctx, kind, ch); err != nil {
+			c.fail(err)
+		}
+	}
+
+	// Subscribe what is missing, one command per kind (and slot, on a cluster).
+	groups := map[subGroup][]string{}
+	for ch, k := range want {
+		if _, ok := where[ch]; ok {
+			continue
+		}
+		g := subGroup{kind: k, slot: -1}
+		if s.cluster != nil && k == kindShard {
+			node, err := s.cluster.MasterForKey(ctx, ch)
+			if err != nil {
+				return fmt.Errorf("route %s: %w", ch, err)
+			}
+			g.node = node
+			g.route = node.Options().Addr
+			g.slot = slotOf(ch)
+		}
+		groups[g] = append(groups[g], ch)
+	}
+	for g, chans := range groups {
+		c := conns[g.route]
+		if c == nil {
+			c = s.newConn(ctx, g)
+			conns[g.route] = c
+		}
+		if err := c.subscribe(ctx, g.kind, chans); err != nil {
+			c.fail(err)
+			return err
+		}
+		for _, ch := range chans {
+			c.have[ch] = g.kind
+			where[ch] = c
+		}
+		if !c.reader {
+			c.reader = true
+			c.seen.Store(time.Now().UnixNano())
+			s.wg.Add(1)
+			go c.read()
+		}
+	}
+	for _, c := range conns {
+		if c.failed.Load() {
+			return errors.New("redis subscription connection failed")
+		}
+	}
+	return nil
+}
+
+func (s *subscriber) newConn(ctx context.Context, g subGroup) *subConn {
+	c := &subConn{s: s, route: g.route, have: map[string]subKind{}, done: make(chan struct{}), leaving: map[string]time.Time{}}
+	if g.node != nil {
+		c.ps = g.node.Subscribe(ctx)
+	} else {
+		c.ps = s.client.Subscribe(ctx)
+	}
+	return c
+}
+
+func (s *subscriber) setConfirmed(ch string, ok bool) {
+	s.mu.Lock()
+	if ok {
+		s.confirmed[ch] = true
+	} else {
+		delete(s.confirmed, ch)
+	}
+	s.mu.Unlock()
+}
+
+func (c *subConn) subscribe(ctx context.Context, kind subKind, chans []string) error {
+	switch kind {
+	case kindPattern:
+		return c.ps.PSubscribe(ctx, chans...)
+	case kindShard:
+		return c.ps.SSubscribe(ctx, chans...)
+	default:
+		return c.ps.Subscribe(ctx, chans...)
+	}
+}
+
+func (c *subConn) unsubscribe(ctx context.Context, kind subKind, ch string) error {
+	c.mu.Lock()
+	c.leaving[ch] = time.Now()
+	c.mu.Unlock()
+	switch kind {
+	case kindPattern:
+		return c.ps.PUnsubscribe(ctx, ch)
+	case kindShard:
+		return c.ps.SUnsubscribe(ctx, ch)
+	default:
+		return c.ps.Unsubscribe(ctx, ch)
+	}
+}
+
+func (c *subConn) fail(err error) {
+	if c.closed.Load() {
+		return
+	}
+	if c.failed.CompareAndSwap(false, true) {
+		c.s.log.Debug("redis subscription connection lost", "err", err, "route", c.route)
+		c.s.wake()
+	}
+}
+
+func (c *subConn) close() {
+	c.closed.Store(true)
+	c.failed.Store(true)
+	_ = c.ps.Close()
+	if c.reader {
+		<-c.done
+	}
+	c.s.mu.Lock()
+	for ch := range c.have {
+		delete(c.s.confirmed, ch)
+	}
+	c.s.mu.Unlock()
+}
+
+func (c *subConn) read() {
+	defer c.s.wg.Done()
+	defer close(c.done)
+	for {
+		msg, err := c.ps.Receive(c.s.ctx)
+		if err != nil {
+			if c.closed.Load() || c.s.ctx.Err() != nil {
+				return
+			}
+			c.fail(err)
+			return
+		}
+		c.seen.Store(time.Now().UnixNano())
+		switch m := msg.(type) {
+		case *redis.Message:
+			c.s.obs.Received()
+			c.s.handle(m)
+		case *redis.Subscription:
+			c.onSubscription(m)
+		}
+	}
+}
+
+func (c *subConn) onSubscription(m *redis.Subscription) {
+	switch m.Kind {
+	case "subscribe", "psubscribe", "ssubscribe":
+		c.s.setConfirmed(m.Channel, true)
+	case "unsubscribe", "punsubscribe", "sunsubscribe":
+		c.mu.Lock()
+		_, asked := c.leaving[m.Channel]
+		delete(c.leaving, m.Channel)
+		for ch, at := range c.leaving {
+			if time.Since(at) > unsubscribeTTL {
+				delete(c.leaving, ch)
+			}
+		}
+		c.mu.Unlock()
+		if !asked {
+			// Redis dropped the subscription itself (a slot moved to
+			// another node): subscribe again, freshly routed.
+			c.fail(fmt.Errorf("redis ended subscription to %s", m.Channel))
+			return
+		}
+		c.s.setConfirmed(m.Channel, false)
+	}
+}
+
+// slotOf is the Redis Cluster hash slot of key (CRC16/XMODEM of the key, or
+// of its {hash tag}, modulo 16384).
+func slotOf(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+

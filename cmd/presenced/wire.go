@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/adapter"
+
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/lastseen"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/server"
+	"github.com/presenced/presenced/store"
+)
+
+// parseRedisURL reads the three REDIS_URL forms of CONTRACT §4.
+func parseRedisURL(raw string) (*redis.UniversalOptions, error) {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return nil, errors.New("not a URL")
+	}
+	switch scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return nil, errors.New("bad redis URL (redis://[user:pass@]host:port[/db])")
+		}
+		return &redis.UniversalOptions{
+			Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
+		}, nil
+	case "redis+cluster", "redis+sentinel":
+	default:
+		return nil, errors.New("scheme must be redis, rediss, redis+cluster or redis+sentinel")
+	}
+	// The host list (a,b,c) is not a valid URL host: split by hand.
+	var user, pass string
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		info := rest[:at]
+		rest = rest[at+1:]
+		u, p, _ := strings.Cut(info, ":")
+		var err1, err2 error
+		user, err1 = url.PathUnescape(u)
+		pass, err2 = url.PathUnescape(p)
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("bad user info")
+		}
+	}
+	hosts, path, _ := strings.Cut(rest, "/")
+	addrs, err := hostList(hosts)
+	if err != nil {
+		return nil, err
+	}
+	if scheme == "redis+cluster" {
+		if path != "" {
+			return nil, errors.New("redis+cluster:// takes no path")
+		}
+		return &redis.UniversalOptions{Addrs: addrs, Username: user, Password: pass, IsClusterMode: true}, nil
+	}
+	if path == "" || strings.Contains(path, "/") {
+		return nil, errors.New("redis+sentinel:// needs /<master name> after the sentinel addresses")
+	}
+	return &redis.UniversalOptions{Addrs: addrs, MasterName: path, Username: user, Password: pass}, nil
+}
+
+func hostList(h string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(h, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if !strings.Contains(a, ":") {
+			a += ":6379"
+		}
+		if _, p, _ := strings.Cut(a, ":"); p == "" {
+			return nil, fmt.Errorf("bad address %q", a)
+		} else if _, err := strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("bad port in %q", a)
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no host")
+	}
+	return out, nil
+}
+
+// app is one wired server process.
+type app struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	store    store.Store
+	rdb      redis.UniversalClient
+	engine   presence.Engine
+	pipeline *lastseen.Pipeline
+	rooms    *handlers.Rooms
+	sockets  *handlers.Sockets
+	bus      presence.StatusBus
+	subs     *handlers.Subscriptions
+	srv      *server.Server
+	closers  []func() error
+}
+
+// openStore opens PostgreSQL (DATABASE_URL) or the embedded file.
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, migrate bool) (store.Store, error) {
+	if cfg.DatabaseURL != "" {
+		pg, err := store.OpenPostgres(ctx, cfg.DatabaseURL, store.PostgresConfig{SkipMigrate: !migrate, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("open PostgreSQL: %w", err)
+		}
+		return pg, nil
+	}
+	lite, err := store.OpenSQLite(ctx, cfg.DataPath, store.SQLiteConfig{SkipMigrate: !migrate, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store %s: %w", cfg.DataPath, err)
+	}
+	return lite, nil
+}
+
+// build wires every component; nothing listens yet.
+func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error) {
+	a = &app{cfg: cfg, log: log, metrics: metrics.New()}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+
+	verifier, _, err := newVerifier(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := openStore(ctx, cfg, log.With("component", "store"), true)
+	if err != nil {
+		return nil, err
+	}
+	a.store = st
+	a.closers = append(a.closers, st.Close)
+	ready := []server.Check{{Name: "store", Check: st.Ping}}
+
+	a.rooms = handlers.NewRooms(cfg.TypingTTL, log.With("component", "rooms"))
+	pcfg := presence.Config{
+		NodeID:           cfg.NodeID,
+		TTL:              cfg.TTL,
+		TypingTTL:        cfg.TypingTTL,
+		FlapGrace:        cfg.FlapGrace,
+		AwayAfter:        cfg.AwayAfter,
+		MaxConversations: cfg.MaxConversations,
+	}
+	lcfg := lastseen.Config{
+		Coarse:        cfg.LastSeenCoarse,
+		FlushInterval: cfg.LastSeenFlush,
+		FlushBatch:    cfg.LastSeenBatch,
+		Retention:     cfg.LastSeenRetention,
+		Log:           log.With("component", "lastseen"),
+	}
+	var buf lastseen.Buffer
+	if cfg.RedisURL != "" {
+		opts, _ := parseRedisURL(cfg.RedisURL)
+		// Context deadlines bound each command: a stalled Redis fails fast.
+		opts.ContextTimeoutEnabled = true
+		a.rdb = redis.NewUniversalClient(opts)
+		a.closers = append(a.closers, a.rdb.Close)
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		perr := a.rdb.Ping(pctx).Err()
+		cancel()
+		if perr != nil {
+			log.Warn("redis not reachable at start; will retry", "err", perr)
+		}
+		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
+		buf = lastseen.NewRedis(a.rdb, lastseen.RedisConfig{Prefix: cfg.RedisPrefix})
+	} else {
+		buf = lastseen.NewMemory()
+	}
+	a.pipeline = lastseen.NewPipeline(buf, st, lcfg)
+	a.metrics.Registry.MustRegister(a.pipeline.Collectors()...)
+
+	roomSink := a.rooms.Sink()
+	pcfg.Sink = func(ctx context.Context, ev []presence.Event) {
+		roomSink(ctx, ev)
+		a.pipeline.HandleEvents(ctx, ev)
+	}
+	if a.rdb != nil {
+		a.engine = presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+	} else {
+		a.engine = presence.NewMemoryEngine(presence.NewMemory(), pcfg)
+	}
+
+	var membership presence.Membership = presence.Open{}
+	if cfg.Membership == "store" {
+		membership = presence.NewCachedMembership(st, 5*time.Second, 0)
+	}
+
+	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: st})
+	if a.rdb != nil {
+		a.bus = presence.NewRedisBus(a.rdb, cfg.RedisPrefix, log.With("component", "statusbus"))
+	} else {
+		a.bus = presence.NewLocalBus()
+	}
+	a.subs = handlers.NewSubscriptions(a.bus, reader, log.With("component", "subscriptions"))
+	a.rooms.OnStatus(func(ctx context.Context, e presence.Event) {
+		if err := a.bus.Publish(ctx, e); err != nil {
+			log.Warn("status change not published", "user_id", e.UserID, "err", err)
+		}
+	})
+
+	a.sockets = handlers.NewSockets(handlers.SessionConfig{
+		NodeID:            cfg.NodeID,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		HeartbeatJitter:   cfg.HeartbeatJitter,
+		TypingTTL:         cfg.TypingTTL,
+	}, handlers.SocketDeps{
+		Log:           log.With("component", "sockets"),
+		Metrics:       a.metrics,
+		Engine:        a.engine,
+		Membership:    membership,
+		Rooms:         a.rooms,
+		Viewers:       reader,
+		Subscriptions: a.subs,
+		Activity:      func(ctx context.Context, user string, at time.Time) { _ = a.pipeline.Record(ctx, user, at) },
+	})
+	var ioAdapter socket.AdapterConstructor
+	if a.rdb != nil {
+		b, err := adapter.New(ctx, a.rdb, adapter.Config{
+			Prefix:               cfg.RedisPrefix,
+			Sharded:              cfg.RedisSharded,
+			AcceptClassicEmitter: true,
+			Log:                  log,
+			Observer:             metrics.AdapterObserver{M: a.metrics},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cluster adapter: %w", err)
+		}
+		ioAdapter = b
+		a.closers = append(a.closers, b.Close)
+	}
+	api := handlers.NewREST(handlers.RESTDeps{
+		Log:          log.With("component", "rest"),
+		Verifier:     verifier,
+		ServiceToken: cfg.ServiceToken,
+		Presences:    reader,
+		Rosters:      a.engine,
+		Store:        st,
+		Membership:   membership,
+		Evict: func(ctx context.Context, conv string, users []string) error {
+			return a.sockets.Evict(ctx, conv, users)
+		},
+		RateLimit:  cfg.RESTLimit,
+		RateWindow: cfg.RESTWindow,
+	})
+	a.srv, err = server.New(server.Config{
+		PingInterval:    cfg.PingInterval,
+		PingTimeout:     cfg.PingTimeout,
+		MaxBuffer:       cfg.MaxBuffer,
+		AllowEIO3:       cfg.AllowEIO3,
+		CORSOrigins:     cfg.CORSOrigins,
+		HandshakeLimit:  cfg.HandshakeLimit,
+		HandshakeWindow: cfg.HandshakeWindow,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Adapter:         ioAdapter,
+	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes()})
+	if err != nil {
+		return nil, err
+	}
+	a.rooms.Bind(a.srv.IO())
+	a.sockets.ListenEvictions()
+	return a, nil
+}
+
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](); err != nil {
+			a.log.Warn("close failed", "err", err)
+		}
+	}
+	a.closers = nil
+}

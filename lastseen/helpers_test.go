@@ -1,0 +1,478 @@
+package lastseen_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/lastseen"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store"
+)
+
+// required reports whether a missing service fails the test (CI=true)
+// instead of skipping it.
+func required(explicit bool) bool { return explicit || os.Getenv("CI") == "true" }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ---- Redis ----
+
+var (
+	redisOnce     sync.Once
+	redisOpts     *redis.Options
+	redisErr      error
+	redisExplicit bool
+)
+
+// redisClient returns a client of the test Redis (REDIS_TEST_URL, default
+// redis://127.0.0.1:6379), closed when tb ends. Unreachable: skip, or fail
+// under CI=true or an explicit REDIS_TEST_URL.
+func redisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
+	tb.Helper()
+	redisOnce.Do(func() {
+		u := os.Getenv("REDIS_TEST_URL")
+		redisExplicit = u != ""
+		if u == "" {
+			u = "redis://127.0.0.1:6379"
+		}
+		redisOpts, redisErr = redis.ParseURL(u)
+		if redisErr != nil {
+			return
+		}
+		c := redis.NewClient(redisOpts)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		redisErr = c.Ping(ctx).Err()
+	})
+	if redisErr != nil {
+		if required(redisExplicit) {
+			tb.Fatalf("Redis unreachable at REDIS_TEST_URL or the default (required under CI=true): %v", redisErr)
+		}
+		tb.Skipf("Redis unreachable (set REDIS_TEST_URL): %v", redisErr)
+	}
+	c := redis.NewClient(redisOpts)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// redisBuffer returns a Redis buffer under a prefix of its own, whose keys
+// are deleted when tb ends.
+func redisBuffer(tb testing.TB, hooks ...redis.Hook) (*lastseen.Redis, *redis.Client) {
+	tb.Helper()
+	c := redisClient(tb, hooks...)
+	return redisBufferAt(tb, c, "lstest:"+randHex(6)), c
+}
+
+func redisBufferAt(tb testing.TB, c *redis.Client, prefix string) *lastseen.Redis {
+	b := lastseen.NewRedis(c, lastseen.RedisConfig{Prefix: prefix})
+	tb.Cleanup(func() {
+		t, d, cl := b.Keys()
+		c := redis.NewClient(redisOpts)
+		defer c.Close()
+		c.Del(context.Background(), t, d, cl)
+	})
+	return b
+}
+
+// countHook counts the round trips of a client: one per command or
+// pipeline sent.
+type countHook struct {
+	n    atomic.Int64
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		h.mu.Lock()
+		h.cmds = append(h.cmds, cmd.Name())
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		h.mu.Lock()
+		h.cmds = append(h.cmds, "pipeline")
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *countHook) reset() {
+	h.n.Store(0)
+	h.mu.Lock()
+	h.cmds = nil
+	h.mu.Unlock()
+}
+
+func (h *countHook) names() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.cmds)
+}
+
+// ---- PostgreSQL ----
+
+var (
+	pgOnce     sync.Once
+	pgURL      string
+	pgErr      error
+	pgExplicit bool
+)
+
+func pgAdmin(tb testing.TB) string {
+	tb.Helper()
+	pgOnce.Do(func() {
+		pgURL = os.Getenv("DATABASE_TEST_URL")
+		pgExplicit = pgURL != ""
+		if !pgExplicit {
+			pgURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, pgURL)
+		if err != nil {
+			pgErr = err
+			return
+		}
+		pgErr = conn.Ping(ctx)
+		conn.Close(ctx)
+	})
+	if pgErr != nil {
+		if required(pgExplicit) {
+			tb.Fatalf("PostgreSQL unreachable at DATABASE_TEST_URL or the default (required under CI=true): %v", pgErr)
+		}
+		tb.Skipf("PostgreSQL unreachable (set DATABASE_TEST_URL): %v", pgErr)
+	}
+	return pgURL
+}
+
+// pgDatabase creates a fresh database, dropped when tb ends, and returns
+// its URL.
+func pgDatabase(tb testing.TB) string {
+	tb.Helper()
+	admin := pgAdmin(tb)
+	name := "presenced_lastseen_" + randHex(8)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			tb.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			tb.Errorf("drop %s: %v", name, err)
+		}
+	})
+	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
+		u, err := url.Parse(admin)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		u.Path = "/" + name
+		u.RawPath = ""
+		return u.String()
+	}
+	return admin + " dbname=" + name
+}
+
+// pgStore opens the real PostgreSQL store on a fresh database.
+func pgStore(tb testing.TB) *store.Postgres {
+	tb.Helper()
+	where := pgDatabase(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := store.OpenPostgres(ctx, where, store.PostgresConfig{})
+	if err != nil {
+		tb.Fatalf("open postgres: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+// ---- stores ----
+
+// fakeStore is an in-memory store.Store with the real one's semantics for
+// what this package uses (later-wins upsert, default privacy).
+type fakeStore struct {
+	mu       sync.Mutex
+	seen     map[string]time.Time
+	privacy  map[string]store.Visibility
+	contacts map[string]map[string]bool // owner → contact → true
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{seen: map[string]time.Time{}, privacy: map[string]store.Visibility{}, contacts: map[string]map[string]bool{}}
+}
+
+var _ store.Store = (*fakeStore)(nil)
+
+func (f *fakeStore) UpsertLastSeen(ctx context.Context, batch []store.LastSeen) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(batch) > store.MaxIDs {
+		return store.ErrInvalid
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ls := range batch {
+		at := ls.At.Truncate(time.Millisecond).UTC()
+		if at.After(f.seen[ls.UserID]) {
+			f.seen[ls.UserID] = at
+		}
+	}
+	return nil
+}
+
+func (f *fakeStore) LastSeen(_ context.Context, ids []string) (map[string]time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]time.Time{}
+	for _, id := range ids {
+		if t, ok := f.seen[id]; ok {
+			out[id] = t
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Privacy(_ context.Context, ids []string) (map[string]store.Visibility, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]store.Visibility{}
+	for _, id := range ids {
+		v, ok := f.privacy[id]
+		if !ok {
+			v = store.DefaultVisibility
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+func (f *fakeStore) SetPrivacy(_ context.Context, id string, v store.Visibility) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.privacy[id] = v
+	return nil
+}
+
+func (f *fakeStore) SetContacts(_ context.Context, owner string, contacts []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m := map[string]bool{}
+	for _, c := range contacts {
+		m[c] = true
+	}
+	f.contacts[owner] = m
+	return nil
+}
+
+func (f *fakeStore) ContactOf(_ context.Context, owners []string, viewer string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for _, o := range owners {
+		out[o] = f.contacts[o][viewer]
+	}
+	return out, nil
+}
+
+func (f *fakeStore) SetMembers(context.Context, string, []string) ([]string, error) { return nil, nil }
+func (f *fakeStore) IsMember(context.Context, string, string) (bool, error)         { return false, nil }
+func (f *fakeStore) Members(context.Context, string) ([]string, error)              { return nil, nil }
+func (f *fakeStore) Ping(context.Context) error                                     { return nil }
+func (f *fakeStore) Close() error                                                   { return nil }
+
+// wrapStore counts the calls this package makes and can fail upserts.
+type wrapStore struct {
+	store.Store
+	upserts, lastSeen, privacy, contactOf atomic.Int64
+	// failNext upserts fail while it is positive (decremented per failure).
+	failNext atomic.Int64
+	// failOn, when set, fails the upsert calls for which it returns true
+	// (1-based call number).
+	failOn func(call int64) bool
+	// lastSeenIDs are the ids of the last LastSeen call.
+	mu          sync.Mutex
+	lastSeenIDs []string
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (w *wrapStore) UpsertLastSeen(ctx context.Context, batch []store.LastSeen) error {
+	n := w.upserts.Add(1)
+	if w.failNext.Load() > 0 && w.failNext.Add(-1) >= 0 {
+		return errors.Join(store.ErrUnavailable, errInjected)
+	}
+	if w.failOn != nil && w.failOn(n) {
+		return errors.Join(store.ErrUnavailable, errInjected)
+	}
+	return w.Store.UpsertLastSeen(ctx, batch)
+}
+
+func (w *wrapStore) LastSeen(ctx context.Context, ids []string) (map[string]time.Time, error) {
+	w.lastSeen.Add(1)
+	w.mu.Lock()
+	w.lastSeenIDs = slices.Clone(ids)
+	w.mu.Unlock()
+	return w.Store.LastSeen(ctx, ids)
+}
+
+func (w *wrapStore) Privacy(ctx context.Context, ids []string) (map[string]store.Visibility, error) {
+	w.privacy.Add(1)
+	return w.Store.Privacy(ctx, ids)
+}
+
+func (w *wrapStore) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
+	w.contactOf.Add(1)
+	return w.Store.ContactOf(ctx, owners, viewer)
+}
+
+func (w *wrapStore) resetCounts() {
+	w.upserts.Store(0)
+	w.lastSeen.Store(0)
+	w.privacy.Store(0)
+	w.contactOf.Store(0)
+}
+
+// stores runs fn against the fake store and, when reachable, PostgreSQL.
+func stores(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) store.Store)) {
+	t.Run("fake", func(t *testing.T) {
+		fn(t, func(*testing.T) store.Store { return newFakeStore() })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pgAdmin(t)
+		fn(t, func(t *testing.T) store.Store { return pgStore(t) })
+	})
+}
+
+// buffers runs fn against a memory and a Redis buffer.
+func buffers(t *testing.T, fn func(t *testing.T, newBuffer func(t *testing.T) lastseen.Buffer)) {
+	t.Run("memory", func(t *testing.T) {
+		fn(t, func(*testing.T) lastseen.Buffer { return lastseen.NewMemory() })
+	})
+	t.Run("redis", func(t *testing.T) {
+		redisClient(t)
+		fn(t, func(t *testing.T) lastseen.Buffer { b, _ := redisBuffer(t); return b })
+	})
+}
+
+// ---- clock and status ----
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock(t time.Time) *clock { return &clock{t: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// fakeStatus is a StatusReader over a map; users absent are offline and
+// unknown to the engine.
+type fakeStatus struct {
+	mu    sync.Mutex
+	users map[string]presence.UserPresence
+	calls atomic.Int64
+}
+
+func (f *fakeStatus) set(up presence.UserPresence) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.users == nil {
+		f.users = map[string]presence.UserPresence{}
+	}
+	f.users[up.UserID] = up
+}
+
+func (f *fakeStatus) Users(_ context.Context, ids []string) ([]presence.UserPresence, error) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]presence.UserPresence, len(ids))
+	for i, id := range ids {
+		up, ok := f.users[id]
+		if !ok {
+			up = presence.UserPresence{UserID: id, Status: presence.Offline}
+		}
+		out[i] = up
+	}
+	return out, nil
+}
+
+// t0 is the reference instant of the tests, with milliseconds.
+var t0 = time.Date(2026, 11, 30, 11, 0, 0, 123_000_000, time.UTC)
+
+func must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func storedTimes(tb testing.TB, s store.Store, ids []string) map[string]time.Time {
+	tb.Helper()
+	m, err := s.LastSeen(context.Background(), ids)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}

@@ -1,0 +1,479 @@
+package lastseen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store"
+)
+
+// ErrInvalidUser is returned for a user id the store would refuse.
+var ErrInvalidUser = errors.New("lastseen: invalid user id")
+
+// Config tunes a Pipeline. Zero values mean the defaults.
+type Config struct {
+	// Coarse: at most one activity record per user per interval on this
+	// node (PRESENCE_LASTSEEN_COARSE), 10m.
+	Coarse time.Duration
+	// FlushInterval between flushes (PRESENCE_LASTSEEN_FLUSH_INTERVAL), 30s.
+	FlushInterval time.Duration
+	// FlushBatch: users per store statement (PRESENCE_LASTSEEN_FLUSH_BATCH),
+	// 1000, at most store.MaxIDs.
+	FlushBatch int
+	// Retention: buffered times older than this are forgotten once written
+	// (the store keeps them), 7 days.
+	Retention time.Duration
+	// ClaimTimeout: a claim not ended after this long (its flusher died) is
+	// made dirty again by any node's next flush, 2m. One store write may
+	// take at most half of it.
+	ClaimTimeout time.Duration
+	// PushInterval: how often the coarsened records of this node go to the
+	// buffer in one batch, 1s.
+	PushInterval time.Duration
+	// RetryMin and RetryMax bound the exponential back-off of Run after a
+	// failed flush: 1s, doubling, at most 5m (with ±20% jitter).
+	RetryMin, RetryMax time.Duration
+	// Now is the clock, time.Now.
+	Now func() time.Time
+	// Log receives flush failures and recoveries; nil discards.
+	Log *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Coarse <= 0 {
+		c.Coarse = 10 * time.Minute
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = 30 * time.Second
+	}
+	if c.FlushBatch <= 0 {
+		c.FlushBatch = 1000
+	}
+	c.FlushBatch = min(c.FlushBatch, store.MaxIDs)
+	if c.Retention <= 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = 2 * time.Minute
+	}
+	if c.PushInterval <= 0 {
+		c.PushInterval = time.Second
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 5 * time.Minute
+	}
+	c.RetryMax = max(c.RetryMax, c.RetryMin)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Pipeline turns activity into last-seen rows with few database writes:
+//
+//	Record ─coarsen─► pending (memory) ─push, 1/s─► Buffer ─flush, 1 statement per batch─► store
+//	RecordExact ───────────────────────────────────► Buffer (at once)
+//
+// Coarsening keeps at most one activity record per user per Coarse on this
+// node; the buffer keeps the latest time per user (never lower) and which
+// users are dirty; a flush claims up to FlushBatch dirty users atomically
+// and writes them with one store.UpsertLastSeen. A failed write gives the
+// users back; a flusher that dies after claiming is covered by Requeue
+// after ClaimTimeout. Any number of nodes may flush one shared buffer.
+type Pipeline struct {
+	cfg Config
+	buf Buffer
+	st  store.Store
+	log *slog.Logger
+	m   *metrics
+
+	mu      sync.Mutex
+	recent  map[string]int64 // user → last record on this node (ms), for coarsening
+	pending map[string]int64 // recorded here, not yet in the buffer (ms)
+	lastGC  time.Time
+
+	flushMu  sync.Mutex // one flush at a time per pipeline
+	lastTrim time.Time
+
+	statements, rows atomic.Int64
+}
+
+// NewPipeline returns a pipeline from buf to st; call Run to flush
+// periodically and Flush at shutdown.
+func NewPipeline(buf Buffer, st store.Store, cfg Config) *Pipeline {
+	cfg = cfg.withDefaults()
+	p := &Pipeline{
+		cfg:     cfg,
+		buf:     buf,
+		st:      st,
+		log:     cfg.Log,
+		recent:  map[string]int64{},
+		pending: map[string]int64{},
+		lastGC:  cfg.Now(),
+	}
+	p.m = newMetrics(p)
+	return p
+}
+
+// Buffer returns the pipeline's buffer (for a Reader).
+func (p *Pipeline) Buffer() Buffer { return p.buf }
+
+// Record notes activity of userID at `at`. Within Coarse of the user's last
+// record on this node it costs one map lookup; otherwise the time is queued
+// for the buffer, which Run pushes every PushInterval (and Flush at once).
+func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error {
+	ms := toMillis(at)
+	coarse := p.cfg.Coarse.Milliseconds()
+	p.mu.Lock()
+	if last, ok := p.recent[userID]; ok && ms < last+coarse {
+		p.mu.Unlock()
+		p.m.coarsened.Inc()
+		return nil
+	}
+	if !auth.ValidID(userID) {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrInvalidUser, clip(userID))
+	}
+	p.recent[userID] = ms
+	if ms > p.pending[userID] {
+		p.pending[userID] = ms
+	}
+	p.mu.Unlock()
+	p.m.buffered.Inc()
+	return nil
+}
+
+// RecordExact writes userID's exact last-seen time (their last connection
+// closed at `at`) to the buffer at once, bypassing coarsening; the user is
+// dirty when it returns nil. On a buffer error the time is kept and pushed
+// again with the next batch: the error informs, nothing is lost.
+func (p *Pipeline) RecordExact(ctx context.Context, userID string, at time.Time) error {
+	if !auth.ValidID(userID) {
+		return fmt.Errorf("%w: %q", ErrInvalidUser, clip(userID))
+	}
+	ms := toMillis(at)
+	p.mu.Lock()
+	if ms > p.recent[userID] {
+		p.recent[userID] = ms
+	}
+	p.mu.Unlock()
+	p.m.exact.Inc()
+	if err := p.buf.Record(ctx, []store.LastSeen{{UserID: userID, At: at}}); err != nil {
+		p.mu.Lock()
+		if ms > p.pending[userID] {
+			p.pending[userID] = ms
+		}
+		p.mu.Unlock()
+		return fmt.Errorf("lastseen: record exact (kept for retry): %w", err)
+	}
+	return nil
+}
+
+// HandleEvents feeds presence events to the pipeline; it has the shape of
+// a presence.Sink so it can be chained into one. An offline status records
+// its exact LastSeen (or the event time); online and away count as seen.
+// Errors are logged: the records are kept for retry.
+func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
+	for _, ev := range events {
+		if ev.Kind != presence.EventStatus || ev.UserID == "" {
+			continue
+		}
+		var err error
+		switch ev.Status {
+		case presence.Offline:
+			at := ev.LastSeen
+			if at.IsZero() {
+				at = ev.At
+			}
+			if at.IsZero() {
+				continue
+			}
+			err = p.RecordExact(ctx, ev.UserID, at)
+		case presence.Online, presence.Away:
+			at := ev.At
+			if at.IsZero() {
+				at = p.cfg.Now()
+			}
+			err = p.Record(ctx, ev.UserID, at)
+		}
+		if err != nil {
+			p.log.Warn("last-seen record failed", "user_id", ev.UserID, "err", err)
+		}
+	}
+}
+
+// push moves the pending records to the buffer in one batch; on failure
+// they stay pending.
+func (p *Pipeline) push(ctx context.Context) error {
+	p.mu.Lock()
+	if len(p.pending) == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	batch := p.pending
+	p.pending = make(map[string]int64, len(batch))
+	p.mu.Unlock()
+
+	entries := make([]store.LastSeen, 0, len(batch))
+	for id, ms := range batch {
+		entries = append(entries, store.LastSeen{UserID: id, At: fromMillis(ms)})
+	}
+	if err := p.buf.Record(ctx, entries); err != nil {
+		p.mu.Lock()
+		for id, ms := range batch {
+			if ms > p.pending[id] {
+				p.pending[id] = ms
+			}
+		}
+		p.mu.Unlock()
+		return fmt.Errorf("lastseen: push %d records: %w", len(entries), err)
+	}
+	return nil
+}
+
+// Flush pushes this node's pending records, gives back stale claims of
+// dead flushers, then writes dirty users to the store in batches of
+// FlushBatch (one statement each), back to back while batches are full.
+// Call it at shutdown, after Run has returned, with a context that bounds
+// the wait. A failed write leaves its users dirty.
+func (p *Pipeline) Flush(ctx context.Context) error {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	start := time.Now()
+	err := p.flush(ctx)
+	p.m.duration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		p.m.errors.Inc()
+	}
+	p.observeBuffer(ctx)
+	return err
+}
+
+func (p *Pipeline) flush(ctx context.Context) error {
+	if err := p.push(ctx); err != nil {
+		return fmt.Errorf("lastseen: flush: %w", err)
+	}
+	n, err := p.buf.Requeue(ctx, p.cfg.Now().Add(-p.cfg.ClaimTimeout))
+	if err != nil {
+		return fmt.Errorf("lastseen: flush: %w", err)
+	}
+	if n > 0 {
+		p.m.requeued.Add(float64(n))
+		p.log.Info("last-seen claims of a dead flusher made dirty again", "users", n)
+	}
+	for {
+		c, err := p.buf.Claim(ctx, p.cfg.FlushBatch, p.cfg.Now())
+		if err != nil {
+			return fmt.Errorf("lastseen: flush: %w", err)
+		}
+		if len(c.Entries) == 0 {
+			return nil
+		}
+		if err := p.write(ctx, c); err != nil {
+			return err
+		}
+		if len(c.Entries) < p.cfg.FlushBatch {
+			return nil
+		}
+	}
+}
+
+// write stores one claim with one statement and ends the claim: Ack on
+// success, Release on failure. Ending runs even when ctx was cancelled
+// meanwhile (shutdown), within a few seconds of its own.
+func (p *Pipeline) write(ctx context.Context, c Claim) error {
+	rows := make([]store.LastSeen, 0, len(c.Entries))
+	for _, e := range c.Entries {
+		if auth.ValidID(e.UserID) && !e.At.IsZero() {
+			rows = append(rows, e)
+		} else {
+			// Only another writer of the shared buffer could put it there;
+			// the store would refuse the whole batch for it.
+			p.log.Warn("invalid last-seen entry dropped from the buffer", "user_id", clip(e.UserID))
+		}
+	}
+	var err error
+	if len(rows) > 0 {
+		wctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimTimeout/2)
+		err = p.st.UpsertLastSeen(wctx, rows)
+		cancel()
+		p.statements.Add(1)
+		p.m.statements.Inc()
+		if err == nil {
+			p.rows.Add(int64(len(rows)))
+			p.m.rows.Add(float64(len(rows)))
+			p.m.batchRows.Observe(float64(len(rows)))
+		}
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err != nil {
+		if rerr := p.buf.Release(ectx, c); rerr != nil {
+			// The claim stays; Requeue gives it back after ClaimTimeout.
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("lastseen: flush: write %d users: %w", len(rows), err)
+	}
+	if err := p.buf.Ack(ectx, c); err != nil {
+		// Written; the claim will be requeued and written once more, which
+		// the store's later-wins upsert makes harmless.
+		return fmt.Errorf("lastseen: flush: %w", err)
+	}
+	return nil
+}
+
+// Trim forgets buffered times older than Retention that are neither dirty
+// nor claimed, in rounds of FlushBatch, and returns how many. Run calls it
+// every ten flush intervals.
+func (p *Pipeline) Trim(ctx context.Context) (int, error) {
+	cutoff := p.cfg.Now().Add(-p.cfg.Retention)
+	total := 0
+	for {
+		n, err := p.buf.Trim(ctx, cutoff, p.cfg.FlushBatch)
+		total += n
+		p.m.trimmed.Add(float64(n))
+		if err != nil {
+			return total, fmt.Errorf("lastseen: trim: %w", err)
+		}
+		if n < p.cfg.FlushBatch {
+			return total, nil
+		}
+	}
+}
+
+// gcRecent drops coarsening entries older than Coarse: they no longer
+// suppress anything, so memory stays bounded by the users active within one
+// interval.
+func (p *Pipeline) gcRecent(now time.Time) {
+	limit := toMillis(now.Add(-p.cfg.Coarse))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, ms := range p.recent {
+		if ms < limit {
+			delete(p.recent, id)
+		}
+	}
+	p.lastGC = now
+}
+
+func (p *Pipeline) maintain(ctx context.Context) {
+	now := p.cfg.Now()
+	p.mu.Lock()
+	gcDue := now.Sub(p.lastGC) >= p.cfg.Coarse
+	p.mu.Unlock()
+	if gcDue {
+		p.gcRecent(now)
+	}
+	if p.lastTrim.IsZero() || now.Sub(p.lastTrim) >= 10*p.cfg.FlushInterval {
+		p.lastTrim = now
+		if _, err := p.Trim(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("last-seen trim failed", "err", err)
+		}
+	}
+}
+
+// Run pushes records every PushInterval and flushes every FlushInterval
+// until ctx ends, then returns nil. After a failed flush it retries with
+// exponential back-off (RetryMin doubling to RetryMax). It does not flush
+// at the end: call Flush with a shutdown deadline.
+func (p *Pipeline) Run(ctx context.Context) error {
+	flushT := time.NewTimer(p.cfg.FlushInterval)
+	defer flushT.Stop()
+	pushT := time.NewTicker(p.cfg.PushInterval)
+	defer pushT.Stop()
+	failures, pushFailing := 0, false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-pushT.C:
+			err := p.push(ctx)
+			switch {
+			case ctx.Err() != nil:
+			case err != nil && !pushFailing:
+				pushFailing = true
+				p.log.Warn("last-seen push failed; records kept for retry", "err", err)
+			case err == nil && pushFailing:
+				pushFailing = false
+				p.log.Info("last-seen push recovered")
+			}
+		case <-flushT.C:
+			err := p.Flush(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			next := p.cfg.FlushInterval
+			if err != nil {
+				failures++
+				next = p.backoff(failures)
+				p.log.Warn("last-seen flush failed; dirty users kept", "err", err, "failures", failures, "retry_in", next)
+			} else if failures > 0 {
+				p.log.Info("last-seen flush recovered", "failures", failures)
+				failures = 0
+			}
+			p.maintain(ctx)
+			flushT.Reset(next)
+		}
+	}
+}
+
+// backoff is the wait before retry number n (1-based).
+func (p *Pipeline) backoff(n int) time.Duration {
+	d := p.cfg.RetryMin
+	for i := 1; i < n && d < p.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, p.cfg.RetryMax)
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * jitter)
+}
+
+// Stats counts the store statements this pipeline sent and the rows they
+// carried.
+type Stats struct {
+	Statements int64 // UpsertLastSeen calls, failed ones included
+	Rows       int64 // rows in successful calls
+}
+
+// Stats returns the pipeline's write counters.
+func (p *Pipeline) Stats() Stats {
+	return Stats{Statements: p.statements.Load(), Rows: p.rows.Load()}
+}
+
+func (p *Pipeline) recentLen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.recent)
+}
+
+func (p *Pipeline) observeBuffer(ctx context.Context) {
+	s, err := p.buf.Stats(ctx)
+	if err != nil {
+		return // the flush error says it already
+	}
+	p.m.bufferUsers.Set(float64(s.Users))
+	p.m.dirty.Set(float64(s.Dirty))
+	p.m.claimed.Set(float64(s.Claimed))
+}
+
+// clip shortens a refused value for an error message.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}

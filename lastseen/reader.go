@@ -1,0 +1,238 @@
+package lastseen
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store"
+)
+
+// StatusReader tells users' current status; presence.Engine satisfies it.
+type StatusReader interface {
+	// Users returns the presence of userIDs, in the order asked.
+	Users(ctx context.Context, userIDs []string) ([]presence.UserPresence, error)
+}
+
+var _ StatusReader = presence.Engine(nil)
+
+// ReaderDeps are what a Reader reads from.
+type ReaderDeps struct {
+	Status StatusReader // required
+	Buffer Buffer       // nil: the store only
+	Store  store.Store  // required
+	Now    func() time.Time
+}
+
+// Reader answers presence queries: status from the presence engine,
+// last-seen from the buffer then the store, filtered by the privacy rules
+// (Filter) for the viewer.
+type Reader struct {
+	d ReaderDeps
+}
+
+// NewReader returns a Reader over d.
+func NewReader(d ReaderDeps) *Reader {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return &Reader{d: d}
+}
+
+// Presence is Presences for one user.
+func (r *Reader) Presence(ctx context.Context, viewerID, userID string) (Presence, error) {
+	out, err := r.Presences(ctx, viewerID, []string{userID})
+	if err != nil {
+		return Presence{}, err
+	}
+	return out[0], nil
+}
+
+// Presences returns what viewerID may see of userIDs, in request order
+// (duplicates answered each time). Whatever the number of users it costs at
+// most: one StatusReader.Users; one Buffer.Get (one ZMSCORE) for the
+// offline users; one store.LastSeen for those the engine and the buffer do
+// not know; one store.Privacy for the targets and the viewer (none when
+// the viewer asks only about themself); one store.ContactOf for the
+// targets whose setting is contacts (none if there are none, or the viewer's
+// own setting hides everything anyway). The callers validate the ids.
+func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []string) ([]Presence, error) {
+	if len(userIDs) == 0 {
+		return []Presence{}, nil
+	}
+	ids := unique(userIDs)
+	targets, err := r.facts(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+
+	var others []string
+	for _, id := range ids {
+		if id != viewerID {
+			others = append(others, id)
+		}
+	}
+	viewerSetting := store.DefaultVisibility
+	if len(others) > 0 {
+		settings, err := r.d.Store.Privacy(ctx, append(others, viewerID))
+		if err != nil {
+			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
+		}
+		viewerSetting = settings[viewerID]
+		var owners []string
+		for _, id := range others {
+			t := targets[id]
+			t.Setting = settings[id]
+			if normalize(t.Setting) == store.Contacts {
+				owners = append(owners, id)
+			}
+		}
+		if len(owners) > 0 && normalize(viewerSetting) != store.Nobody {
+			isContact, err := r.d.Store.ContactOf(ctx, owners, viewerID)
+			if err != nil {
+				return nil, fmt.Errorf("lastseen: read contacts: %w", err)
+			}
+			for _, id := range owners {
+				targets[id].IsContact = isContact[id]
+			}
+		}
+	}
+
+	now := r.d.Now()
+	out := make([]Presence, len(userIDs))
+	for i, id := range userIDs {
+		out[i] = Filter(viewerID, *targets[id], viewerSetting, now)
+	}
+	return out, nil
+}
+
+// PresencesFor returns what each of viewerIDs may see of one user whose
+// presence is already known (a status change to announce to subscribers),
+// in the order of viewerIDs. up.LastSeen is used when set; otherwise the
+// buffer and then the store are asked. It costs one store.Privacy for the
+// target and all viewers and, only when the target's setting is contacts,
+// one store.ContactOf per viewer (the store has no one-owner-many-viewers
+// query yet).
+func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, viewerIDs []string) ([]Presence, error) {
+	t := &Target{UserID: up.UserID, Status: up.Status, LastSeen: up.LastSeen}
+	if t.Status == "" {
+		t.Status = presence.Offline
+	}
+	if t.Status == presence.Offline && t.LastSeen.IsZero() {
+		if err := r.lastSeen(ctx, map[string]*Target{t.UserID: t}, []string{t.UserID}); err != nil {
+			return nil, err
+		}
+	}
+	viewers := unique(viewerIDs)
+	others := make([]string, 0, len(viewers)+1)
+	for _, v := range viewers {
+		if v != up.UserID {
+			others = append(others, v)
+		}
+	}
+	settings := map[string]store.Visibility{}
+	isContact := map[string]bool{}
+	if len(others) > 0 {
+		var err error
+		settings, err = r.d.Store.Privacy(ctx, append(others, up.UserID))
+		if err != nil {
+			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
+		}
+		t.Setting = settings[up.UserID]
+		if normalize(t.Setting) == store.Contacts {
+			for _, v := range others {
+				if normalize(settings[v]) == store.Nobody {
+					continue
+				}
+				c, err := r.d.Store.ContactOf(ctx, []string{up.UserID}, v)
+				if err != nil {
+					return nil, fmt.Errorf("lastseen: read contacts: %w", err)
+				}
+				isContact[v] = c[up.UserID]
+			}
+		}
+	}
+	now := r.d.Now()
+	out := make([]Presence, len(viewerIDs))
+	for i, v := range viewerIDs {
+		tv := *t
+		tv.IsContact = isContact[v]
+		out[i] = Filter(v, tv, settings[v], now)
+	}
+	return out, nil
+}
+
+// facts gathers the true status and last-seen of ids (unique).
+func (r *Reader) facts(ctx context.Context, ids []string) (map[string]*Target, error) {
+	ups, err := r.d.Status.Users(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lastseen: read status: %w", err)
+	}
+	targets := make(map[string]*Target, len(ids))
+	var offline []string
+	for i, id := range ids {
+		t := &Target{UserID: id, Status: presence.Offline}
+		if i < len(ups) && ups[i].UserID == id {
+			t.Status, t.LastSeen = ups[i].Status, ups[i].LastSeen
+		}
+		if t.Status != presence.Online && t.Status != presence.Away {
+			t.Status = presence.Offline
+			offline = append(offline, id)
+		}
+		targets[id] = t
+	}
+	if err := r.lastSeen(ctx, targets, offline); err != nil {
+		return nil, err
+	}
+	return targets, nil
+}
+
+// lastSeen fills the last-seen of the offline ids: the later of what the
+// engine remembered and the buffer holds, else the store.
+func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offline []string) error {
+	if len(offline) == 0 {
+		return nil
+	}
+	if r.d.Buffer != nil {
+		times, err := r.d.Buffer.Get(ctx, offline)
+		if err != nil {
+			return fmt.Errorf("lastseen: read buffer: %w", err)
+		}
+		for i, id := range offline {
+			if t := targets[id]; times[i].After(t.LastSeen) {
+				t.LastSeen = times[i]
+			}
+		}
+	}
+	var misses []string
+	for _, id := range offline {
+		if targets[id].LastSeen.IsZero() {
+			misses = append(misses, id)
+		}
+	}
+	if len(misses) == 0 {
+		return nil
+	}
+	stored, err := r.d.Store.LastSeen(ctx, misses)
+	if err != nil {
+		return fmt.Errorf("lastseen: read store: %w", err)
+	}
+	for _, id := range misses {
+		targets[id].LastSeen = stored[id]
+	}
+	return nil
+}
+
+// unique returns ids without duplicates, in first-seen order.
+func unique(ids []string) []string {
+	seen := make(map[string]struct{}, len(ids))
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := seen[id]; !ok {
+			seen[id] = struct{}{}
+			out = append(out, id)
+		}
+	}
+	return out
+}

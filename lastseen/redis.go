@@ -1,0 +1,210 @@
+package lastseen
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/store"
+)
+
+// DefaultPrefix is the default of PRESENCE_REDIS_PREFIX.
+const DefaultPrefix = "presence"
+
+// RedisConfig tunes NewRedis. Zero values mean the defaults.
+type RedisConfig struct {
+	// Prefix of every key (PRESENCE_REDIS_PREFIX), "presence" by default.
+	Prefix string
+	// RecordChunk bounds the users written by one script call, 1000.
+	RecordChunk int
+}
+
+// Redis is the cluster-mode Buffer, shared by every node. Its keys carry
+// the hash tag {lastseen}, so the scripts' keys share one Redis Cluster
+// slot:
+//
+//	<prefix>:{lastseen}          zset  user → last seen (Unix ms)
+//	<prefix>:{lastseen}:dirty    set   users changed since their last write to the store
+//	<prefix>:{lastseen}:claimed  zset  user → claim time (Unix ms), users being written
+//
+// Every change is one Lua script (lua/*.lua), so a crash can never leave a
+// user neither dirty, claimed nor written.
+type Redis struct {
+	c                     redis.UniversalClient
+	times, dirty, claimed string
+	chunk                 int
+}
+
+var _ Buffer = (*Redis)(nil)
+
+var (
+	//go:embed lua/record.lua
+	recordLua string
+	//go:embed lua/claim.lua
+	claimLua string
+	//go:embed lua/ack.lua
+	ackLua string
+	//go:embed lua/requeue.lua
+	requeueLua string
+	//go:embed lua/trim.lua
+	trimLua string
+
+	recordScript  = redis.NewScript(recordLua)
+	claimScript   = redis.NewScript(claimLua)
+	ackScript     = redis.NewScript(ackLua)
+	requeueScript = redis.NewScript(requeueLua)
+	trimScript    = redis.NewScript(trimLua)
+)
+
+// NewRedis returns the buffer over client (a single server, Sentinel or
+// Cluster client).
+func NewRedis(client redis.UniversalClient, cfg RedisConfig) *Redis {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if cfg.RecordChunk <= 0 {
+		cfg.RecordChunk = 1000
+	}
+	base := cfg.Prefix + ":{lastseen}"
+	return &Redis{c: client, times: base, dirty: base + ":dirty", claimed: base + ":claimed", chunk: cfg.RecordChunk}
+}
+
+// Keys returns the buffer's Redis keys: times, dirty and claimed.
+func (r *Redis) Keys() (times, dirty, claimed string) { return r.times, r.dirty, r.claimed }
+
+func redisErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("lastseen: redis %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// Record implements Buffer: one script call per chunk of users.
+func (r *Redis) Record(ctx context.Context, entries []store.LastSeen) error {
+	for len(entries) > 0 {
+		n := min(len(entries), r.chunk)
+		args := make([]any, 0, 2*n)
+		for _, e := range entries[:n] {
+			args = append(args, e.UserID, toMillis(e.At))
+		}
+		if err := recordScript.Run(ctx, r.c, []string{r.times, r.dirty}, args...).Err(); err != nil {
+			return redisErr("record", err)
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+// Get implements Buffer: one ZMSCORE.
+func (r *Redis) Get(ctx context.Context, userIDs []string) ([]time.Time, error) {
+	out := make([]time.Time, len(userIDs))
+	if len(userIDs) == 0 {
+		return out, nil
+	}
+	scores, err := r.c.ZMScore(ctx, r.times, userIDs...).Result()
+	if err != nil {
+		return nil, redisErr("get", err)
+	}
+	for i, s := range scores {
+		if s > 0 && i < len(out) {
+			out[i] = fromMillis(int64(s))
+		}
+	}
+	return out, nil
+}
+
+// Claim implements Buffer.
+func (r *Redis) Claim(ctx context.Context, n int, now time.Time) (Claim, error) {
+	c := Claim{At: toMillis(now)}
+	if n <= 0 {
+		return c, nil
+	}
+	res, err := claimScript.Run(ctx, r.c, []string{r.times, r.dirty, r.claimed}, n, c.At).Slice()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return c, nil
+		}
+		return c, redisErr("claim", err)
+	}
+	c.Entries = make([]store.LastSeen, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		id, _ := res[i].(string)
+		s, _ := res[i+1].(string)
+		ms, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return c, fmt.Errorf("lastseen: redis claim: bad score %q for %q", s, id)
+		}
+		c.Entries = append(c.Entries, store.LastSeen{UserID: id, At: fromMillis(int64(ms))})
+	}
+	return c, nil
+}
+
+// Ack implements Buffer.
+func (r *Redis) Ack(ctx context.Context, c Claim) error {
+	return redisErr("ack", r.end(ctx, c, "0"))
+}
+
+// Release implements Buffer.
+func (r *Redis) Release(ctx context.Context, c Claim) error {
+	return redisErr("release", r.end(ctx, c, "1"))
+}
+
+func (r *Redis) end(ctx context.Context, c Claim, release string) error {
+	for len(c.Entries) > 0 {
+		n := min(len(c.Entries), r.chunk)
+		args := make([]any, 0, 2+n)
+		args = append(args, c.At, release)
+		for _, e := range c.Entries[:n] {
+			args = append(args, e.UserID)
+		}
+		if err := ackScript.Run(ctx, r.c, []string{r.claimed, r.dirty}, args...).Err(); err != nil {
+			return err
+		}
+		c.Entries = c.Entries[n:]
+	}
+	return nil
+}
+
+// Requeue implements Buffer.
+func (r *Redis) Requeue(ctx context.Context, cutoff time.Time) (int, error) {
+	total := 0
+	for {
+		n, err := requeueScript.Run(ctx, r.c, []string{r.claimed, r.dirty}, toMillis(cutoff), r.chunk).Int()
+		if err != nil {
+			return total, redisErr("requeue", err)
+		}
+		total += n
+		if n < r.chunk {
+			return total, nil
+		}
+	}
+}
+
+// Trim implements Buffer.
+func (r *Redis) Trim(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	n, err := trimScript.Run(ctx, r.c, []string{r.times, r.dirty, r.claimed}, toMillis(cutoff), limit).Int()
+	return n, redisErr("trim", err)
+}
+
+// Stats implements Buffer: one pipelined round trip.
+func (r *Redis) Stats(ctx context.Context) (BufferStats, error) {
+	var users, dirty, claimed *redis.IntCmd
+	_, err := r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		users = p.ZCard(ctx, r.times)
+		dirty = p.SCard(ctx, r.dirty)
+		claimed = p.ZCard(ctx, r.claimed)
+		return nil
+	})
+	if err != nil {
+		return BufferStats{}, redisErr("stats", err)
+	}
+	return BufferStats{Users: users.Val(), Dirty: dirty.Val(), Claimed: claimed.Val()}, nil
+}

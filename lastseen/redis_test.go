@@ -1,0 +1,95 @@
+package lastseen_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/lastseen"
+	"github.com/presenced/presenced/store"
+)
+
+func TestRedisBuffer(t *testing.T) {
+	runBufferSuite(t, func(t *testing.T) lastseen.Buffer {
+		b, _ := redisBuffer(t)
+		return b
+	})
+}
+
+// The keys share the {lastseen} hash tag (one Redis Cluster slot for the
+// scripts) under the configured prefix, and hold what they claim to.
+func TestRedisKeys(t *testing.T) {
+	ctx := t.Context()
+	c := redisClient(t)
+	prefix := "lstest:" + randHex(6)
+	b := redisBufferAt(t, c, prefix)
+	times, dirty, claimed := b.Keys()
+	for got, want := range map[string]string{
+		times:   prefix + ":{lastseen}",
+		dirty:   prefix + ":{lastseen}:dirty",
+		claimed: prefix + ":{lastseen}:claimed",
+	} {
+		if got != want {
+			t.Errorf("key %q, want %q", got, want)
+		}
+	}
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0}, {UserID: "b", At: t0}}))
+	if ms, err := c.ZScore(ctx, times, "a").Result(); err != nil || int64(ms) != t0.UnixMilli() {
+		t.Fatalf("ZSCORE %s a = %v, %v", times, ms, err)
+	}
+	if n, _ := c.SCard(ctx, dirty).Result(); n != 2 {
+		t.Fatalf("SCARD dirty = %d", n)
+	}
+	if _, err := b.Claim(ctx, 1, t0.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ZRangeWithScores(ctx, claimed, 0, -1).Result()
+	if err != nil || len(got) != 1 || int64(got[0].Score) != t0.Add(time.Second).UnixMilli() {
+		t.Fatalf("claimed zset = %v, %v", got, err)
+	}
+
+	if k, _, _ := lastseen.NewRedis(c, lastseen.RedisConfig{}).Keys(); k != "presence:{lastseen}" {
+		t.Errorf("default key %q, want presence:{lastseen}", k)
+	}
+}
+
+// The scripts survive SCRIPT FLUSH (EVALSHA falls back to EVAL).
+func TestRedisScriptFlush(t *testing.T) {
+	ctx := t.Context()
+	b, c := redisBuffer(t)
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0}}))
+	must(t, c.ScriptFlush(ctx).Err())
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0.Add(time.Second)}}))
+	wantGet(t, b, []string{"a"}, []time.Time{t0.Add(time.Second)})
+}
+
+// An unreachable Redis is ErrUnavailable, for every operation.
+func TestRedisUnavailable(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+	defer c.Close()
+	b := lastseen.NewRedis(c, lastseen.RedisConfig{Prefix: "x"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	check := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, lastseen.ErrUnavailable) {
+			t.Errorf("%s: %v, want ErrUnavailable", op, err)
+		}
+	}
+	check("record", b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0}}))
+	_, err := b.Get(ctx, []string{"a"})
+	check("get", err)
+	_, err = b.Claim(ctx, 1, t0)
+	check("claim", err)
+	check("ack", b.Ack(ctx, lastseen.Claim{At: 1, Entries: []store.LastSeen{{UserID: "a", At: t0}}}))
+	check("release", b.Release(ctx, lastseen.Claim{At: 1, Entries: []store.LastSeen{{UserID: "a", At: t0}}}))
+	_, err = b.Requeue(ctx, t0)
+	check("requeue", err)
+	_, err = b.Trim(ctx, t0, 1)
+	check("trim", err)
+	_, err = b.Stats(ctx)
+	check("stats", err)
+}

@@ -1,0 +1,222 @@
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// StatusBus carries users' status changes to the nodes that have
+// subscribers for them, and only to those: a node Watches the users its
+// sockets subscribed to, so the fan-out grows with interest, not with the
+// cluster or the rooms.
+type StatusBus interface {
+	// Publish announces a status change (an EventStatus).
+	Publish(ctx context.Context, e Event) error
+	// Watch and Unwatch change this node's interest; they are cheap and
+	// counted by the caller (one Watch per user with local subscribers).
+	Watch(userIDs ...string)
+	Unwatch(userIDs ...string)
+	// Run delivers the status changes of watched users until ctx ends.
+	Run(ctx context.Context, deliver func(context.Context, Event)) error
+}
+
+// LocalBus is the single-node StatusBus: a publish is delivered in process.
+type LocalBus struct {
+	mu      sync.RWMutex
+	watched map[string]bool
+	deliver func(context.Context, Event)
+}
+
+var _ StatusBus = (*LocalBus)(nil)
+
+// NewLocalBus creates a LocalBus.
+func NewLocalBus() *LocalBus { return &LocalBus{watched: map[string]bool{}} }
+
+// Publish implements StatusBus.
+func (b *LocalBus) Publish(ctx context.Context, e Event) error {
+	b.mu.RLock()
+	d, ok := b.deliver, b.watched[e.UserID]
+	b.mu.RUnlock()
+	if ok && d != nil {
+		d(ctx, e)
+	}
+	return nil
+}
+
+// Watch implements StatusBus.
+func (b *LocalBus) Watch(ids ...string) {
+	b.mu.Lock()
+	for _, id := range ids {
+		b.watched[id] = true
+	}
+	b.mu.Unlock()
+}
+
+// Unwatch implements StatusBus.
+func (b *LocalBus) Unwatch(ids ...string) {
+	b.mu.Lock()
+	for _, id := range ids {
+		delete(b.watched, id)
+	}
+	b.mu.Unlock()
+}
+
+// Run implements StatusBus.
+func (b *LocalBus) Run(ctx context.Context, deliver func(context.Context, Event)) error {
+	b.mu.Lock()
+	b.deliver = deliver
+	b.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// RedisBus publishes each status change on the user's own channel
+// (<prefix>:status:<user>) and subscribes to the channels of watched users.
+type RedisBus struct {
+	rdb    redis.UniversalClient
+	prefix string
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	watched map[string]bool
+	changes chan struct{}
+}
+
+var _ StatusBus = (*RedisBus)(nil)
+
+// NewRedisBus creates a RedisBus.
+func NewRedisBus(rdb redis.UniversalClient, prefix string, log *slog.Logger) *RedisBus {
+	if prefix == "" {
+		prefix = "presence"
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &RedisBus{rdb: rdb, prefix: prefix, log: log, watched: map[string]bool{}, changes: make(chan struct{}, 1)}
+}
+
+func (b *RedisBus) channel(user string) string { return b.prefix + ":status:" + user }
+
+// statusMsg is the wire form of a status change.
+type statusMsg struct {
+	UserID   string `json:"u"`
+	Status   Status `json:"s"`
+	At       int64  `json:"at"`
+	LastSeen int64  `json:"ls,omitempty"`
+}
+
+// Publish implements StatusBus.
+func (b *RedisBus) Publish(ctx context.Context, e Event) error {
+	m := statusMsg{UserID: e.UserID, Status: e.Status, At: e.At.UnixMilli()}
+	if !e.LastSeen.IsZero() {
+		m.LastSeen = e.LastSeen.UnixMilli()
+	}
+	payload, _ := json.Marshal(m)
+	if err := b.rdb.Publish(ctx, b.channel(e.UserID), payload).Err(); err != nil {
+		return unavailable("publish status", err)
+	}
+	return nil
+}
+
+// Watch implements StatusBus.
+func (b *RedisBus) Watch(ids ...string) { b.change(ids, true) }
+
+// Unwatch implements StatusBus.
+func (b *RedisBus) Unwatch(ids ...string) { b.change(ids, false) }
+
+func (b *RedisBus) change(ids []string, on bool) {
+	b.mu.Lock()
+	for _, id := range ids {
+		if on {
+			b.watched[id] = true
+		} else {
+			delete(b.watched, id)
+		}
+	}
+	b.mu.Unlock()
+	select {
+	case b.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Run implements StatusBus. It keeps one subscription connection whose
+// channel set follows Watch/Unwatch; after a connection loss go-redis
+// resubscribes by itself.
+func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)) error {
+	ps := b.rdb.Subscribe(ctx)
+	defer ps.Close()
+	msgs := ps.Channel(redis.WithChannelSize(1024))
+	subscribed := map[string]bool{}
+	failed := false
+	resync := func() {
+		failed = true
+		b.mu.Lock()
+		var add, del []string
+		for id := range b.watched {
+			if !subscribed[id] {
+				add = append(add, b.channel(id))
+			}
+		}
+		for id := range subscribed {
+			if !b.watched[id] {
+				del = append(del, b.channel(id))
+			}
+		}
+		b.mu.Unlock()
+		if len(add) > 0 {
+			if err := ps.Subscribe(ctx, add...); err != nil {
+				b.log.Warn("status subscribe failed; retrying", "err", err)
+				return
+			}
+			for _, c := range add {
+				subscribed[strings.TrimPrefix(c, b.prefix+":status:")] = true
+			}
+		}
+		if len(del) > 0 {
+			if err := ps.Unsubscribe(ctx, del...); err != nil {
+				b.log.Warn("status unsubscribe failed; retrying", "err", err)
+				return
+			}
+			for _, c := range del {
+				delete(subscribed, strings.TrimPrefix(c, b.prefix+":status:"))
+			}
+		}
+		failed = false
+	}
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-b.changes:
+			resync()
+		case <-retry.C:
+			if failed {
+				resync()
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				return fmt.Errorf("presence: status subscription closed")
+			}
+			var sm statusMsg
+			if err := json.Unmarshal([]byte(m.Payload), &sm); err != nil || sm.UserID == "" {
+				b.log.Warn("bad status message dropped", "channel", m.Channel)
+				continue
+			}
+			e := Event{Kind: EventStatus, UserID: sm.UserID, Status: sm.Status, At: time.UnixMilli(sm.At).UTC()}
+			if sm.LastSeen > 0 {
+				e.LastSeen = time.UnixMilli(sm.LastSeen).UTC()
+			}
+			deliver(ctx, e)
+		}
+	}
+}
