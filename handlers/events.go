@@ -243,7 +243,8 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (map[string
 	if err := h.engine.Heartbeat(ctx, c.sid, active); err != nil {
 		return nil, err
 	}
-	if active && h.activity != nil {
+	if h.activity != nil {
+		// a live connection counts as seen, active or not
 		h.activity(ctx, c.UserID, h.now())
 	}
 	next := h.cfg.HeartbeatInterval

@@ -71,7 +71,7 @@ type SocketDeps struct {
 	// presence:subscribe. Without them those events answer "unavailable".
 	Viewers       Viewers
 	Subscriptions *Subscriptions
-	// Activity, when set, is told of each active heartbeat (the last-seen
+	// Activity, when set, is told of each heartbeat (the last-seen
 	// pipeline coarsens these).
 	Activity func(ctx context.Context, userID string, at time.Time)
 }
