@@ -449,7 +449,7 @@ Settings:
 		if def == "" {
 			def = "-"
 		}
-		fmt.Fprintf(w, "  --%-22s %-28s default %s\n      %s\n", s.flag(), s.env, def, s.help)
+		fmt.Fprintf(w, "  --%-25s %-33s default %s\n      %s\n", s.flag(), s.env, def, s.help)
 	}
 	fmt.Fprint(w, `
 Dev mode: with none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL and

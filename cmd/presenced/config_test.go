@@ -301,3 +301,17 @@ func TestUnknownCommand(t *testing.T) {
 		t.Errorf("exit %d, want 2", got)
 	}
 }
+
+// TestREADMEListsEverySetting keeps the README's configuration table true
+// to the code.
+func TestREADMEListsEverySetting(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if !strings.Contains(string(b), "`"+s.env+"`") {
+			t.Errorf("README does not document %s", s.env)
+		}
+	}
+}
