@@ -1,0 +1,117 @@
+package presence_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// roundTrips counts the client's round trips to Redis: one per command sent
+// alone, one per pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+
+func TestRedisCosts(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: 45 * time.Second}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Tick(ctx); err != nil { // registers the node, loads scripts
+		t.Fatal(err)
+	}
+	const k = 20
+	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range k {
+		if _, err := eng.Join(ctx, "s1", fmt.Sprintf("c%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := &roundTrips{}
+	rdb.AddHook(counter)
+	for _, active := range []bool{true, false} {
+		counter.n.Store(0)
+		if err := eng.Heartbeat(ctx, "s1", active); err != nil {
+			t.Fatal(err)
+		}
+		if got := counter.n.Load(); got != 1 {
+			t.Errorf("heartbeat (active=%v) of a socket in %d conversations: %d round trips, want 1", active, k, got)
+		}
+	}
+
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("u%d", i)
+	}
+	counter.n.Store(0)
+	if _, err := eng.Users(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter.n.Load(); got != 1 {
+		t.Errorf("status of 1000 users: %d round trips, want 1", got)
+	}
+}
+
+func TestRedisRefreshBatches(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	clock.Store(now.UnixMilli())
+	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
+	eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix, RefreshBatch: 1000})
+	const sockets = 1000
+	for i := range sockets {
+		sid := fmt.Sprintf("s%d", i)
+		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			if _, err := eng.Join(ctx, sid, fmt.Sprintf("c%d", (i+j)%50)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counter := &roundTrips{}
+	rdb.AddHook(counter)
+	clock.Add((16 * time.Second).Milliseconds()) // past TTL/3: the refresh is due
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 3,000 socket-conversation entries at 500 per pipeline: 6 round trips,
+	// plus the tick's lease, dead-node check and timers (a handful).
+	if got := counter.n.Load(); got > 12 {
+		t.Errorf("refresh of %d sockets in 3 conversations: %d round trips, want ≤ 12", sockets, got)
+	}
+	score, err := rdb.ZScore(ctx, prefix+":{c:c7}:sk", "s7").Result()
+	if err != nil || int64(score) != clock.Load() {
+		t.Errorf("socket s7 in c7 not re-scored: %v %v, want %d", score, err, clock.Load())
+	}
+}
