@@ -17,6 +17,12 @@ type Memory struct {
 	convs   map[string]*mConv
 	users   map[string]*mUser
 	leases  map[string]time.Time // node → last lease renewal
+
+	// pending timers, so that a tick visits only what may be due
+	typingConvs map[string]struct{}
+	graceConvs  map[string]struct{}
+	graceUsers  map[string]struct{}
+	lastFull    time.Time
 }
 
 type mSocket struct {
@@ -57,6 +63,10 @@ func NewMemory() *Memory {
 		convs:   map[string]*mConv{},
 		users:   map[string]*mUser{},
 		leases:  map[string]time.Time{},
+
+		typingConvs: map[string]struct{}{},
+		graceConvs:  map[string]struct{}{},
+		graceUsers:  map[string]struct{}{},
 	}
 }
 
@@ -64,6 +74,8 @@ func NewMemory() *Memory {
 type MemoryEngine struct {
 	m   *Memory
 	cfg Config
+
+	lastRefresh time.Time // guarded by m.mu
 }
 
 var _ Engine = (*MemoryEngine)(nil)
@@ -152,6 +164,7 @@ func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, re
 	}
 	u.graceUntil = now.Add(grace)
 	u.disconnectedAt = now
+	m.graceUsers[s.user] = struct{}{}
 	return b
 }
 
@@ -177,6 +190,7 @@ func (m *Memory) leaveConv(s *mSocket, conv string, now time.Time, grace time.Du
 	if reason == ReasonDisconnected && grace > 0 {
 		mem.graceUntil = now.Add(grace)
 		mem.leftAt = now
+		m.graceConvs[conv] = struct{}{}
 		return b
 	}
 	at := now
@@ -359,6 +373,7 @@ func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) e
 		t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
 	} else {
 		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
+		m.typingConvs[conv] = struct{}{}
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
 	}
 	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
@@ -450,11 +465,14 @@ func (e *MemoryEngine) Tick(ctx context.Context) error {
 	var b batch
 	m := e.m
 	m.mu.Lock()
-	// this node is alive, and so are its sockets
+	// this node is alive, and so are its sockets (re-scored every TTL/3)
 	m.leases[e.cfg.NodeID] = now
-	for _, s := range m.sockets {
-		if s.node == e.cfg.NodeID {
-			s.refreshed = now
+	if now.Sub(e.lastRefresh) >= e.cfg.TTL/3 {
+		e.lastRefresh = now
+		for _, s := range m.sockets {
+			if s.node == e.cfg.NodeID {
+				s.refreshed = now
+			}
 		}
 	}
 	b = m.expire(now, e.cfg, b)
@@ -463,57 +481,105 @@ func (e *MemoryEngine) Tick(ctx context.Context) error {
 	return nil
 }
 
+// fullScanEvery is how often the timers that need a scan of every socket
+// or user (entries past their TTL, away transitions) run.
+const fullScanEvery = time.Second
+
 // expire runs every timer of the backend; whichever node ticks first does
-// the work, once, under the lock.
+// the work, once, under the lock. Typing expiry and flap graces only visit
+// the conversations and users that have one pending; dead nodes cost a
+// look at the leases; the full scans run once a second.
 func (m *Memory) expire(now time.Time, cfg Config, b batch) batch {
-	// Dead nodes and sockets not refreshed within TTL: removed without grace.
-	var dead []*mSocket
-	for _, s := range m.sockets {
-		lease, ok := m.leases[s.node]
-		if (ok && now.Sub(lease) >= cfg.LeaseTTL) || now.Sub(s.refreshed) >= cfg.TTL {
-			if ok && lease.After(s.refreshed) {
-				s.refreshed = lease
-			}
-			dead = append(dead, s)
-		}
-	}
-	slices.SortFunc(dead, func(a, b *mSocket) int { return cmp.Compare(a.id, b.id) })
-	for _, s := range dead {
-		b = m.removeSocket(s, now, 0, ReasonTimeout, b)
-	}
+	lapsed := map[string]bool{}
 	for node, lease := range m.leases {
 		if now.Sub(lease) >= cfg.LeaseTTL {
+			lapsed[node] = true
+		}
+	}
+	full := now.Sub(m.lastFull) >= fullScanEvery
+	if full || len(lapsed) > 0 {
+		// Dead nodes' sockets and sockets not refreshed within TTL go
+		// without grace; their last proof of life is their lastSeen.
+		var dead []*mSocket
+		for _, s := range m.sockets {
+			lease, ok := m.leases[s.node]
+			if lapsed[s.node] || (full && now.Sub(s.refreshed) >= cfg.TTL) {
+				if ok && lease.After(s.refreshed) {
+					s.refreshed = lease
+				}
+				dead = append(dead, s)
+			}
+		}
+		slices.SortFunc(dead, func(a, b *mSocket) int { return cmp.Compare(a.id, b.id) })
+		for _, s := range dead {
+			b = m.removeSocket(s, now, 0, ReasonTimeout, b)
+		}
+		for node := range lapsed {
 			delete(m.leases, node)
 		}
 	}
 
-	for _, conv := range sortedKeys(m.convs) {
+	for _, conv := range sortedKeys(m.typingConvs) {
 		c := m.convs[conv]
+		if c == nil || len(c.typing) == 0 {
+			delete(m.typingConvs, conv)
+			continue
+		}
 		for _, user := range sortedKeys(c.typing) {
 			if t := c.typing[user]; !t.until.After(now) {
 				delete(c.typing, user)
 				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: user, At: now, Typing: false})
 			}
 		}
-		for _, user := range sortedKeys(c.members) {
-			mem := c.members[user]
-			if len(mem.socks) == 0 && !mem.graceUntil.IsZero() && !mem.graceUntil.After(now) {
-				delete(c.members, user)
-				b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: mem.leftAt, Reason: ReasonDisconnected})
-			}
+		if len(c.typing) == 0 {
+			delete(m.typingConvs, conv)
 		}
 		m.dropIfEmpty(conv, c)
 	}
-
-	for _, user := range sortedKeys(m.users) {
+	for _, conv := range sortedKeys(m.graceConvs) {
+		c := m.convs[conv]
+		if c == nil {
+			delete(m.graceConvs, conv)
+			continue
+		}
+		pending := false
+		for _, user := range sortedKeys(c.members) {
+			mem := c.members[user]
+			if len(mem.socks) > 0 || mem.graceUntil.IsZero() {
+				continue
+			}
+			if mem.graceUntil.After(now) {
+				pending = true
+				continue
+			}
+			delete(c.members, user)
+			b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: mem.leftAt, Reason: ReasonDisconnected})
+		}
+		if !pending {
+			delete(m.graceConvs, conv)
+		}
+		m.dropIfEmpty(conv, c)
+	}
+	for _, user := range sortedKeys(m.graceUsers) {
 		u := m.users[user]
 		switch {
-		case len(u.socks) == 0 && !u.graceUntil.IsZero() && !u.graceUntil.After(now):
+		case u == nil || len(u.socks) > 0 || u.graceUntil.IsZero():
+			delete(m.graceUsers, user)
+		case !u.graceUntil.After(now):
 			b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Offline, LastSeen: u.disconnectedAt})
 			delete(m.users, user)
-		case len(u.socks) > 0 && u.status == Online && now.Sub(u.activity) >= cfg.AwayAfter:
-			u.status = Away
-			b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Away})
+			delete(m.graceUsers, user)
+		}
+	}
+
+	if full {
+		m.lastFull = now
+		for _, user := range sortedKeys(m.users) {
+			u := m.users[user]
+			if len(u.socks) > 0 && u.status == Online && now.Sub(u.activity) >= cfg.AwayAfter {
+				u.status = Away
+				b = append(b, Event{Kind: EventStatus, UserID: user, At: now, Status: Away})
+			}
 		}
 	}
 	return b
