@@ -111,10 +111,6 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 		reply(nil, errorf(CodeUnavailable, "connection not ready"))
 		return
 	}
-	if !c.connected.Load() {
-		reply(nil, errorf(CodeUnavailable, "presence is unavailable for this connection; reconnect"))
-		return
-	}
 	p, err := decode(args)
 	if err != nil {
 		reply(nil, err)
@@ -122,6 +118,22 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
 	defer cancel()
+	if !c.connected.Load() {
+		// The engine did not take the connection (its backend was down):
+		// try again now rather than leaving the socket unusable.
+		if err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
+			reply(nil, err)
+			return
+		}
+		c.connected.Store(true)
+		if c.sock.Disconnected() {
+			// closed meanwhile: its disconnect work may have skipped the
+			// engine; the engine's Disconnect is idempotent
+			_ = h.engine.Disconnect(ctx, c.sid)
+			reply(nil, errorf(CodeUnavailable, "connection is closing"))
+			return
+		}
+	}
 	reply(fn(ctx, c, p))
 }
 
