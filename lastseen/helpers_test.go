@@ -318,6 +318,16 @@ func (f *fakeStore) ContactOf(_ context.Context, owners []string, viewer string)
 	return out, nil
 }
 
+func (f *fakeStore) ContactsAmong(_ context.Context, owner string, candidates []string) (map[string]bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for _, c := range candidates {
+		out[c] = f.contacts[owner][c]
+	}
+	return out, nil
+}
+
 func (f *fakeStore) SetMembers(context.Context, string, []string) ([]string, error) { return nil, nil }
 func (f *fakeStore) IsMember(context.Context, string, string) (bool, error)         { return false, nil }
 func (f *fakeStore) Members(context.Context, string) ([]string, error)              { return nil, nil }
@@ -327,7 +337,7 @@ func (f *fakeStore) Close() error                                               
 // wrapStore counts the calls this package makes and can fail upserts.
 type wrapStore struct {
 	store.Store
-	upserts, lastSeen, privacy, contactOf atomic.Int64
+	upserts, lastSeen, privacy, contactOf, contactsAmong atomic.Int64
 	// failNext upserts fail while it is positive (decremented per failure).
 	failNext atomic.Int64
 	// failOn, when set, fails the upsert calls for which it returns true
@@ -364,6 +374,11 @@ func (w *wrapStore) Privacy(ctx context.Context, ids []string) (map[string]store
 	return w.Store.Privacy(ctx, ids)
 }
 
+func (w *wrapStore) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
+	w.contactsAmong.Add(1)
+	return w.Store.ContactsAmong(ctx, owner, candidates)
+}
+
 func (w *wrapStore) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
 	w.contactOf.Add(1)
 	return w.Store.ContactOf(ctx, owners, viewer)
@@ -374,6 +389,7 @@ func (w *wrapStore) resetCounts() {
 	w.lastSeen.Store(0)
 	w.privacy.Store(0)
 	w.contactOf.Store(0)
+	w.contactsAmong.Store(0)
 }
 
 // stores runs fn against the fake store and, when reachable, PostgreSQL.

@@ -112,8 +112,7 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 // in the order of viewerIDs. up.LastSeen is used when set; otherwise the
 // buffer and then the store are asked. It costs one store.Privacy for the
 // target and all viewers and, only when the target's setting is contacts,
-// one store.ContactOf per viewer (the store has no one-owner-many-viewers
-// query yet).
+// one store.ContactsAmong.
 func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, viewerIDs []string) ([]Presence, error) {
 	t := &Target{UserID: up.UserID, Status: up.Status, LastSeen: up.LastSeen}
 	if t.Status == "" {
@@ -141,15 +140,17 @@ func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, vie
 		}
 		t.Setting = settings[up.UserID]
 		if normalize(t.Setting) == store.Contacts {
+			var ask []string
 			for _, v := range others {
-				if normalize(settings[v]) == store.Nobody {
-					continue
+				if normalize(settings[v]) != store.Nobody {
+					ask = append(ask, v)
 				}
-				c, err := r.d.Store.ContactOf(ctx, []string{up.UserID}, v)
+			}
+			if len(ask) > 0 {
+				isContact, err = r.d.Store.ContactsAmong(ctx, up.UserID, ask)
 				if err != nil {
 					return nil, fmt.Errorf("lastseen: read contacts: %w", err)
 				}
-				isContact[v] = c[up.UserID]
 			}
 		}
 	}

@@ -251,9 +251,9 @@ func TestReaderPresencesFor(t *testing.T) {
 	if st.privacy.Load() != 1 || st.lastSeen.Load() != 0 {
 		t.Errorf("privacy %d lastSeen %d, want 1 and 0", st.privacy.Load(), st.lastSeen.Load())
 	}
-	// friend and stranger (shyfriend hides everything anyway).
-	if n := st.contactOf.Load(); n != 2 {
-		t.Errorf("ContactOf %d, want 2", n)
+	// one query for friend and stranger (shyfriend hides everything anyway)
+	if n, m := st.contactOf.Load(), st.contactsAmong.Load(); n != 0 || m != 1 {
+		t.Errorf("ContactOf %d, ContactsAmong %d, want 0 and 1", n, m)
 	}
 
 	// Online: no last-seen lookup at all; unknown offline time: looked up.

@@ -254,13 +254,25 @@ func (p *Postgres) SetContacts(ctx context.Context, userID string, contacts []st
 	return err
 }
 
+// ContactsAmong implements Store.
+func (p *Postgres) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
+	return p.contactsQuery(ctx, "contacts among", owner, "owner id", candidates, "candidate id",
+		`SELECT contact_id FROM contacts WHERE owner_id = $2 AND contact_id = ANY($1)`)
+}
+
 // ContactOf implements Store.
 func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	const op = "contact of"
-	if err := checkID(op, "viewer id", viewer); err != nil {
+	return p.contactsQuery(ctx, "contact of", viewer, "viewer id", owners, "owner id",
+		`SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`)
+}
+
+// contactsQuery answers, for each id of a list, whether a row pairs it with
+// one fixed user; the query selects the matching ids of $1 given $2.
+func (p *Postgres) contactsQuery(ctx context.Context, op, one, oneName string, list []string, listName, query string) (map[string]bool, error) {
+	if err := checkID(op, oneName, one); err != nil {
 		return nil, err
 	}
-	ids, err := uniqueIDs(op, "owner id", owners)
+	ids, err := uniqueIDs(op, listName, list)
 	if err != nil {
 		return nil, err
 	}
@@ -271,15 +283,14 @@ func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string
 	for _, id := range ids {
 		out[id] = false
 	}
-	err = p.query(ctx, op, `SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`,
-		[]any{ids, viewer}, func(rows pgx.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out[id] = true
-			return nil
-		})
+	err = p.query(ctx, op, query, []any{ids, one}, func(rows pgx.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		out[id] = true
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -321,13 +321,25 @@ func (s *SQLite) SetContacts(ctx context.Context, userID string, contacts []stri
 	return err
 }
 
+// ContactsAmong implements Store.
+func (s *SQLite) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
+	return s.contactsQuery(ctx, "contacts among", owner, "owner id", candidates, "candidate id",
+		`SELECT contact_id FROM contacts WHERE owner_id = ?2 AND contact_id IN (SELECT value FROM json_each(?1))`)
+}
+
 // ContactOf implements Store.
 func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	const op = "contact of"
-	if err := checkID(op, "viewer id", viewer); err != nil {
+	return s.contactsQuery(ctx, "contact of", viewer, "viewer id", owners, "owner id",
+		`SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`)
+}
+
+// contactsQuery answers, for each id of a list, whether a row pairs it with
+// one fixed user; the query selects the matching ids of ?1 given ?2.
+func (s *SQLite) contactsQuery(ctx context.Context, op, one, oneName string, list []string, listName, query string) (map[string]bool, error) {
+	if err := checkID(op, oneName, one); err != nil {
 		return nil, err
 	}
-	ids, err := uniqueIDs(op, "owner id", owners)
+	ids, err := uniqueIDs(op, listName, list)
 	if err != nil {
 		return nil, err
 	}
@@ -338,15 +350,14 @@ func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) 
 	for _, id := range ids {
 		out[id] = false
 	}
-	err = s.query(ctx, op, `SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`,
-		[]any{jsonIDs(ids), viewer}, func(rows *sql.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out[id] = true
-			return nil
-		})
+	err = s.query(ctx, op, query, []any{jsonIDs(ids), one}, func(rows *sql.Rows) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		out[id] = true
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,9 @@ type Store interface {
 	// ContactOf returns, for each owner in owners, whether viewer is in the
 	// owner's contact list, in one query.
 	ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error)
+	// ContactsAmong returns, for each candidate, whether it is in owner's
+	// contact list, in one query (one user's change told to many viewers).
+	ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error)
 
 	// SetMembers replaces a conversation's member list (idempotent) and
 	// returns the users removed by this change.

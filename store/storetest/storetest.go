@@ -319,6 +319,20 @@ func testContacts(t *testing.T, b Backend) {
 	// Contacts are one-way: v is in a's list, not a in v's.
 	wantContactOf(t, s, []string{"v"}, "a", map[string]bool{"v": false})
 
+	// The same facts asked the other way round, in one query.
+	q := s.Stats().Queries
+	among, err := s.ContactsAmong(ctx(t), "a", []string{"v", "w", "x", "z", "v", "b"})
+	must(t, err)
+	if want := map[string]bool{"v": true, "w": true, "x": true, "z": false, "b": false}; !mapsEqual(among, want) {
+		t.Errorf("ContactsAmong(a) = %v, want %v", among, want)
+	}
+	if d := s.Stats().Queries - q; d != 1 {
+		t.Errorf("ContactsAmong took %d queries, want 1", d)
+	}
+	if _, err := s.ContactsAmong(ctx(t), "a b", []string{"v"}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("ContactsAmong with a bad owner: %v, want ErrInvalid", err)
+	}
+
 	// Replace, not merge.
 	must(t, s.SetContacts(ctx(t), "a", []string{"y", "w"}))
 	wantContactOf(t, s, []string{"a"}, "v", map[string]bool{"a": false})
