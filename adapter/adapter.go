@@ -247,7 +247,7 @@ func (a *NamespaceAdapter) UID() string { return a.uid }
 // and readiness checks.
 func (a *NamespaceAdapter) Subscribed(room socket.Room) bool {
 	if room != "" {
-		if !a.sharded {
+		if !a.sharded || !a.usesDynamicChannel(room) {
 			return a.Subscribed("")
 		}
 		return a.sub.isSubscribed(a.channel + string(room) + "#")
@@ -334,7 +334,22 @@ func (a *NamespaceAdapter) BroadcastWithAck(packet *parser.Packet, opts *socket.
 			a.classicBroadcastWithAck(requestID, packet, opts)
 		}
 	}
-	a.Adapter.BroadcastWithAck(packet, opts, clientCountCallback, ack)
+	// The library's BroadcastOperator reads packet.Id from its timeout
+	// timer's goroutine, while its in-memory adapter writes packet.Id here,
+	// unsynchronized (a data race). The in-memory adapter gets a copy, and
+	// the acks of its sockets that never answered are dropped here at the
+	// timeout instead, as the operator would have done.
+	local := *packet
+	a.Adapter.BroadcastWithAck(&local, opts, clientCountCallback, ack)
+	if local.Id != nil && opts != nil && opts.Flags != nil && opts.Flags.Timeout != nil {
+		id := *local.Id
+		time.AfterFunc(*opts.Flags.Timeout, func() {
+			a.nsp.Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+				s.Acks().Delete(id)
+				return true
+			})
+		})
+	}
 }
 
 // ackRequest is a broadcast with acknowledgements awaiting other nodes.
@@ -375,9 +390,10 @@ func ackArg(args []any) (any, bool) {
 }
 
 // ServerCount returns the number of Socket.IO servers of the namespace in
-// the cluster, this one included (1 if Redis cannot say).
+// the cluster, this one included (1 if Redis cannot say within
+// PublishTimeout).
 func (a *NamespaceAdapter) ServerCount() int64 {
-	ctx, cancel := context.WithTimeout(a.ctx, a.b.cfg.RequestsTimeout)
+	ctx, cancel := context.WithTimeout(a.ctx, a.b.cfg.PublishTimeout)
 	defer cancel()
 	n, err := a.ServerCountContext(ctx)
 	if err != nil {
@@ -391,6 +407,9 @@ func (a *NamespaceAdapter) ServerCount() int64 {
 // channel (classic: PUBSUB NUMSUB) or main channel (sharded: PUBSUB
 // SHARDNUMSUB), summed over every node of a Redis Cluster.
 func (a *NamespaceAdapter) ServerCountContext(ctx context.Context) (int64, error) {
+	if err := a.b.pub.unavailable(); err != nil {
+		return 0, fmt.Errorf("adapter: server count: %w", err)
+	}
 	channel, shard := a.requestChannel, false
 	if a.sharded {
 		channel, shard = a.channel, true
@@ -549,7 +568,13 @@ func (a *NamespaceAdapter) ServerSideEmit(packet []any) error {
 	if ack == nil {
 		return a.serverSideEmit("", packet, nil)
 	}
+	a.mu.Lock() // against Close: no wg.Add once it waits
+	if a.closed.Load() {
+		a.mu.Unlock()
+		return ErrClosed
+	}
 	a.wg.Add(1)
+	a.mu.Unlock()
 	go func() {
 		defer a.wg.Done()
 		ctx, cancel := context.WithTimeout(a.ctx, a.b.cfg.RequestsTimeout)

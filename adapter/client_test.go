@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ type wsClient struct {
 	nextID   int
 	recvTime map[string][]time.Time // event name -> receipt times (when timing is on)
 	timing   bool
+	counter  *atomic.Int64 // counts received events, when set
 
 	done chan struct{}
 }
@@ -47,7 +49,8 @@ type wsEvent struct {
 type clientOpts struct {
 	auth     map[string]any
 	ackReply func(ev string, args []any) []any
-	timing   bool
+	timing   bool          // keep receipt times only, not events
+	counter  *atomic.Int64 // incremented on each event received
 }
 
 // dialClient connects to the Socket.IO server at base (http://host:port).
@@ -79,6 +82,7 @@ func tryDial(tb testing.TB, base, name string, o clientOpts) (*wsClient, error) 
 		pending:  map[int]chan []any{},
 		done:     make(chan struct{}),
 		timing:   o.timing,
+		counter:  o.counter,
 		recvTime: map[string][]time.Time{},
 	}
 	c.cond = sync.NewCond(&c.mu)
@@ -257,6 +261,9 @@ func (c *wsClient) dispatch(typ byte, id int, hasID bool, data any) {
 }
 
 func (c *wsClient) push(ev wsEvent) {
+	if c.counter != nil {
+		defer c.counter.Add(1)
+	}
 	c.mu.Lock()
 	if c.timing {
 		c.recvTime[ev.name] = append(c.recvTime[ev.name], ev.at)
@@ -286,14 +293,7 @@ func reconstruct(v any, buffers [][]byte) any {
 	return v
 }
 
-// emit sends an event to the server; with ack, it waits for the answer.
-func (c *wsClient) emit(ev string, args ...any) {
-	b, _ := json.Marshal(append([]any{ev}, args...))
-	if err := c.write("42" + string(b)); err != nil {
-		c.tb.Errorf("client %s emit: %v", c.name, err)
-	}
-}
-
+// emitWithAck sends an event to the server and waits for its acknowledgement.
 func (c *wsClient) emitWithAck(ev string, args ...any) []any {
 	c.tb.Helper()
 	c.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,12 +44,12 @@ func startRedisCluster(tb testing.TB) *redis.ClusterClient {
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	eventually(tb, 10*time.Second, "cluster client sees 3 masters", func() bool {
-		n := 0
+		var n atomic.Int32
 		err := cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
-			n++
+			n.Add(1)
 			return c.Ping(ctx).Err()
 		})
-		return err == nil && n == 3
+		return err == nil && n.Load() == 3
 	})
 	tb.Cleanup(func() { cc.Close() })
 	return cc

@@ -12,7 +12,7 @@ import (
 const (
 	DefaultPrefix              = "socket.io" // the `key` / `channelPrefix` default of @socket.io/redis-adapter
 	DefaultRequestsTimeout     = 5 * time.Second
-	DefaultPublishTimeout      = 500 * time.Millisecond
+	DefaultPublishTimeout      = time.Second
 	DefaultMaxPendingPublishes = 4096
 )
 
@@ -40,8 +40,8 @@ type Config struct {
 	// answers. Default 5s, as in Node.
 	RequestsTimeout time.Duration
 
-	// PublishTimeout bounds one PUBLISH/SPUBLISH round trip (a batch of
-	// them). Default 500ms. The client must have ContextTimeoutEnabled for a
+	// PublishTimeout bounds one PUBLISH/SPUBLISH round trip (a pipelined
+	// batch of them). Default 1s. The client must have ContextTimeoutEnabled for a
 	// stalled Redis to be cut at this bound (see the package documentation).
 	PublishTimeout time.Duration
 
@@ -57,7 +57,8 @@ type Config struct {
 }
 
 // Observer is told about the adapter's traffic, e.g. to feed metrics. Its
-// methods are called from the adapter's goroutines and must not block.
+// methods are called concurrently, from the adapter's goroutines and from
+// the callers of Broadcast & co, and must not block.
 type Observer interface {
 	// Published is called once per message Redis accepted.
 	Published()

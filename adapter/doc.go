@@ -24,8 +24,11 @@
 // (Config.MaxPendingPublishes) and a publish that cannot be made (queue full,
 // Redis down or slower than Config.PublishTimeout) fails and is reported to
 // Config.Observer, never retried. After a failure to reach Redis, publishes
-// fail at once for a short, growing pause (up to 1s). Subscriptions are
-// re-established by the adapter itself when Redis comes back.
+// and cluster requests fail at once for a short, growing pause (up to 1s;
+// see the Redis client options below).
+// Subscriptions are re-established by the adapter itself when Redis comes
+// back. On a Redis Cluster in classic mode, a node publishes through one
+// master only, so that its messages keep their order across the cluster.
 //
 // Each node delivers a broadcast to its own matching sockets only, so a
 // socket gets it exactly once; `except` rooms and the `local` flag are
@@ -53,8 +56,15 @@
 //     timeouts) bound each round trip even when Redis stalls; without it a
 //     command waits up to ReadTimeout/WriteTimeout (3s by default). The
 //     adapter logs a warning when it is off.
-//   - MaxRetries: go-redis retries a failed command (3 times by default);
-//     1 or 0 makes publishes during an outage fail faster.
+//   - MaxRetries (default 3) and DialerRetries (default 5 dials, 100ms
+//     apart): go-redis retries a command, and each dial, before giving up,
+//     so with the defaults a publish during an outage fails only at
+//     PublishTimeout, as a timeout. Recommended: MaxRetries: 1 and
+//     DialerRetries: 1, so that an outage shows as a connection error within
+//     milliseconds. A connection error opens the adapter's breaker at once
+//     (two timed-out batches in a row do too): publishes and cluster
+//     requests then fail at once with ErrRedisUnavailable for a short,
+//     growing pause (100ms to 1s), after which Redis is tried again.
 //   - DialTimeout bounds each reconnection attempt of the subscriptions.
 //   - The subscriptions do not use the command pool (PoolSize): go-redis
 //     opens one dedicated connection per subscription set — one per

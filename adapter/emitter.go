@@ -292,9 +292,17 @@ func (o Operator) publish(ctx context.Context, channel string, payload []byte) e
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
 	var err error
-	if o.cfg.Sharded {
+	switch cc, isCluster := o.client.(*redis.ClusterClient); {
+	case o.cfg.Sharded:
 		err = o.client.SPublish(ctx, channel, payload).Err()
-	} else {
+	case isCluster:
+		// Through one master, so that this emitter's messages keep their
+		// order across the cluster (see publisher.pipeline).
+		var node *redis.Client
+		if node, err = cc.MasterForKey(ctx, o.cfg.Prefix); err == nil {
+			err = node.Publish(ctx, channel, payload).Err()
+		}
+	default:
 		err = o.client.Publish(ctx, channel, payload).Err()
 	}
 	if err != nil {

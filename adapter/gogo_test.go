@@ -215,9 +215,8 @@ func testGoGo(t *testing.T, rdb redis.UniversalClient, sharded bool) {
 		if !slices.Equal(from, []string{"c1", "c2", "c4"}) {
 			t.Errorf("responses %v", args)
 		}
-		for _, c := range all {
-			c.take("q")
-		}
+		fence(t, n2.emit, all...)
+		got(t, "q", all, []int{1, 1, 0, 1}) // the sender's own client c2 too: once
 		// A single ack argument that is an array stays one response.
 		args, err = emitWithAck(n3.io.To("r2").Timeout(2*time.Second), "qa")
 		if err != nil || len(args) != 3 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"regexp"
@@ -25,11 +26,7 @@ func TestMain(m *testing.M) {
 }
 
 func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		// The socket.io library's package-level timers and log writers.
-		goleak.IgnoreAnyFunction("github.com/zishang520/socket.io/v3/pkg/utils.(*Timer).run"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	}
+	return nil
 }
 
 func redisURL() string {
@@ -80,6 +77,8 @@ type countingObserver struct {
 	published atomic.Int64
 	failed    atomic.Int64
 	received  atomic.Int64
+	queueFull atomic.Int64
+	down      atomic.Int64
 	mu        sync.Mutex
 	lastErr   error
 }
@@ -87,11 +86,23 @@ type countingObserver struct {
 func (o *countingObserver) Published() { o.published.Add(1) }
 func (o *countingObserver) PublishFailed(_ string, err error) {
 	o.failed.Add(1)
+	switch {
+	case errors.Is(err, adapter.ErrPublishQueueFull):
+		o.queueFull.Add(1)
+	case errors.Is(err, adapter.ErrRedisUnavailable):
+		o.down.Add(1)
+	}
 	o.mu.Lock()
 	o.lastErr = err
 	o.mu.Unlock()
 }
 func (o *countingObserver) Received() { o.received.Add(1) }
+
+func (o *countingObserver) err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastErr
+}
 
 // goNode is a Socket.IO server with the Redis adapter on an httptest server.
 // Its sockets join "user:<auth.user>" and the rooms of auth.rooms, keep

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,6 +25,7 @@ const (
 	maxBatch        = 256
 	minBreakerPause = 100 * time.Millisecond
 	maxBreakerPause = time.Second
+	breakerTimeouts = 2 // timed-out batches in a row that open the breaker
 	logEvery        = 10 * time.Second
 )
 
@@ -30,7 +33,9 @@ const (
 // goroutine. Callers never wait for Redis: a message is queued (the queue is
 // bounded) and its fate reported through done and the Observer. After a
 // failure to reach Redis, publishes fail at once for a short, growing pause
-// (a circuit breaker), so an outage costs no queueing and no waiting.
+// (a circuit breaker), so an outage costs no queueing and no waiting. A
+// connection error opens the breaker at once; timeouts only when several
+// batches in a row time out, since a slow moment is not an outage.
 type publisher struct {
 	client  redis.UniversalClient
 	anchor  string // classic mode on a Redis Cluster: publish through the master of this key
@@ -38,13 +43,15 @@ type publisher struct {
 	obs     Observer
 	log     *slog.Logger
 
-	ctx    context.Context
-	queue  chan outMsg
-	wg     sync.WaitGroup
+	ctx   context.Context
+	queue chan outMsg
+	wg    sync.WaitGroup
+	down  atomic.Pointer[outage] // the breaker, for other goroutines to see
 
 	// owned by the run goroutine
 	pausedUntil time.Time
 	pause       time.Duration
+	timeouts    int
 	lastErr     error
 	failures    int
 	lastLog     time.Time
@@ -63,6 +70,21 @@ func newPublisher(ctx context.Context, client redis.UniversalClient, cfg Config)
 	p.wg.Add(1)
 	go p.run()
 	return p
+}
+
+// outage is an open breaker: Redis failed, until until.
+type outage struct {
+	until time.Time
+	err   error
+}
+
+// unavailable returns ErrRedisUnavailable (wrapping the cause) while the
+// breaker is open, so that cluster requests fail at once too.
+func (p *publisher) unavailable() error {
+	if o := p.down.Load(); o != nil && time.Now().Before(o.until) {
+		return fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
+	}
+	return nil
 }
 
 // publish queues m; it never blocks.
@@ -85,7 +107,7 @@ func (p *publisher) fail(m outMsg, err error) {
 	}
 }
 
-// wait ends when the publisher goroutine has (the context being done).
+// wait returns once the publisher goroutine has ended (its context done).
 func (p *publisher) wait() { p.wg.Wait() }
 
 func (p *publisher) run() {
@@ -145,7 +167,7 @@ func (p *publisher) send(batch []outMsg) {
 	_, _ = pipe.Exec(ctx)
 	cancel()
 
-	var outage error
+	var netErr, firstErr error
 	failed := 0
 	for i, m := range batch {
 		err := cmds[i].Err()
@@ -158,28 +180,41 @@ func (p *publisher) send(batch []outMsg) {
 		}
 		if p.ctx.Err() != nil {
 			err = ErrClosed
-		} else if !isRedisReply(err) && outage == nil {
-			outage = err
+		} else if !isRedisReply(err) && netErr == nil {
+			netErr = err
+		}
+		if firstErr == nil {
+			firstErr = err
 		}
 		failed++
 		p.fail(m, err)
-		if p.lastErr == nil || outage == nil {
-			p.lastErr = err
-		}
 	}
-	if outage != nil && p.ctx.Err() == nil {
-		p.lastErr = outage
+	if netErr != nil && p.ctx.Err() == nil {
+		if isTimeout(netErr) {
+			p.timeouts++
+		} else {
+			p.timeouts = breakerTimeouts
+		}
+	} else {
+		p.timeouts = 0
+	}
+	switch {
+	case p.timeouts >= breakerTimeouts:
+		// Redis is unreachable, or too slow again and again: open the breaker.
+		p.lastErr = netErr
 		if p.pause == 0 {
 			p.pause = minBreakerPause
 		} else {
 			p.pause = min(2*p.pause, maxBreakerPause)
 		}
 		p.pausedUntil = time.Now().Add(p.pause)
-	} else {
+		p.down.Store(&outage{until: p.pausedUntil, err: netErr})
+	default:
 		p.pause = 0
+		p.down.Store(nil)
 	}
 	if failed > 0 {
-		p.noteFailure(failed, p.lastErr)
+		p.noteFailure(failed, firstErr)
 	} else if p.failures > 0 {
 		p.log.Info("publishing to redis again", "failed_meanwhile", p.failures)
 		p.failures = 0
@@ -214,6 +249,12 @@ func (p *publisher) noteFailure(n int, err error) {
 		p.lastLog = time.Now()
 		p.log.Warn("redis publish failed", "err", err, "failed", p.failures)
 	}
+}
+
+// isTimeout reports whether err is a deadline or an I/O timeout.
+func isTimeout(err error) bool {
+	var nerr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout())
 }
 
 // isRedisReply reports whether err is an error reply of Redis (the server

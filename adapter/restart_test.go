@@ -110,7 +110,7 @@ func TestRedisRestart(t *testing.T) {
 func testRedisRestart(t *testing.T, sharded bool) {
 	srv := startRedisProc(t)
 	rdb := redis.NewClient(&redis.Options{
-		Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: 1,
+		Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
 	t.Cleanup(func() { rdb.Close() })
@@ -148,7 +148,7 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	eventually(t, 2*time.Second, "21 failed publishes counted", func() bool {
 		return obs1.failed.Load()-failedBefore >= 21
 	})
-	t.Logf("21 publishes failed within %v (last error: %v)", time.Since(start), obs1.lastErr)
+	t.Logf("21 publishes failed within %v (last error: %v)", time.Since(start), obs1.err())
 	if _, ok := c2.wait("during", 300*time.Millisecond); ok {
 		t.Error("a broadcast crossed nodes without Redis")
 	}

@@ -52,6 +52,7 @@ type subscriber struct {
 
 	mu        sync.Mutex
 	want      map[string]subKind
+	dirty     map[string]struct{} // channels added or removed since the last reconcile
 	confirmed map[string]bool
 	kick      chan struct{}
 
@@ -67,6 +68,7 @@ func newSubscriber(ctx context.Context, client redis.UniversalClient, handle fun
 		log:       log,
 		obs:       obs,
 		want:      map[string]subKind{},
+		dirty:     map[string]struct{}{},
 		confirmed: map[string]bool{},
 		kick:      make(chan struct{}, 1),
 	}
@@ -84,6 +86,7 @@ func (s *subscriber) add(kind subKind, channels ...string) {
 	s.mu.Lock()
 	for _, ch := range channels {
 		s.want[ch] = kind
+		s.dirty[ch] = struct{}{}
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -94,6 +97,7 @@ func (s *subscriber) remove(channels ...string) {
 	s.mu.Lock()
 	for _, ch := range channels {
 		delete(s.want, ch)
+		s.dirty[ch] = struct{}{}
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -121,15 +125,16 @@ func (s *subscriber) close() {
 
 // subConn is one Pub/Sub connection and its reader.
 type subConn struct {
-	s      *subscriber
-	route  string
-	ps     *redis.PubSub
-	have   map[string]subKind // owned by the run goroutine
-	failed atomic.Bool
-	closed atomic.Bool
-	seen   atomic.Int64 // unix nanoseconds of the last traffic
-	reader bool
-	done   chan struct{}
+	s       *subscriber
+	route   string
+	ps      *redis.PubSub
+	have    map[string]subKind // owned by the run goroutine
+	failed  atomic.Bool
+	closed  atomic.Bool
+	seen    atomic.Int64 // unix nanoseconds of the last traffic
+	waiting atomic.Bool  // the reader waits for Redis (not busy with a message)
+	reader  bool
+	done    chan struct{}
 
 	mu      sync.Mutex
 	leaving map[string]time.Time // unsubscriptions we asked for, not yet confirmed
@@ -154,6 +159,7 @@ func (s *subscriber) run() {
 	retry.Stop()
 	defer retry.Stop()
 	pause := time.Duration(0)
+	full := true // compare everything, not only the channels changed
 
 	for {
 		select {
@@ -191,9 +197,11 @@ func (s *subscriber) run() {
 				s.cluster.ReloadState(ctx)
 				cancel()
 			}
+			full = true
 		}
 
-		if err := s.reconcile(conns, where); err != nil {
+		if err := s.reconcile(conns, where, full); err != nil {
+			full = true
 			if s.ctx.Err() != nil {
 				return
 			}
@@ -206,6 +214,7 @@ func (s *subscriber) run() {
 			retry.Reset(pause)
 			continue
 		}
+		full = false
 		if pause != 0 {
 			s.log.Info("redis subscriptions restored")
 			pause = 0
@@ -219,7 +228,9 @@ func (s *subscriber) checkHealth(conns map[string]*subConn) {
 		if c.failed.Load() || !c.reader {
 			continue
 		}
-		if time.Since(time.Unix(0, c.seen.Load())) > deadAfter {
+		// Silence counts only while the reader waits for Redis: a reader
+		// busy delivering a message has simply not read the pongs yet.
+		if c.waiting.Load() && time.Since(time.Unix(0, c.seen.Load())) > deadAfter {
 			c.fail(errors.New("no traffic from redis"))
 			continue
 		}
@@ -239,22 +250,43 @@ type subGroup struct {
 	slot  int
 }
 
-// reconcile subscribes and unsubscribes so that Redis matches s.want.
-func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subConn) error {
+// reconcile subscribes and unsubscribes so that Redis matches s.want: for
+// every channel, or (full false) for those changed since the last call.
+func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subConn, full bool) error {
 	s.mu.Lock()
-	want := make(map[string]subKind, len(s.want))
-	for ch, k := range s.want {
-		want[ch] = k
+	want := make(map[string]subKind, len(s.dirty))
+	changed := make(map[string]struct{}, len(s.dirty))
+	if full {
+		for ch, k := range s.want {
+			want[ch] = k
+		}
+		for ch := range where {
+			changed[ch] = struct{}{}
+		}
+	} else {
+		for ch := range s.dirty {
+			changed[ch] = struct{}{}
+			if k, ok := s.want[ch]; ok {
+				want[ch] = k
+			}
+		}
 	}
+	clear(s.dirty)
 	s.mu.Unlock()
+	for ch := range want {
+		changed[ch] = struct{}{}
+	}
 
 	ctx, cancel := context.WithTimeout(s.ctx, dialBudget)
 	defer cancel()
 
 	// Unsubscribe what is no longer wanted.
-	for ch, c := range where {
-		k, ok := want[ch]
-		if ok && k == c.have[ch] {
+	for ch := range changed {
+		c, ok := where[ch]
+		if !ok {
+			continue
+		}
+		if k, ok := want[ch]; ok && k == c.have[ch] {
 			continue
 		}
 		kind := c.have[ch]
@@ -271,7 +303,7 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 
 	// Subscribe what is missing, one command per kind (and slot, on a cluster).
 	groups := map[subGroup][]string{}
-	for ch, k := range want {
+	for ch, k := range want { // (want holds only the changed channels unless full)
 		if _, ok := where[ch]; ok {
 			continue
 		}
@@ -389,7 +421,9 @@ func (c *subConn) read() {
 	defer c.s.wg.Done()
 	defer close(c.done)
 	for {
+		c.waiting.Store(true)
 		msg, err := c.ps.Receive(c.s.ctx)
+		c.waiting.Store(false)
 		if err != nil {
 			if c.closed.Load() || c.s.ctx.Err() != nil {
 				return
@@ -402,6 +436,7 @@ func (c *subConn) read() {
 		case *redis.Message:
 			c.s.obs.Received()
 			c.s.handle(m)
+			c.seen.Store(time.Now().UnixNano())
 		case *redis.Subscription:
 			c.onSubscription(m)
 		}
@@ -453,4 +488,3 @@ func slotOf(key string) int {
 	}
 	return int(crc) % 16384
 }
-

@@ -340,10 +340,10 @@ type remoteSocket struct {
 
 var _ socket.SocketDetails = (*remoteSocket)(nil)
 
-func (r *remoteSocket) Id() socket.SocketId                { return r.id }
-func (r *remoteSocket) Handshake() *socket.Handshake       { return r.handshake }
-func (r *remoteSocket) Rooms() *types.Set[socket.Room]     { return r.rooms }
-func (r *remoteSocket) Data() any                          { return r.data }
+func (r *remoteSocket) Id() socket.SocketId            { return r.id }
+func (r *remoteSocket) Handshake() *socket.Handshake   { return r.handshake }
+func (r *remoteSocket) Rooms() *types.Set[socket.Room] { return r.rooms }
+func (r *remoteSocket) Data() any                      { return r.data }
 
 func decodeSocket(v any) (*remoteSocket, bool) {
 	m, ok := asMap(v)

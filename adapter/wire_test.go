@@ -165,7 +165,9 @@ func testWireBytes(t *testing.T, sharded bool) {
 			func() { g.io.In("nobody").DisconnectSockets(true) }},
 		{"fetch sockets", request,
 			func() { _, _ = ns.tryCall("fetchSockets", map[string]any{"rooms": []any{"r1"}, "timeout": 300}) },
-			func() { g.io.In("r1").Timeout(300 * time.Millisecond).FetchSockets()(func([]*socket.RemoteSocket, error) {}) }},
+			func() {
+				g.io.In("r1").Timeout(300 * time.Millisecond).FetchSockets()(func([]*socket.RemoteSocket, error) {})
+			}},
 		{"broadcast with ack", request,
 			func() {
 				_, _ = ns.tryCall("broadcastWithAck", map[string]any{"rooms": []any{"r1"}, "event": "q", "args": []any{1}, "timeout": 300})

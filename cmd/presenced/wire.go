@@ -171,6 +171,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		opts, _ := parseRedisURL(cfg.RedisURL)
 		// Context deadlines bound each command: a stalled Redis fails fast.
 		opts.ContextTimeoutEnabled = true
+		// An outage shows at once instead of after retries: the adapter and
+		// the engine fail fast and recover when Redis is back.
+		opts.MaxRetries, opts.DialerRetries = 1, 1
 		a.rdb = redis.NewUniversalClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

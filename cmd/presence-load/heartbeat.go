@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pushCounters counts the server events the sockets receive.
+type pushCounters struct {
+	join, leave, update, typing, other         atomic.Int64
+	leaveLeft, leaveDisconnected, leaveTimeout atomic.Int64
+}
+
+func (p *pushCounters) count(name string, raw []byte) {
+	switch name {
+	case "presence:join":
+		p.join.Add(1)
+	case "presence:leave":
+		p.leave.Add(1)
+		switch {
+		case bytes.Contains(raw, []byte(`"reason":"timeout"`)):
+			p.leaveTimeout.Add(1)
+		case bytes.Contains(raw, []byte(`"reason":"disconnected"`)):
+			p.leaveDisconnected.Add(1)
+		case bytes.Contains(raw, []byte(`"reason":"left"`)):
+			p.leaveLeft.Add(1)
+		}
+	case "presence:update":
+		p.update.Add(1)
+	case "typing":
+		p.typing.Add(1)
+	case "session":
+	default:
+		p.other.Add(1)
+	}
+}
+
+func (p *pushCounters) String() string {
+	return fmt.Sprintf("presence:join %d, presence:leave %d (reason timeout %d, disconnected %d, left %d), presence:update %d, typing %d, other %d",
+		p.join.Load(), p.leave.Load(), p.leaveTimeout.Load(), p.leaveDisconnected.Load(), p.leaveLeft.Load(), p.update.Load(), p.typing.Load(), p.other.Load())
+}
+
+// cpuSnap is a CPU reading of the server, Redis, this process and the
+// machine.
+type cpuSnap struct {
+	at                  time.Time
+	server, redis, self time.Duration
+	machBusy, machTotal time.Duration
+}
+
+// others is the machine's busy time not used by the server, Redis or this
+// process between a and b (PostgreSQL, other programs on the machine).
+func (a cpuSnap) others(b cpuSnap) time.Duration {
+	d := (b.machBusy - a.machBusy) - (b.server - a.server) - (b.redis - a.redis) - (b.self - a.self)
+	return max(d, 0)
+}
+
+func (e *env) cpu(pids ...int) cpuSnap {
+	s := cpuSnap{at: time.Now(), redis: cpuTime(e.redisPID), self: cpuTime(os.Getpid())}
+	for _, p := range pids {
+		s.server += cpuTime(p)
+	}
+	s.machBusy, s.machTotal = machineCPU()
+	return s
+}
+
+// cpuLine is "server 1.23 cores, redis 0.40, generator 0.30; machine 95% busy".
+func cpuLine(a, b cpuSnap) string {
+	over := b.at.Sub(a.at)
+	busy := "-"
+	if t := b.machTotal - a.machTotal; t > 0 {
+		busy = pct(float64(b.machBusy-a.machBusy), float64(t))
+	}
+	return fmt.Sprintf("server %s cores, redis %s, generator %s, other processes %s; machine %s busy",
+		cores(b.server-a.server, over), cores(b.redis-a.redis, over), cores(b.self-a.self, over), cores(a.others(b), over), busy)
+}
+
+type window struct {
+	target   int
+	dur      time.Duration
+	elapsed  time.Duration // between the command/CPU snapshots
+	lat      hist
+	sent     atomic.Int64
+	ok       atomic.Int64
+	failed   atomic.Int64 // ok:false acks
+	late     atomic.Int64 // acks later than the timeout
+	inWindow atomic.Int64 // acks received before the window ended
+	sendErr  atomic.Int64
+	timeouts int64
+	cmds     cmdStats
+	cpu0     cpuSnap
+	cpu1     cpuSnap
+	srvMean  time.Duration // server-side handling time (its own histogram)
+	errMu    sync.Mutex
+	errs     []string
+	perf     string
+	lostSock int
+	lostWhy  string
+	skipped  atomic.Int64 // sends skipped: the socket was closed by the server
+	perSec   []*hist      // latency by the second of the window the heartbeat was sent in
+	gcs      float64      // the server's GC cycles during the window
+}
+
+func (w *window) achieved() float64 {
+	return float64(w.sent.Load()+w.skipped.Load()) / w.dur.Seconds()
+}
+
+func (w *window) failRate() float64 {
+	if w.sent.Load() == 0 {
+		return 1
+	}
+	return float64(w.failed.Load()+w.timeouts+w.sendErr.Load()) / float64(w.sent.Load())
+}
+
+// overloaded: far beyond the latency target, or failing.
+func (w *window) overloaded(o *options) bool {
+	return w.lat.quantile(0.99) > 20*o.p99Target || w.failRate() > 0.01
+}
+
+func (w *window) pass(o *options) bool {
+	return w.lat.count.Load() > 0 && w.lat.quantile(0.99) < o.p99Target &&
+		w.achieved() >= 0.95*float64(w.target) && w.failRate() < 0.001
+}
+
+func runHeartbeat(ctx context.Context, o *options, r *report) error {
+	o.logf("heartbeat: preparing database and Redis")
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	n, err := e.startNode(ctx)
+	if err != nil {
+		return err
+	}
+	N := o.sockets
+	K := max(o.convsPer, N*o.convsPer/o.members)
+	r.printf("\n== heartbeat scenario (issue #4) ==\n")
+	r.printf("  Redis %s at %s (%s), key prefix %s; PostgreSQL %s, database %s\n",
+		e.redisVer, e.redisURL, map[bool]string{true: "private redis-server started by this tool", false: "shared"}[e.ownRedis != nil], e.prefix, e.pgVersion, e.dbName)
+	r.printf("  one node (pid %d) at %s, membership open, handshake limit off, other settings default (TTL 45s → background refresh every 15s)\n", n.pid, n.addr)
+	r.printf("  %d sockets, one user each, each joining %d of %d conversations (~%d members each); connect rate %d/s\n",
+		N, o.convsPer, K, N*o.convsPer/K, o.connectRate)
+
+	time.Sleep(time.Second)
+	rss0 := rssKB(n.pid)
+	m0 := scrape(n.addr, "go_memstats_heap_inuse_bytes", "go_goroutines")
+
+	var pushes pushCounters
+	onEvent := func(name string, raw []byte, _ time.Time) { pushes.count(name, raw) }
+	spec := fleetSpec{
+		count: N, rate: o.connectRate,
+		addr: func(int) (string, int) { return n.addr, 0 },
+		user: func(i int) string { return fmt.Sprintf("u%d", i) },
+		convs: func(i int) []string {
+			out := make([]string, o.convsPer)
+			for j := range out {
+				out[j] = fmt.Sprintf("c%d", (i*o.convsPer+j)%K)
+			}
+			return out
+		},
+		onEvent: func(int) eventFunc { return onEvent },
+	}
+	var fs fleetStats
+	o.logf("heartbeat: connecting %d sockets", N)
+	c0 := e.cpu(n.pid)
+	conns := openFleet(ctx, e, spec, &fs)
+	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
+	c1 := e.cpu(n.pid)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var live []*conn
+	for _, c := range conns {
+		if c != nil {
+			live = append(live, c)
+		}
+	}
+	r.printf("\n  setup: %d/%d sockets connected in %s (connect %s), %d joins failed%s\n",
+		len(live), N, fs.elapsed.Round(time.Millisecond), fs.connect.summary(), fs.joinFail.Load(), fs.errorSummary())
+	r.printf("  join acks: %s\n", fs.join.summary())
+	r.printf("  CPU during setup: %s\n", cpuLine(c0, c1))
+	if len(live) == 0 {
+		return fmt.Errorf("no socket connected")
+	}
+
+	o.logf("heartbeat: settling")
+	time.Sleep(3 * time.Second)
+	rss1 := rssKB(n.pid)
+	m1 := scrape(n.addr, "go_memstats_heap_inuse_bytes", "go_goroutines")
+	L := float64(len(live))
+	r.printf("  pushes received during setup: %s\n", pushes.String())
+	if n, why := lost(live); n > 0 {
+		r.printf("  %d sockets were closed by the server during setup: %s\n", n, why)
+	}
+	r.printf("\n  server memory: VmRSS %.1f MiB before connecting → %.1f MiB with %d sockets joined: %.1f KiB per socket (Go heap in use %.1f KiB per socket; goroutines %.1f per socket)\n",
+		float64(rss0)/1024, float64(rss1)/1024, len(live), float64(rss1-rss0)/L,
+		(m1["go_memstats_heap_inuse_bytes"]-m0["go_memstats_heap_inuse_bytes"])/1024/L,
+		(m1["go_goroutines"]-m0["go_goroutines"])/L)
+
+	// idle baseline: the server's own Redis traffic (leases, refresh, timers)
+	o.logf("heartbeat: baseline window %s", o.baseline)
+	bs0, err := e.commandStats(ctx)
+	if err != nil {
+		return err
+	}
+	bc0 := e.cpu(n.pid)
+	sleepCtx(ctx, o.baseline)
+	bs1, err := e.commandStats(ctx)
+	if err != nil {
+		return err
+	}
+	bc1 := e.cpu(n.pid)
+	bg := bs1.sub(bs0).withoutOwn()
+	bgDur := bc1.at.Sub(bc0.at)
+	bgRate := float64(bg.total()) / bgDur.Seconds()
+	r.printf("\n  idle baseline (%s, sockets connected, no heartbeats): %.0f Redis commands/s (%s); CPU %s\n",
+		bgDur.Round(time.Millisecond), bgRate, cmdBreakdown(bg, bgDur.Seconds()), cpuLine(bc0, bc1))
+	rss2 := rssKB(n.pid)
+	m2 := scrape(n.addr, "go_memstats_heap_inuse_bytes")
+	r.printf("  server memory after the idle window: VmRSS %.1f MiB, %.1f KiB per socket (Go heap in use %.1f KiB per socket)\n",
+		float64(rss2)/1024, float64(rss2-rss0)/L, (m2["go_memstats_heap_inuse_bytes"]-m0["go_memstats_heap_inuse_bytes"])/1024/L)
+
+	// anatomy of single heartbeats (MONITOR sample)
+	body := []byte(`["heartbeat",{"active":true}]`)
+	if !o.active {
+		body = []byte(`["heartbeat",{"active":false}]`)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	sample := min(200, len(live))
+	if mon, err := startMonitor(e.redisURL, e.prefix); err != nil {
+		r.printf("  MONITOR sample: unavailable: %v\n", err)
+	} else {
+		time.Sleep(200 * time.Millisecond)
+		var sh hist
+		from := time.Now()
+		for i := 0; i < sample; i++ {
+			ch := make(chan struct{})
+			sent, err := live[i].emitRaw(body, func(_ []byte, sent, at time.Time) { sh.record(at.Sub(sent)); close(ch) })
+			_ = sent
+			if err == nil {
+				select {
+				case <-ch:
+				case <-time.After(o.ackTimeout):
+				}
+			}
+		}
+		to := time.Now()
+		a := mon.stop(from, to)
+		top, lua := a.totals()
+		r.printf("  anatomy (MONITOR, %d single heartbeats one after another, ack %s): per heartbeat %.2f commands sent by the server [%s] + %.2f run inside Lua [%s]\n",
+			sample, sh.summary(), float64(top)/float64(sample), perOp(a.top, sample), float64(lua)/float64(sample), perOp(a.lua, sample))
+		r.printf("    (commands naming the key prefix during the %s the sample took, background included; a heartbeat's commands go in one pipeline: 1 round trip)\n", to.Sub(from).Round(time.Millisecond))
+	}
+
+	rates := o.rates
+	durs := o.stepDuration
+	if len(rates) == 0 {
+		rates, durs = []int{o.rate}, o.duration
+	}
+	var wins []*window
+	for i, rate := range rates {
+		if ctx.Err() != nil {
+			break
+		}
+		if i > 0 {
+			sleepCtx(ctx, 2*time.Second)
+		}
+		o.logf("heartbeat: %d/s for %s", rate, durs)
+		w := heartbeatWindow(ctx, o, e, n, live, body, rate, durs)
+		w.lostSock, w.lostWhy = lost(live)
+		wins = append(wins, w)
+		if len(rates) > 1 && i < len(rates)-1 && o.stepStop && w.overloaded(o) {
+			r.printf("\n  %d/s overloaded the server (p99 %s, %.1f%% failed or timed out): the higher rates (%v) are skipped\n",
+				rate, ms(w.lat.quantile(0.99)), 100*w.failRate(), rates[i+1:])
+			break
+		}
+	}
+
+	r.printf("\n  heartbeat windows of %s (latency: from the write of each heartbeat to its ack, open loop, %d pacing goroutines; acked/s: acks received within the window; srv mean: the server's own handling time; timeouts: no ack within %s; Redis cmds and CPU µs per acked heartbeat, net = less the idle baseline):\n", durs, o.workers, o.ackTimeout)
+	rows := [][]string{{"target/s", "sent/s", "acked/s", "acked", "p50", "p90", "p99", "max", "mean", "srv mean", "errors", "timeouts", "Redis cmds/hb raw", "net", "CPU µs/hb srv/redis", "CPU (cores)"}}
+	for _, w := range wins {
+		okN := float64(w.ok.Load())
+		raw, net := "-", "-"
+		if okN > 0 {
+			raw = fmt.Sprintf("%.2f", float64(w.cmds.total())/okN)
+			net = fmt.Sprintf("%.2f", (float64(w.cmds.total())-bgRate*w.elapsed.Seconds())/okN)
+		}
+		perHB := "-"
+		if okN > 0 {
+			srv := (w.cpu1.server - w.cpu0.server) - time.Duration(float64(bc1.server-bc0.server)/bgDur.Seconds()*w.elapsed.Seconds())
+			red := (w.cpu1.redis - w.cpu0.redis) - time.Duration(float64(bc1.redis-bc0.redis)/bgDur.Seconds()*w.elapsed.Seconds())
+			perHB = fmt.Sprintf("%.0f / %.0f", float64(srv.Microseconds())/okN, float64(red.Microseconds())/okN)
+		}
+		rows = append(rows, []string{
+			fmt.Sprint(w.target), fmt.Sprintf("%.0f", w.achieved()), fmt.Sprintf("%.0f", float64(w.inWindow.Load())/w.dur.Seconds()), fmt.Sprint(w.ok.Load()),
+			ms(w.lat.quantile(0.5)), ms(w.lat.quantile(0.9)), ms(w.lat.quantile(0.99)), ms(w.lat.maxDur()), ms(w.lat.mean()), ms(w.srvMean),
+			fmt.Sprint(w.failed.Load() + w.sendErr.Load()), fmt.Sprint(w.timeouts), raw, net, perHB,
+			fmt.Sprintf("srv %s redis %s gen %s other %s (%s busy)", cores(w.cpu1.server-w.cpu0.server, w.elapsed), cores(w.cpu1.redis-w.cpu0.redis, w.elapsed),
+				cores(w.cpu1.self-w.cpu0.self, w.elapsed), cores(w.cpu0.others(w.cpu1), w.elapsed), pct(float64(w.cpu1.machBusy-w.cpu0.machBusy), float64(w.cpu1.machTotal-w.cpu0.machTotal))),
+		})
+	}
+	r.table(rows)
+	for _, w := range wins {
+		okN := float64(w.ok.Load())
+		if okN > 0 {
+			net := cmdStats{}
+			for k, v := range w.cmds {
+				net[k] = v - int64(float64(bg[k])/bgDur.Seconds()*w.elapsed.Seconds()+0.5)
+			}
+			r.printf("  %d/s: Redis commands per heartbeat, net of the baseline: %s\n", w.target, cmdBreakdown(net, okN))
+		}
+		var series []string
+		for _, h := range w.perSec {
+			if h.count.Load() > 0 {
+				series = append(series, ms(h.quantile(0.99)))
+			}
+		}
+		r.printf("  %d/s: p99 of each second of the window: %s; server GC cycles in the window: %.0f\n", w.target, strings.Join(series, " "), w.gcs)
+		if sk := w.skipped.Load(); sk > 0 {
+			r.printf("  %d/s: %d heartbeats not sent: their socket had been closed by the server\n", w.target, sk)
+		}
+		if len(w.errs) > 0 {
+			r.printf("  %d/s: failed acks/sends (first ones): %s\n", w.target, strings.Join(w.errs, " | "))
+		}
+		if w.lostSock > 0 {
+			r.printf("  %d/s: %d sockets closed by the server so far: %s\n", w.target, w.lostSock, w.lostWhy)
+		}
+		if w.perf != "" {
+			r.printf("  %d/s: server profile (perf, cpu-clock):\n%s", w.target, w.perf)
+		}
+	}
+	if len(wins) > 1 {
+		best := 0
+		for _, w := range wins {
+			if w.pass(o) && w.target > best {
+				best = w.target
+			}
+		}
+		if best > 0 {
+			r.printf("  highest rate meeting p99 < %s, achieved ≥ 95%% and < 0.1%% failures: %d heartbeats/s\n", o.p99Target, best)
+		} else {
+			r.printf("  no rate met p99 < %s with achieved ≥ 95%% and < 0.1%% failures\n", o.p99Target)
+		}
+	}
+	r.printf("  pushes received in total: %s\n", pushes.String())
+	if n, why := lost(live); n > 0 {
+		r.printf("  %d sockets were closed by the server during the run: %s\n", n, why)
+	}
+	r.problems(e)
+	return nil
+}
+
+// heartbeatWindow sends heartbeats at rate/s for dur over the sockets and
+// measures them.
+func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*conn, body []byte, rate int, dur time.Duration) *window {
+	w := &window{target: rate, dur: dur}
+	for i := 0; i < int(dur/time.Second)+1; i++ {
+		w.perSec = append(w.perSec, &hist{})
+	}
+	W := min(o.workers, len(live))
+	perW := float64(rate) / float64(W)
+	var end time.Time
+	var start time.Time
+	cb := func(p []byte, sent, at time.Time) {
+		lat := at.Sub(sent)
+		w.lat.record(lat)
+		if i := int(sent.Sub(start) / time.Second); i >= 0 && i < len(w.perSec) {
+			w.perSec[i].record(lat)
+		}
+		if ackOK(p) {
+			w.ok.Add(1)
+		} else {
+			w.failed.Add(1)
+			w.errMu.Lock()
+			if len(w.errs) < 5 {
+				w.errs = append(w.errs, clip(p))
+			}
+			w.errMu.Unlock()
+		}
+		if lat > o.ackTimeout {
+			w.late.Add(1)
+		}
+		if at.Before(end) {
+			w.inWindow.Add(1)
+		}
+	}
+	const evDur = `presenced_event_duration_seconds_`
+	m0 := scrape(n.addr, evDur, "go_gc_duration_seconds_count")
+	cs0, _ := e.commandStats(ctx)
+	w.cpu0 = e.cpu(n.pid)
+	var perfDone chan string
+	if o.perf {
+		perfDone = make(chan string, 1)
+		go func() { perfDone <- perfProfile(n.pid, dur) }()
+	}
+	start = time.Now()
+	end = start.Add(dur)
+	var wg sync.WaitGroup
+	for k := 0; k < W; k++ {
+		var mine []*conn
+		for i := k; i < len(live); i += W {
+			mine = append(mine, live[i])
+		}
+		wg.Add(1)
+		go func(mine []*conn, phase float64) {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				due := start.Add(time.Duration((float64(j) + phase) / perW * float64(time.Second)))
+				if !due.Before(end) || ctx.Err() != nil {
+					return
+				}
+				if d := time.Until(due); d > 0 {
+					time.Sleep(d)
+				}
+				c := mine[j%len(mine)]
+				select {
+				case <-c.done:
+					w.skipped.Add(1)
+					continue
+				default:
+				}
+				w.sent.Add(1)
+				if _, err := c.emitRaw(body, cb); err != nil {
+					w.sendErr.Add(1)
+					w.errMu.Lock()
+					if len(w.errs) < 5 {
+						w.errs = append(w.errs, "send: "+err.Error())
+					}
+					w.errMu.Unlock()
+				}
+			}
+		}(mine, float64(k)/float64(W))
+	}
+	wg.Wait()
+	cs1, _ := e.commandStats(ctx)
+	w.cpu1 = e.cpu(n.pid)
+	m1 := scrape(n.addr, evDur, "go_gc_duration_seconds_count")
+	w.gcs = m1["go_gc_duration_seconds_count"] - m0["go_gc_duration_seconds_count"]
+	w.elapsed = w.cpu1.at.Sub(w.cpu0.at)
+	w.cmds = cs1.sub(cs0).withoutOwn()
+	sumK, cntK := evDur+`sum{event="heartbeat"}`, evDur+`count{event="heartbeat"}`
+	if c := m1[cntK] - m0[cntK]; c > 0 {
+		w.srvMean = time.Duration((m1[sumK] - m0[sumK]) / c * float64(time.Second))
+	}
+	// drain: wait for the outstanding acks, up to the timeout
+	deadline := time.Now().Add(o.ackTimeout)
+	for time.Now().Before(deadline) {
+		out := 0
+		for _, c := range live {
+			out += c.pendingAcks()
+		}
+		if out == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var never int64
+	for _, c := range live {
+		never += int64(c.dropPending())
+	}
+	w.timeouts = never + w.late.Load()
+	if perfDone != nil {
+		w.perf = <-perfDone
+	}
+	return w
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}

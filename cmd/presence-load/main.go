@@ -1,0 +1,253 @@
+// Command presence-load is a load generator for presenced. It speaks
+// Engine.IO v4 / Socket.IO v5 over websockets itself (one reader goroutine
+// per socket, so one process holds 10,000 sockets), starts the server
+// nodes as child processes in cluster mode against Redis and a fresh
+// PostgreSQL database, and measures:
+//
+//   - heartbeat: N sockets (one user each) join 3 conversations of about
+//     100 members, then send `heartbeat` at a steady aggregate rate R for a
+//     fixed time (or at several rates, -rates), measuring each ack's
+//     latency, errors and timeouts; Redis commands per heartbeat (INFO
+//     commandstats, less an idle baseline window, and a MONITOR sample of
+//     one heartbeat's anatomy); server memory per socket; CPU time of the
+//     server, Redis and this generator.
+//
+//   - subscribe: two nodes, 1,000 subscribers of one user T spread over
+//     both; T connects and disconnects repeatedly and the delivery latency
+//     of each presence:update to each subscriber is measured; then
+//     presence:query latency and Redis commands for 200 and 1,000 ids.
+//
+//     go build -o bin/presenced ./cmd/presenced
+//     go run ./cmd/presence-load [-scenario all|heartbeat|subscribe] [flags]
+//
+// Everything it creates (child processes, the database, the Redis keys
+// under its random prefix or a private redis-server) is removed at the
+// end, also on Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	scenario    string
+	serverBin   string
+	redis       string
+	redisServer string
+	pgAdminURL  string
+	basePort    int
+	keepLogs    bool
+	verbose     bool
+	out         string
+	perf        bool
+	serverLog   string
+
+	// heartbeat
+	sockets      int
+	members      int
+	convsPer     int
+	connectRate  int
+	inflight     int
+	rate         int
+	rates        []int
+	duration     time.Duration
+	stepDuration time.Duration
+	baseline     time.Duration
+	ackTimeout   time.Duration
+	workers      int
+	active       bool
+	p99Target    time.Duration
+	stepStop     bool
+
+	// subscribe
+	subscribers int
+	flaps       int
+	flapGrace   time.Duration
+	queries     int
+	querySizes  []int
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "presence-load:", err)
+		os.Exit(1)
+	}
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		mult := 1
+		if strings.HasSuffix(f, "k") {
+			mult, f = 1000, strings.TrimSuffix(f, "k")
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	var o options
+	var rates, sizes string
+	fs := flag.NewFlagSet("presence-load", flag.ContinueOnError)
+	fs.StringVar(&o.scenario, "scenario", "all", "heartbeat, subscribe or all")
+	fs.StringVar(&o.serverBin, "server-bin", "bin/presenced", "presenced binary to start (build it with: go build -o bin/presenced ./cmd/presenced)")
+	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", `Redis URL, or "own" to start a private redis-server (exact command counts when the shared Redis is busy)`)
+	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for -redis own")
+	fs.StringVar(&o.pgAdminURL, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL URL used to create and drop the benchmark database")
+	fs.IntVar(&o.basePort, "port", 0, "first server port (0: free ports)")
+	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the server logs (their directory is printed)")
+	fs.BoolVar(&o.verbose, "v", false, "progress on stderr")
+	fs.StringVar(&o.out, "out", "", "also write the report to this file")
+	fs.BoolVar(&o.perf, "perf", false, "profile the server with `perf record` during each heartbeat window and print its hottest functions")
+
+	fs.StringVar(&o.serverLog, "server-log-level", "warn", "the servers' --log-level (their WARN/ERROR lines are summarised in the report)")
+	fs.IntVar(&o.sockets, "n", 10000, "heartbeat: sockets (one user each)")
+	fs.IntVar(&o.members, "members", 100, "heartbeat: members per conversation")
+	fs.IntVar(&o.convsPer, "convs", 3, "heartbeat: conversations joined by each socket")
+	fs.IntVar(&o.connectRate, "connect-rate", 500, "new sockets per second")
+	fs.IntVar(&o.inflight, "inflight", 200, "most sockets in their handshake and joins at once")
+	fs.IntVar(&o.rate, "rate", 20000, "heartbeat: aggregate heartbeats per second")
+	fs.StringVar(&rates, "rates", "", "heartbeat step mode: comma-separated rates (e.g. 5k,10k,20k,30k), each run for -step-duration")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "heartbeat: length of the measured window at -rate")
+	fs.DurationVar(&o.stepDuration, "step-duration", 15*time.Second, "heartbeat step mode: length of each step")
+	fs.DurationVar(&o.baseline, "baseline", 15*time.Second, "heartbeat: idle window measuring the server's background Redis traffic (keep it a multiple of TTL/3 = 15s)")
+	fs.DurationVar(&o.ackTimeout, "ack-timeout", 5*time.Second, "an ack later than this (or never) is a timeout")
+	fs.IntVar(&o.workers, "workers", 16, "heartbeat: pacing goroutines (each sends to its share of the sockets)")
+	fs.BoolVar(&o.active, "active", true, "heartbeat: send {active:true} (false: {active:false})")
+	fs.DurationVar(&o.p99Target, "p99", 50*time.Millisecond, "heartbeat step mode: a rate passes when p99 is below this, the achieved rate is ≥95% of the target and under 0.1% of heartbeats fail")
+
+	fs.BoolVar(&o.stepStop, "step-stop", true, "heartbeat step mode: skip the higher rates once a rate overloads the server (p99 > 20× the target or > 1% failures)")
+	fs.IntVar(&o.subscribers, "subscribers", 1000, "subscribe: subscriber sockets (spread over 2 nodes)")
+	fs.IntVar(&o.flaps, "flaps", 20, "subscribe: connect/disconnect cycles of the target user")
+	fs.DurationVar(&o.flapGrace, "flap-grace", 200*time.Millisecond, "subscribe: the servers' --flap-grace")
+	fs.IntVar(&o.queries, "queries", 200, "subscribe: presence:query calls per size")
+	fs.StringVar(&sizes, "query-sizes", "200,1000", "subscribe: ids per presence:query")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if rates != "" {
+		if o.rates, err = parseInts(rates); err != nil {
+			return err
+		}
+	}
+	if o.querySizes, err = parseInts(sizes); err != nil {
+		return err
+	}
+	if o.convsPer*o.sockets < o.members {
+		o.members = o.convsPer * o.sockets
+	}
+	if _, err := os.Stat(o.serverBin); err != nil {
+		return fmt.Errorf("server binary %s: %w (build it: go build -o bin/presenced ./cmd/presenced)", o.serverBin, err)
+	}
+	if o.redis == "own" {
+		if p, err := exec.LookPath(o.redisServer); err != nil {
+			return fmt.Errorf("-redis own: %w", err)
+		} else {
+			o.redisServer = p
+		}
+	}
+	nofile, err := raiseNoFile()
+	if err != nil {
+		return fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
+	}
+	if need := uint64(o.sockets + 200); o.scenario != "subscribe" && nofile < need {
+		return fmt.Errorf("RLIMIT_NOFILE is %d (hard limit), %d sockets need about %d", nofile, o.sockets, need)
+	}
+
+	r := &report{opt: &o, w: stdout}
+	if o.out != "" {
+		f, err := os.Create(o.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r.w = io.MultiWriter(stdout, f)
+	}
+	r.header(conditions(&o, nofile))
+
+	var errs []string
+	if o.scenario == "all" || o.scenario == "heartbeat" {
+		if err := runHeartbeat(ctx, &o, r); err != nil {
+			errs = append(errs, "heartbeat: "+err.Error())
+			r.printf("\nheartbeat scenario FAILED: %v\n", err)
+		}
+	}
+	if ctx.Err() == nil && (o.scenario == "all" || o.scenario == "subscribe") {
+		if err := runSubscribe(ctx, &o, r); err != nil {
+			errs = append(errs, "subscribe: "+err.Error())
+			r.printf("\nsubscribe scenario FAILED: %v\n", err)
+		}
+	}
+	if o.scenario != "all" && o.scenario != "heartbeat" && o.scenario != "subscribe" {
+		return fmt.Errorf("unknown -scenario %q", o.scenario)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return ctx.Err()
+}
+
+// conditions describes the machine and the versions.
+func conditions(o *options, nofile uint64) []string {
+	var lines []string
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	var mem string
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		mem = strings.Fields(strings.Split(string(b), "\n")[0])[1] + " kB"
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	bin, _ := filepath.Abs(o.serverBin)
+	srvVer := ""
+	if out, err := exec.Command("go", "version", o.serverBin).Output(); err == nil {
+		srvVer = strings.TrimSpace(string(out))
+		if i := strings.LastIndex(srvVer, ": "); i >= 0 {
+			srvVer = srvVer[i+2:]
+		}
+	}
+	b0, t0 := machineCPU()
+	time.Sleep(2 * time.Second)
+	b1, t1 := machineCPU()
+	lines = append(lines,
+		fmt.Sprintf("machine: %d CPUs (%s), %s RAM, Linux %s; server, Redis, PostgreSQL and this load generator all share these CPUs, over loopback",
+			runtime.NumCPU(), model, mem, kernel),
+		fmt.Sprintf("generator: %s, GOMAXPROCS %d, RLIMIT_NOFILE %d", runtime.Version(), runtime.GOMAXPROCS(0), nofile),
+		fmt.Sprintf("server: %s (built with %s)", bin, srvVer),
+		fmt.Sprintf("started: %s; the machine was %s busy (other programs) in the 2s before", time.Now().UTC().Format(time.RFC3339), pct(float64(b1-b0), float64(t1-t0))),
+	)
+	return lines
+}
