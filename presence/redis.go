@@ -87,6 +87,10 @@ func (e *RedisEngine) conv(id string) convKeys {
 	return convKeys{b + "on", b + "sk", b + "su", b + "m", b + "ty", b + "tyo"}
 }
 
+// userSockets is the key of a user's socket set (slot {g}, with the user
+// records).
+func (e *RedisEngine) userSockets(user string) string { return e.rcfg.Prefix + ":{g}:usk:" + user }
+
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
@@ -163,16 +167,20 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	}
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
 	e.local[s.ID] = rs
+	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
 	e.mu.Unlock()
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
 	pipe.ZAddNX(ctx, e.kNodes, redis.Z{Score: float64(ms(now)), Member: e.cfg.NodeID})
 	pipe.HSet(ctx, e.kNode, s.ID, registry(rs))
-	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.UserID, ms(now), e.cfg.AwayAfter.Milliseconds())
+	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, ms(now), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
+		// The scripts may have run although the reply was lost: the
+		// socket is cleaned up (idempotently) by the pending retries.
 		e.mu.Lock()
 		delete(e.local, s.ID)
+		e.pending[s.ID] = rs
 		e.mu.Unlock()
 		return unavailable("connect", err)
 	}
@@ -223,7 +231,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
 			s.id, s.user, ms(now), mode, ms(deadline), ms(at))
 	}
-	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), mode, ms(deadline), ms(at))
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, ms(now), mode, ms(deadline), ms(at))
 	pipe.HDel(ctx, regKey, s.id)
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)
@@ -300,9 +308,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		if !already {
-			e.mu.Lock()
-			delete(s.convs, conv)
-			e.mu.Unlock()
+			e.undoJoin(s, conv)
 		}
 		return JoinResult{}, unavailable("join", err)
 	}
@@ -321,6 +327,29 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]), now)
 }
 
+// undoJoin takes back a join whose outcome is unknown (the reply was lost:
+// the script may have run). Once Redis confirms, the conversation leaves
+// the socket's local set; until then it stays there, so that the socket's
+// disconnect, or a node reap, still removes whatever entry was made. Nobody
+// was told of the join, so the undo tells nobody either.
+func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	now := e.cfg.Now()
+	k := e.conv(conv)
+	err := convLeave.Run(ctx, e.rdb, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
+		s.id, s.user, ms(now), "left", 0, ms(now)).Err()
+	if err != nil {
+		e.log.Warn("join outcome unknown; kept for the disconnect to clean", "sid", s.id, "conversation_id", conv, "err", err)
+		return
+	}
+	e.mu.Lock()
+	delete(s.convs, conv)
+	reg := registry(s)
+	e.mu.Unlock()
+	_ = e.rdb.HSet(ctx, e.kNode, s.id, reg).Err()
+}
+
 // rosterOf completes a roster with each member's status (one HMGET).
 func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string, now time.Time) (JoinResult, error) {
 	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
@@ -332,12 +361,17 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 		var err error
 		recs, err = e.rdb.HMGet(ctx, e.kUsers, users...).Result()
 		if err != nil {
-			return JoinResult{}, unavailable("roster", err)
+			// The roster itself is known; only the online/away split is
+			// not. Everyone listed has a live socket: say online.
+			e.log.Warn("roster statuses unavailable; listing members as online", "err", err)
+			recs = nil
 		}
 	}
 	for i, u := range users {
 		st := Away
-		if r, ok := parseUser(recs[i]); ok {
+		if recs == nil {
+			st = Online
+		} else if r, ok := parseUser(recs[i]); ok {
 			st = r.status(now, e.cfg.AwayAfter)
 			if st == Offline {
 				st = Away
@@ -701,7 +735,7 @@ func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.kNode, s.id, regs[s.id])
-		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, ms(now), e.cfg.AwayAfter.Milliseconds())
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
@@ -766,6 +800,12 @@ func (e *RedisEngine) retryPending(ctx context.Context, now time.Time) error {
 	}
 	e.mu.Unlock()
 	for _, s := range todo {
+		e.mu.Lock()
+		_, live := e.local[s.id]
+		e.mu.Unlock()
+		if live {
+			continue
+		}
 		b, err := e.removeSocket(ctx, s, now, "grace", now)
 		e.emit(ctx, b)
 		if err != nil {

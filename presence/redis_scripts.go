@@ -14,6 +14,7 @@ import "github.com/redis/go-redis/v9"
 //   P:{c:C}:tyo  HASH user → socket that typed last
 // cluster-wide, slot {g}
 //   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt"
+//   P:{g}:usk:U  SET of U's sockets (n above is its size)
 //   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
 //                of U in C, "u\tU" grace of U, "a\tU" away check of U)
 //   P:{g}:nodes  ZSET node → last lease renewal ms
@@ -197,13 +198,15 @@ local function uset(h, user, u)
 end
 `
 
-// userConnect counts a new connection of a user.
-// KEYS users due; ARGV user now awayAfter → 1 if the user came online
+// userConnect counts a new connection of a user: its socket joins the
+// user's socket set (so that counting is idempotent per socket).
+// KEYS users due usk; ARGV user sid now awayAfter → 1 if the user came online
 var userConnect = redis.NewScript(userLib + `
-local h, due = KEYS[1], KEYS[2]
-local user, now, away = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
+local user, sid, now, away = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0}
-u.n = u.n + 1
+redis.call('SADD', usk, sid)
+u.n = redis.call('SCARD', usk)
 u.grace = 0
 u.act = now
 local came = 0
@@ -214,15 +217,17 @@ redis.call('ZADD', due, now + away, 'a\t' .. user)
 return came
 `)
 
-// userDisconnect uncounts a connection. mode grace: offline waits for the
-// deadline; timeout: offline now with lastSeen atMs.
-// KEYS users due; ARGV user now mode deadline atMs → {offline(0|1), lastSeen}
+// userDisconnect uncounts a connection (a socket not counted is a no-op).
+// mode grace: offline waits for the deadline; timeout: offline now with
+// lastSeen atMs.
+// KEYS users due usk; ARGV user sid now mode deadline atMs → {offline(0|1), lastSeen}
 var userDisconnect = redis.NewScript(userLib + `
-local h, due = KEYS[1], KEYS[2]
-local user, now, mode, deadline, at = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
+local user, sid, now, mode, deadline, at = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+if redis.call('SREM', usk, sid) == 0 then return {0, 0} end
 local u = uget(h, user)
 if not u then return {0, 0} end
-if u.n > 0 then u.n = u.n - 1 end
+u.n = redis.call('SCARD', usk)
 if u.n > 0 then uset(h, user, u); return {0, 0} end
 if mode == 'grace' then
   u.grace = deadline

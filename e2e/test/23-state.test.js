@@ -1,0 +1,147 @@
+// state:set and the `state` event: fan-out to the others, throttled and
+// coalesced per socket (at most 10/s, last value wins), the 1 KiB bound,
+// clearing with null, on leave and on disconnect. One node, and two nodes
+// (A on node 1, B on node 2).
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { sleep } from '../lib/client.js';
+import {
+  TOPOLOGIES, uid, ack, show, joinUser, startTopology, clusterDatabase,
+} from '../lib/presence.js';
+
+async function pair(t, kind, db, args, tag) {
+  const topo = await startTopology(kind, { t, db, args, tag });
+  const c = uid('c');
+  const A = uid('A');
+  const B = uid('B');
+  const a = await joinUser(topo.url1, A, c, { t });
+  const b = await joinUser(topo.url2, B, c, { t });
+  return { topo, c, A, B, a, b };
+}
+
+/** A state object whose JSON encoding is exactly n bytes. */
+function stateOfBytes(n) {
+  const s = { s: '' };
+  s.s = 'x'.repeat(n - JSON.stringify(s).length);
+  assert.equal(JSON.stringify(s).length, n);
+  return s;
+}
+
+for (const kind of TOPOLOGIES) {
+  describe(`state [${kind}]`, { timeout: 180000 }, () => {
+    const store = clusterDatabase(kind, { before, after, tag: '23' });
+
+    it('state:set reaches the others, not the sender; null clears', { timeout: 30000 }, async (t) => {
+      const { c, B, a, b } = await pair(t, kind, store.db, [], '23a');
+      const markA = a.rec.mark();
+      const set = await ack(b.socket, 'state:set', { conversationId: c, state: { x: 1 } });
+      assert.deepEqual(set, { ok: true }, `state:set ack: ${show(set)}`);
+      const { payload } = await a.rec.wait('state', { since: markA, timeoutMs: 5000 });
+      assert.deepEqual(payload, { conversationId: c, userId: B, state: { x: 1 } }, show(payload));
+
+      // A nested object comes through as sent.
+      await sleep(150);
+      const rich = { cursor: { line: 3, col: 14 }, selection: [1, 2], colour: '#ff0000', name: 'B é ✓', on: true, none: null };
+      const markRich = a.rec.mark();
+      assert.deepEqual(await ack(b.socket, 'state:set', { conversationId: c, state: rich }), { ok: true });
+      const { payload: p2 } = await a.rec.wait('state', { since: markRich, timeoutMs: 5000 });
+      assert.deepEqual(p2, { conversationId: c, userId: B, state: rich });
+
+      await sleep(150);
+      const markNull = a.rec.mark();
+      const clear = await ack(b.socket, 'state:set', { conversationId: c, state: null });
+      assert.deepEqual(clear, { ok: true }, `state null ack: ${show(clear)}`);
+      const { payload: cleared } = await a.rec.wait('state', { since: markNull, timeoutMs: 5000 });
+      assert.deepEqual(cleared, { conversationId: c, userId: B, state: null }, show(cleared));
+      await sleep(300);
+      assert.deepEqual(b.rec.list('state'), [], `the sender gets no state of its own:\n    ${b.rec.dump()}`);
+      assert.equal(a.rec.list('state', { since: markA }).length, 3, `three state events:\n    ${a.rec.dump(markA)}`);
+    });
+
+    it('20 rapid state:set: at most ~3 in the first 250 ms, coalesced to the last value, <= 10/s', { timeout: 30000 }, async (t) => {
+      const { c, B, a, b } = await pair(t, kind, store.db, [], '23b');
+      const markA = a.rec.mark();
+      const t0 = Date.now();
+      const acks = await Promise.all(Array.from({ length: 20 }, (_, i) => ack(b.socket, 'state:set', { conversationId: c, state: { n: i } })));
+      assert.ok(acks.every((x) => x?.ok === true), `every state:set acked ok: ${show(acks)}`);
+      const last = await a.rec.wait('state', { since: markA, pred: (p) => p.state?.n === 19, timeoutMs: 5000, label: 'state {n:19}' });
+      await sleep(700); // nothing after the last value
+      const got = a.rec.list('state', { since: markA });
+      const early = got.filter((e) => e.at - t0 <= 250);
+      const span = Math.max(1, got[got.length - 1].at - got[0].at);
+      t.diagnostic(`A got ${got.length} state events (${early.length} in the first 250 ms), last ${last.at - t0} ms after the first emit: ${got.map((e) => e.payload.state?.n).join(',')}`);
+      assert.ok(early.length <= 3, `at most ~3 in the first 250 ms:\n    ${a.rec.dump(markA)}`);
+      assert.ok(got.length < 20, 'coalesced');
+      assert.ok(got.length <= Math.floor(span / 100) + 2, `at most 10/s: ${got.length} events over ${span} ms`);
+      assert.deepEqual(got[got.length - 1].payload, { conversationId: c, userId: B, state: { n: 19 } }, 'the last value is the last event');
+      const ns = got.map((e) => e.payload.state.n);
+      assert.deepEqual(ns, [...ns].sort((x, y) => x - y), `values in order: ${ns}`);
+      assert.equal(new Set(ns).size, ns.length, `no value twice: ${ns}`);
+    });
+
+    it('state over 1 KiB, or not an object: invalid_argument; exactly 1 KiB is fine', { timeout: 30000 }, async (t) => {
+      const { c, B, a, b } = await pair(t, kind, store.db, [], '23c');
+      const markA = a.rec.mark();
+      const big = await ack(b.socket, 'state:set', { conversationId: c, state: stateOfBytes(1025) });
+      assert.equal(big?.ok, false, show(big));
+      assert.equal(big.error?.code, 'invalid_argument', show(big));
+      const huge = await ack(b.socket, 'state:set', { conversationId: c, state: stateOfBytes(10000) });
+      assert.equal(huge?.error?.code, 'invalid_argument', show(huge));
+      for (const bad of [5, 'x', [1, 2], true]) {
+        const r = await ack(b.socket, 'state:set', { conversationId: c, state: bad });
+        assert.equal(r?.error?.code, 'invalid_argument', `state ${show(bad)}: ${show(r)}`);
+      }
+      const missing = await ack(b.socket, 'state:set', { conversationId: c });
+      assert.equal(missing?.error?.code, 'invalid_argument', `state missing: ${show(missing)}`);
+      await sleep(300);
+      assert.deepEqual(a.rec.list('state', { since: markA }), [], 'refused states are not broadcast');
+
+      const max = stateOfBytes(1024);
+      const okAck = await ack(b.socket, 'state:set', { conversationId: c, state: max });
+      assert.deepEqual(okAck, { ok: true }, `a state of exactly 1024 bytes: ${show(okAck)}`);
+      const { payload } = await a.rec.wait('state', { since: markA, timeoutMs: 5000 });
+      assert.deepEqual(payload, { conversationId: c, userId: B, state: max });
+      assert.ok(b.socket.connected);
+    });
+
+    it('leave clears the state: state null, then presence:leave', { timeout: 30000 }, async (t) => {
+      const { c, B, a, b } = await pair(t, kind, store.db, ['--flap-grace', '1s'], '23d');
+      const mark0 = a.rec.mark();
+      await ack(b.socket, 'state:set', { conversationId: c, state: { x: 1 } });
+      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
+      const markA = a.rec.mark();
+      assert.deepEqual(await ack(b.socket, 'conversation:leave', { conversationId: c }), { ok: true });
+      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 5000 });
+      assert.equal(left.payload.reason, 'left');
+      await sleep(300);
+      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
+      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
+        [['state', B, null], ['presence:leave', B, 'left']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+
+      // Without a state, a leave sends no state event.
+      const c2 = uid('c');
+      await ack(a.socket, 'conversation:join', { conversationId: c2 });
+      await ack(b.socket, 'conversation:join', { conversationId: c2 });
+      const markB = a.rec.mark();
+      await ack(b.socket, 'conversation:leave', { conversationId: c2 });
+      await a.rec.wait('presence:leave', { since: markB, timeoutMs: 5000 });
+      await sleep(300);
+      assert.deepEqual(a.rec.list('state', { since: markB }), [], `no state event for a user without state:\n    ${a.rec.dump(markB)}`);
+    });
+
+    it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
+      const { c, B, a, b } = await pair(t, kind, store.db, ['--flap-grace', '1s'], '23e');
+      const mark0 = a.rec.mark();
+      await ack(b.socket, 'state:set', { conversationId: c, state: { y: 2 } });
+      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
+      const markA = a.rec.mark();
+      b.socket.disconnect();
+      await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
+      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
+      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
+        [['state', B, null], ['presence:leave', B, 'disconnected']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+    });
+  });
+}

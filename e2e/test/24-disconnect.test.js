@@ -1,0 +1,148 @@
+// Leaves caused by connections going away: a client disconnect (after the
+// flap grace), a reconnect within the grace (nothing said), a client
+// process SIGKILLed, and (cluster only) a node SIGKILLed, whose users the
+// surviving node evicts with reason "timeout".
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { sleep } from '../lib/client.js';
+import {
+  TOPOLOGIES, TIMESTAMP, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase, spawnChildClient, recentDisplays,
+} from '../lib/presence.js';
+
+for (const kind of TOPOLOGIES) {
+  describe(`leaves on disconnect [${kind}]`, { timeout: 180000 }, () => {
+    const store = clusterDatabase(kind, { before, after, tag: '24' });
+
+    it('a client disconnect: presence:leave "disconnected" after the flap grace (1s)', { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24a' });
+      const c = uid('c');
+      const A = uid('A');
+      const B = uid('B');
+      const a = await joinUser(topo.url1, A, c, { t });
+      const b = await joinUser(topo.url2, B, c, { t });
+      await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
+      const markA = a.rec.mark();
+      const t0 = Date.now();
+      b.socket.disconnect();
+      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
+      const ms = left.at - t0;
+      t.diagnostic(`presence:leave ${ms} ms after the disconnect`);
+      assert.deepEqual(Object.keys(left.payload).sort(), ['at', 'conversationId', 'reason', 'userId']);
+      assert.equal(left.payload.conversationId, c);
+      assert.equal(left.payload.userId, B);
+      assert.equal(left.payload.reason, 'disconnected', show(left.payload));
+      assert.match(left.payload.at, TIMESTAMP);
+      assert.ok(ms >= 900, `not before the grace (${ms} ms)`);
+      assert.ok(ms <= 4000, `within ~4 s (${ms} ms)`);
+      // `at` is when the leave happened: after the grace, not the disconnect itself... nor in the future.
+      const at = Date.parse(left.payload.at);
+      assert.ok(at >= t0 - 1000 && at <= Date.now() + 1000, `at ${left.payload.at} between the disconnect and now`);
+      await sleep(500);
+      assert.equal(a.rec.list('presence:leave', { since: markA }).length, 1, `one leave:\n    ${a.rec.dump(markA)}`);
+      const probe = await connectUser(topo.url1, uid('P'), { t });
+      const roster = await ack(probe.socket, 'conversation:join', { conversationId: c });
+      assert.deepEqual(roster.online.map((m) => m.userId).sort(), [A, probe.userId].sort(), `B is gone: ${show(roster)}`);
+    });
+
+    it('a flap: B reconnects and joins again within the grace: no leave, no join, no presence:update (3 s)', { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24b' });
+      const c = uid('c');
+      const A = uid('A');
+      const B = uid('B');
+      const a = await joinUser(topo.url1, A, c, { t });
+      const b = await joinUser(topo.url2, B, c, { t });
+      await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
+      const sinceB = b.joinAck.online.find((m) => m.userId === B).since;
+      // A also watches B's status: a flap changes no status either.
+      const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const markA = a.rec.mark();
+      const t0 = Date.now();
+      b.socket.disconnect();
+      await sleep(200);
+      const b2 = await joinUser(topo.url2, B, c, { t });
+      t.diagnostic(`rejoined ${Date.now() - t0} ms after the disconnect`);
+      assert.ok(Date.now() - t0 < 1000, 'the rejoin happened within the grace');
+      assert.deepEqual(b2.joinAck.online.map((m) => m.userId).sort(), [A, B].sort(), show(b2.joinAck));
+      const sinceB2 = b2.joinAck.online.find((m) => m.userId === B).since;
+      t.diagnostic(`B since: first ${sinceB}, after the flap ${sinceB2}`);
+      await sleep(3000);
+      const seen = a.rec.events.slice(markA).filter((e) => e.event.startsWith('presence:'));
+      assert.deepEqual(seen.map((e) => `${e.event} ${show(e.payload)}`), [], 'A saw no leave, no join and no presence:update');
+      assert.deepEqual(b2.rec.list('presence:join'), []);
+    });
+
+    it('a client process killed with SIGKILL: presence:leave "disconnected"', { timeout: 30000 }, async (t) => {
+      const args = ['--ping-interval', '500ms', '--ping-timeout', '500ms', '--flap-grace', '500ms'];
+      const topo = await startTopology(kind, { t, db: store.db, args, tag: '24c' });
+      const c = uid('c');
+      const A = uid('A');
+      const B = uid('B');
+      const a = await joinUser(topo.url1, A, c, { t });
+      const markJoin = a.rec.mark();
+      const child = await spawnChildClient(topo.url2, B, c, { t });
+      await a.rec.wait('presence:join', { since: markJoin, pred: (p) => p.userId === B });
+      const markA = a.rec.mark();
+      const t0 = Date.now();
+      const exit = await child.kill('SIGKILL');
+      assert.equal(exit.signal, 'SIGKILL');
+      const bound = 500 + 500 + 500;
+      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: bound + 3000 });
+      const ms = left.at - t0;
+      t.diagnostic(`presence:leave ${ms} ms after the kill (ping interval + timeout + grace = ${bound} ms)`);
+      assert.equal(left.payload.userId, B);
+      assert.equal(left.payload.conversationId, c);
+      assert.equal(left.payload.reason, 'disconnected', show(left.payload));
+      assert.ok(ms <= bound + 1000, `within interval + timeout + grace (+1 s slack): ${ms} ms`);
+    });
+
+    if (kind === 'cluster') {
+      it('node 2 killed with SIGKILL: A on node 1 gets presence:leave "timeout" and presence:update offline', { timeout: 40000 }, async (t) => {
+        const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24d' });
+        const c = uid('c');
+        const A = uid('A');
+        const B = uid('B');
+        const a = await joinUser(topo.url1, A, c, { t });
+        const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
+        assert.equal(sub?.ok, true, show(sub));
+        const markJoin = a.rec.mark();
+        const b = await joinUser(topo.url2, B, c, { t });
+        assert.deepEqual(b.joinAck.online.map((m) => m.userId).sort(), [A, B].sort());
+        // Online as seen from node 1 (presence:join is checked in 21-conversation;
+        // this test is about the crash, so it does not depend on it).
+        await a.rec.wait('presence:update', { since: markJoin, pred: (p) => p.userId === B && p.status === 'online', timeoutMs: 5000 })
+          .catch((err) => assert.fail(`(before the kill) ${err.message}`));
+        const q = await ack(a.socket, 'presence:query', { userIds: [B] });
+        assert.equal(q.presences?.[0]?.status, 'online', `B online before the kill: ${show(q)}`);
+
+        const markA = a.rec.mark();
+        const t0 = Date.now();
+        await topo.servers[1].kill();
+        assert.equal(topo.servers[1].exit.signal, 'SIGKILL');
+        const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 10000 });
+        t.diagnostic(`presence:leave ${left.at - t0} ms after the node was killed`);
+        assert.equal(left.payload.userId, B);
+        assert.equal(left.payload.conversationId, c);
+        assert.equal(left.payload.reason, 'timeout', show(left.payload));
+        assert.match(left.payload.at, TIMESTAMP);
+        const upd = await a.rec.wait('presence:update', { since: markA, pred: (p) => p.userId === B, timeoutMs: Math.max(1000, 10000 - (Date.now() - t0)) });
+        t.diagnostic(`presence:update ${upd.at - t0} ms after the kill: ${show(upd.payload)}`);
+        assert.equal(upd.payload.status, 'offline', show(upd.payload));
+        assert.equal(typeof upd.payload.lastSeen, 'string', `lastSeen of a crashed node's user: ${show(upd.payload)}`);
+        assert.match(upd.payload.lastSeen, /:00\.000Z$/, 'lastSeen rounded down to the minute');
+        assert.ok(Date.parse(upd.payload.lastSeen) <= t0 && Date.parse(upd.payload.lastSeen) > t0 - 120000, `lastSeen ${upd.payload.lastSeen} near the crash`);
+        assert.ok(recentDisplays(upd.payload.lastSeen, upd.at).includes(upd.payload.display),
+          `display ${show(upd.payload.display)} for lastSeen ${upd.payload.lastSeen} received at ${new Date(upd.at).toISOString()}`);
+        // Node 1 still works, and its roster no longer lists B.
+        const probe = await connectUser(topo.url1, uid('P'), { t });
+        const roster = await ack(probe.socket, 'conversation:join', { conversationId: c });
+        assert.deepEqual(roster.online.map((m) => m.userId).sort(), [A, probe.userId].sort(), show(roster));
+        await sleep(1000);
+        assert.equal(a.rec.list('presence:leave', { since: markA }).length, 1, `one leave:\n    ${a.rec.dump(markA)}`);
+        assert.equal(a.rec.list('presence:update', { since: markA }).length, 1, `one update:\n    ${a.rec.dump(markA)}`);
+      });
+    }
+  });
+}
