@@ -5,16 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net/url"
+	"github.com/presenced/presenced/store/storetest"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/lastseen"
@@ -140,79 +138,11 @@ func (h *countHook) names() []string {
 
 // ---- PostgreSQL ----
 
-var (
-	pgOnce     sync.Once
-	pgURL      string
-	pgErr      error
-	pgExplicit bool
-)
-
-func pgAdmin(tb testing.TB) string {
-	tb.Helper()
-	pgOnce.Do(func() {
-		pgURL = os.Getenv("DATABASE_TEST_URL")
-		pgExplicit = pgURL != ""
-		if !pgExplicit {
-			pgURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, pgURL)
-		if err != nil {
-			pgErr = err
-			return
-		}
-		pgErr = conn.Ping(ctx)
-		conn.Close(ctx)
-	})
-	if pgErr != nil {
-		if required(pgExplicit) {
-			tb.Fatalf("PostgreSQL unreachable at DATABASE_TEST_URL or the default (required under CI=true): %v", pgErr)
-		}
-		tb.Skipf("PostgreSQL unreachable (set DATABASE_TEST_URL): %v", pgErr)
-	}
-	return pgURL
-}
-
 // pgDatabase creates a fresh database, dropped when tb ends, and returns
 // its URL.
 func pgDatabase(tb testing.TB) string {
 	tb.Helper()
-	admin := pgAdmin(tb)
-	name := "presenced_lastseen_" + randHex(8)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			tb.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Errorf("drop %s: %v", name, err)
-		}
-	})
-	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		u.Path = "/" + name
-		u.RawPath = ""
-		return u.String()
-	}
-	return admin + " dbname=" + name
+	return storetest.FreshPostgres(tb, "presenced_lastseen")
 }
 
 // pgStore opens the real PostgreSQL store on a fresh database.
@@ -398,7 +328,7 @@ func stores(t *testing.T, fn func(t *testing.T, newStore func(t *testing.T) stor
 		fn(t, func(*testing.T) store.Store { return newFakeStore() })
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pgAdmin(t)
+		storetest.PostgresAdmin(t)
 		fn(t, func(t *testing.T) store.Store { return pgStore(t) })
 	})
 }

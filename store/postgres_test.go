@@ -2,14 +2,10 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"net"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,94 +15,15 @@ import (
 	"github.com/presenced/presenced/store/storetest"
 )
 
-// defaultTestURL is the CI database (trust auth on the loopback).
-const defaultTestURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+func pgAdmin(tb testing.TB) string { tb.Helper(); return storetest.PostgresAdmin(tb) }
 
-var (
-	pgOnce     sync.Once
-	pgURL      string
-	pgErr      error
-	pgExplicit bool
-)
-
-// pgAdmin returns the URL of a PostgreSQL server for tests, from
-// DATABASE_TEST_URL or else the default. An unreachable server skips the
-// test, unless DATABASE_TEST_URL is set or CI=true: then it fails.
-func pgAdmin(tb testing.TB) string {
-	tb.Helper()
-	pgOnce.Do(func() {
-		pgURL = os.Getenv("DATABASE_TEST_URL")
-		pgExplicit = pgURL != ""
-		if !pgExplicit {
-			pgURL = defaultTestURL
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, pgURL)
-		if err != nil {
-			pgErr = err
-			return
-		}
-		pgErr = conn.Ping(ctx)
-		conn.Close(ctx)
-	})
-	if pgErr != nil {
-		if pgExplicit || os.Getenv("CI") == "true" {
-			tb.Fatalf("PostgreSQL unreachable at DATABASE_TEST_URL or the default (required under CI=true): %v", pgErr)
-		}
-		tb.Skipf("PostgreSQL unreachable (set DATABASE_TEST_URL): %v", pgErr)
-	}
-	return pgURL
-}
-
-// newPGDatabase creates a fresh database and drops it when tb ends.
 func newPGDatabase(tb testing.TB) string {
 	tb.Helper()
-	admin := pgAdmin(tb)
-	name := "presenced_test_" + hex.EncodeToString(randBytes(8))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			tb.Errorf("drop %s: %v", name, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			tb.Errorf("drop %s: %v", name, err)
-		}
-	})
-	return withDatabase(tb, admin, name)
+	return storetest.FreshPostgres(tb, "presenced_test")
 }
 
 func withDatabase(tb testing.TB, admin, name string) string {
-	if strings.HasPrefix(admin, "postgres://") || strings.HasPrefix(admin, "postgresql://") {
-		u, err := url.Parse(admin)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		u.Path = "/" + name
-		u.RawPath = ""
-		return u.String()
-	}
-	return admin + " dbname=" + name // key=value form: the last one wins
-}
-
-func randBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
+	return storetest.WithDatabase(tb, admin, name)
 }
 
 var postgresBackend = storetest.Backend{
