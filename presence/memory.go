@@ -128,16 +128,12 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 
 // Disconnect implements Engine.
 func (e *MemoryEngine) Disconnect(ctx context.Context, socketID string) error {
-	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	if s, ok := m.sockets[socketID]; ok {
-		b = m.removeSocket(s, now, e.cfg.FlapGrace, ReasonDisconnected, b)
-	}
-	m.mu.Unlock()
-	e.emit(ctx, b)
-	return nil
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		if s, ok := m.sockets[socketID]; ok {
+			return m.removeSocket(s, now, e.cfg.FlapGrace, ReasonDisconnected, nil), nil
+		}
+		return nil, nil
+	})
 }
 
 // removeSocket takes a socket out of every conversation and of its user.
@@ -303,106 +299,91 @@ func (m *Memory) roster(conv string, now time.Time, awayAfter time.Duration) Joi
 
 // Leave implements Engine.
 func (e *MemoryEngine) Leave(ctx context.Context, socketID, conv string) error {
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		s, ok := m.sockets[socketID]
+		if !ok {
+			return nil, ErrUnknown
+		}
+		var b batch
+		if _, in := s.convs[conv]; in {
+			b = m.leaveConv(s, conv, now, 0, ReasonLeft, b)
+		}
+		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+	})
+}
+
+// update runs fn under the backend's lock and delivers its events once
+// the lock is released.
+func (e *MemoryEngine) update(ctx context.Context, fn func(m *Memory, now time.Time) (batch, error)) error {
 	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	s, ok := m.sockets[socketID]
-	if !ok {
-		m.mu.Unlock()
-		return ErrUnknown
-	}
-	if _, in := s.convs[conv]; in {
-		b = m.leaveConv(s, conv, now, 0, ReasonLeft, b)
-	}
-	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
-	m.mu.Unlock()
+	e.m.mu.Lock()
+	b, err := fn(e.m, now)
+	e.m.mu.Unlock()
 	e.emit(ctx, b)
-	return nil
+	return err
 }
 
 // Heartbeat implements Engine.
 func (e *MemoryEngine) Heartbeat(ctx context.Context, socketID string, active bool) error {
-	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	s, ok := m.sockets[socketID]
-	if !ok {
-		m.mu.Unlock()
-		return ErrUnknown
-	}
-	s.refreshed = now
-	if active {
-		b = m.activity(s.user, now, e.cfg.AwayAfter, b)
-	}
-	m.mu.Unlock()
-	e.emit(ctx, b)
-	return nil
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		s, ok := m.sockets[socketID]
+		if !ok {
+			return nil, ErrUnknown
+		}
+		s.refreshed = now
+		if !active {
+			return nil, nil
+		}
+		return m.activity(s.user, now, e.cfg.AwayAfter, nil), nil
+	})
 }
 
 // Touch implements Engine.
 func (e *MemoryEngine) Touch(ctx context.Context, socketID string) error {
-	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	s, ok := m.sockets[socketID]
-	if !ok {
-		m.mu.Unlock()
-		return ErrUnknown
-	}
-	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
-	m.mu.Unlock()
-	e.emit(ctx, b)
-	return nil
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		s, ok := m.sockets[socketID]
+		if !ok {
+			return nil, ErrUnknown
+		}
+		return m.activity(s.user, now, e.cfg.AwayAfter, nil), nil
+	})
 }
 
 // TypingStart implements Engine.
 func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) error {
-	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	s, c, err := m.joined(socketID, conv)
-	if err != nil {
-		m.mu.Unlock()
-		return err
-	}
-	if t := c.typing[s.user]; t != nil && t.until.After(now) {
-		t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
-	} else {
-		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
-		m.typingConvs[conv] = struct{}{}
-		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
-	}
-	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
-	m.mu.Unlock()
-	e.emit(ctx, b)
-	return nil
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		s, c, err := m.joined(socketID, conv)
+		if err != nil {
+			return nil, err
+		}
+		var b batch
+		if t := c.typing[s.user]; t != nil && t.until.After(now) {
+			t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
+		} else {
+			c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
+			m.typingConvs[conv] = struct{}{}
+			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
+		}
+		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+	})
 }
 
 // TypingStop implements Engine.
 func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) error {
-	now := e.cfg.Now()
-	var b batch
-	m := e.m
-	m.mu.Lock()
-	s, c, err := m.joined(socketID, conv)
-	if err != nil {
-		m.mu.Unlock()
-		return err
-	}
-	if t := c.typing[s.user]; t != nil {
-		delete(c.typing, s.user)
-		if t.until.After(now) {
-			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		s, c, err := m.joined(socketID, conv)
+		if err != nil {
+			return nil, err
 		}
-	}
-	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
-	m.mu.Unlock()
-	e.emit(ctx, b)
-	return nil
+		var b batch
+		if t := c.typing[s.user]; t != nil {
+			delete(c.typing, s.user)
+			if t.until.After(now) {
+				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
+			}
+		}
+		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+	})
 }
 
 func (m *Memory) joined(socketID, conv string) (*mSocket, *mConv, error) {

@@ -561,36 +561,17 @@ func (e *RedisEngine) joinedSocket(socketID, conv string) (*rSocket, error) {
 
 // TypingStart implements Engine.
 func (e *RedisEngine) TypingStart(ctx context.Context, socketID, conv string) error {
-	s, err := e.joinedSocket(socketID, conv)
-	if err != nil {
-		return err
-	}
-	now := e.cfg.Now()
-	expiry := now.Add(e.cfg.TypingTTL)
-	k := e.conv(conv)
-	pipe := e.rdb.Pipeline()
-	start := typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now), ms(expiry))
-	pipe.ZAddArgs(ctx, e.kDue, redis.ZAddArgs{LT: true, Members: []redis.Z{{Score: float64(ms(expiry)), Member: "t\t" + conv}}})
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
-	if err := e.exec(ctx, pipe); err != nil {
-		return unavailable("typing", err)
-	}
-	var b batch
-	switch n, _ := start.Int(); n {
-	case -1:
-		return ErrNotJoined
-	case 1:
-		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
-	}
-	if n, _ := act.Int(); n == 1 {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
-	}
-	e.emit(ctx, b)
-	return nil
+	return e.typing(ctx, socketID, conv, true)
 }
 
 // TypingStop implements Engine.
 func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) error {
+	return e.typing(ctx, socketID, conv, false)
+}
+
+// typing runs typingStart or typingStop with the user's activity in one
+// round trip; the script answers -1 (not joined), 1 (announce) or 0.
+func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
 		return err
@@ -598,17 +579,24 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 	now := e.cfg.Now()
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
-	stop := typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now))
+	var res *redis.Cmd
+	if start {
+		expiry := now.Add(e.cfg.TypingTTL)
+		res = typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now), ms(expiry))
+		pipe.ZAddArgs(ctx, e.kDue, redis.ZAddArgs{LT: true, Members: []redis.Z{{Score: float64(ms(expiry)), Member: "t\t" + conv}}})
+	} else {
+		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now))
+	}
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		return unavailable("typing", err)
 	}
 	var b batch
-	switch n, _ := stop.Int(); n {
+	switch n, _ := res.Int(); n {
 	case -1:
 		return ErrNotJoined
 	case 1:
-		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID})
 	}
 	if n, _ := act.Int(); n == 1 {
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})

@@ -32,7 +32,6 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-
 func TestRedisCosts(t *testing.T) {
 	rdb := testRedis(t)
 	prefix := uniquePrefix(t, rdb)
