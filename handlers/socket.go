@@ -29,7 +29,8 @@ type SessionConfig struct {
 	// StateInterval is the least time between two `state` broadcasts of one
 	// socket (default 100ms: at most 10/s, coalesced to the latest).
 	StateInterval time.Duration
-	// OpTimeout bounds one event's work (default 5s).
+	// OpTimeout bounds one event's work (default 10s: under a connection
+	// burst on a saturated machine, slow acks beat failed ones).
 	OpTimeout time.Duration
 }
 
@@ -55,7 +56,7 @@ func (c SessionConfig) withDefaults() SessionConfig {
 		c.StateInterval = 100 * time.Millisecond
 	}
 	if c.OpTimeout <= 0 {
-		c.OpTimeout = 5 * time.Second
+		c.OpTimeout = 10 * time.Second
 	}
 	return c
 }

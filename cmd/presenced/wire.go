@@ -174,6 +174,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		// An outage shows at once instead of after retries: the adapter and
 		// the engine fail fast and recover when Redis is back.
 		opts.MaxRetries, opts.DialerRetries = 1, 1
+		// Bursts of joins run many short commands at once: more
+		// connections than the default 10 per CPU keep them from queueing
+		// for one.
+		opts.PoolSize = max(opts.PoolSize, 64)
 		a.rdb = redis.NewUniversalClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
