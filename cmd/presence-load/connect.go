@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -177,12 +176,4 @@ func lost(conns []*conn) (int, string) {
 		parts = append(parts[:5], fmt.Sprintf("… %d more", len(parts)-5))
 	}
 	return n, strings.Join(parts, "; ")
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -183,6 +182,7 @@ func (e *env) startNode(ctx context.Context, extra ...string) (*node, error) {
 		"--shutdown-timeout", "5s",
 	}
 	args = append(args, extra...)
+	args = append(args, e.opt.serverFlags...)
 	n.cmd = exec.Command(e.opt.serverBin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -536,5 +536,3 @@ func raiseNoFile() (uint64, error) {
 	}
 	return r.Cur, nil
 }
-
-var errStop = errors.New("stopped")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -105,6 +106,7 @@ type window struct {
 	skipped  atomic.Int64 // sends skipped: the socket was closed by the server
 	perSec   []*hist      // latency by the second of the window the heartbeat was sent in
 	gcs      float64      // the server's GC cycles during the window
+	marks    []string     // per second: "gc" when a GC cycle ended, "refresh" when the background refresh ran
 }
 
 func (w *window) achieved() float64 {
@@ -144,7 +146,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	r.printf("\n== heartbeat scenario (issue #4) ==\n")
 	r.printf("  Redis %s at %s (%s), key prefix %s; PostgreSQL %s, database %s\n",
 		e.redisVer, e.redisURL, map[bool]string{true: "private redis-server started by this tool", false: "shared"}[e.ownRedis != nil], e.prefix, e.pgVersion, e.dbName)
-	r.printf("  one node (pid %d) at %s, membership open, handshake limit off, other settings default (TTL 45s → background refresh every 15s)\n", n.pid, n.addr)
+	r.printf("  one node (pid %d) at %s, membership open, handshake limit off, other settings default (TTL 45s → background refresh every 15s)%s\n", n.pid, n.addr, extraFlags(o))
 	r.printf("  %d sockets, one user each, each joining %d of %d conversations (~%d members each); connect rate %d/s\n",
 		N, o.convsPer, K, N*o.convsPer/K, o.connectRate)
 
@@ -206,6 +208,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 
 	// idle baseline: the server's own Redis traffic (leases, refresh, timers)
 	o.logf("heartbeat: baseline window %s", o.baseline)
+	mon, monErr := startMonitor(e.redisURL, e.prefix)
 	bs0, err := e.commandStats(ctx)
 	if err != nil {
 		return err
@@ -222,6 +225,9 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	bgRate := float64(bg.total()) / bgDur.Seconds()
 	r.printf("\n  idle baseline (%s, sockets connected, no heartbeats): %.0f Redis commands/s (%s); CPU %s\n",
 		bgDur.Round(time.Millisecond), bgRate, cmdBreakdown(bg, bgDur.Seconds()), cpuLine(bc0, bc1))
+	if monErr == nil {
+		r.printf("  %s\n", foreignTraffic(mon.stop(bc0.at, bc1.at), bg, bgDur))
+	}
 	rss2 := rssKB(n.pid)
 	m2 := scrape(n.addr, "go_memstats_heap_inuse_bytes")
 	r.printf("  server memory after the idle window: VmRSS %.1f MiB, %.1f KiB per socket (Go heap in use %.1f KiB per socket)\n",
@@ -234,6 +240,14 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	// the shapes of a heartbeat ack and a conversation:join ack (CONTRACT §1)
+	{
+		cctx, cancel := context.WithTimeout(ctx, o.ackTimeout)
+		hb, _, err1 := live[0].call(cctx, "heartbeat", map[string]any{"active": o.active})
+		jn, _, err2 := live[0].call(cctx, "conversation:join", map[string]string{"conversationId": spec.convs(0)[0]})
+		cancel()
+		r.printf("  ack shapes: heartbeat %s; conversation:join (again) %s\n", checkHeartbeatAck(hb, err1), checkJoinAck(jn, err2, spec.convs(0)[0]))
 	}
 	sample := min(200, len(live))
 	if mon, err := startMonitor(e.redisURL, e.prefix); err != nil {
@@ -319,12 +333,16 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 			r.printf("  %d/s: Redis commands per heartbeat, net of the baseline: %s\n", w.target, cmdBreakdown(net, okN))
 		}
 		var series []string
-		for _, h := range w.perSec {
+		for i, h := range w.perSec {
 			if h.count.Load() > 0 {
-				series = append(series, ms(h.quantile(0.99)))
+				v := ms(h.quantile(0.99))
+				if i < len(w.marks) && w.marks[i] != "" {
+					v += "[" + w.marks[i] + "]"
+				}
+				series = append(series, v)
 			}
 		}
-		r.printf("  %d/s: p99 of each second of the window: %s; server GC cycles in the window: %.0f\n", w.target, strings.Join(series, " "), w.gcs)
+		r.printf("  %d/s: p99 of each second of the window ([gc]: a server GC cycle ended in that second, [refresh]: the background refresh ran): %s; GC cycles in the window: %.0f\n", w.target, strings.Join(series, " "), w.gcs)
 		if sk := w.skipped.Load(); sk > 0 {
 			r.printf("  %d/s: %d heartbeats not sent: their socket had been closed by the server\n", w.target, sk)
 		}
@@ -404,6 +422,34 @@ func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*c
 	}
 	start = time.Now()
 	end = start.Add(dur)
+	// once a second: did a GC cycle end, did the background refresh run
+	// (its PEXPIREs)?
+	w.marks = make([]string, len(w.perSec))
+	samplerDone := make(chan struct{})
+	go func() {
+		defer close(samplerDone)
+		prevGC := scrape(n.addr, "go_gc_duration_seconds_count")["go_gc_duration_seconds_count"]
+		prevCS, _ := e.commandStats(ctx)
+		for i := 0; i < len(w.marks); i++ {
+			if time.Until(start.Add(time.Duration(i+1)*time.Second)) > 0 {
+				time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second)))
+			}
+			if ctx.Err() != nil || time.Now().After(end.Add(time.Second)) {
+				return
+			}
+			gc := scrape(n.addr, "go_gc_duration_seconds_count")["go_gc_duration_seconds_count"]
+			cs, _ := e.commandStats(ctx)
+			var m []string
+			if gc > prevGC {
+				m = append(m, "gc")
+			}
+			if cs["pexpire"]-prevCS["pexpire"] > 10 {
+				m = append(m, "refresh")
+			}
+			w.marks[i] = strings.Join(m, ",")
+			prevGC, prevCS = gc, cs
+		}
+	}()
 	var wg sync.WaitGroup
 	for k := 0; k < W; k++ {
 		var mine []*conn
@@ -441,6 +487,7 @@ func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*c
 		}(mine, float64(k)/float64(W))
 	}
 	wg.Wait()
+	<-samplerDone
 	cs1, _ := e.commandStats(ctx)
 	w.cpu1 = e.cpu(n.pid)
 	m1 := scrape(n.addr, evDur, "go_gc_duration_seconds_count")
@@ -472,6 +519,81 @@ func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*c
 		w.perf = <-perfDone
 	}
 	return w
+}
+
+// checkHeartbeatAck checks {ok: true, serverTime: RFC 3339 UTC with ms,
+// nextInMs: interval + jitter}.
+func checkHeartbeatAck(raw json.RawMessage, err error) string {
+	if err != nil {
+		return "ERROR " + err.Error()
+	}
+	var a struct {
+		OK         *bool    `json:"ok"`
+		ServerTime *string  `json:"serverTime"`
+		NextInMs   *float64 `json:"nextInMs"`
+	}
+	if json.Unmarshal(raw, &a) != nil || a.OK == nil || !*a.OK || a.ServerTime == nil || a.NextInMs == nil {
+		return "WRONG: " + clip(raw)
+	}
+	t, perr := time.Parse("2006-01-02T15:04:05.000Z", *a.ServerTime)
+	if perr != nil {
+		return "WRONG serverTime: " + clip(raw)
+	}
+	if d := time.Since(t); d > 5*time.Second || d < -5*time.Second {
+		return "WRONG serverTime (clock): " + clip(raw)
+	}
+	if *a.NextInMs < 15000 || *a.NextInMs > 20000 {
+		return "UNEXPECTED nextInMs (default interval 15s + jitter < 5s): " + clip(raw)
+	}
+	return "OK " + clip(raw)
+}
+
+// checkJoinAck checks {ok: true, conversationId, online: [Member], typing: []}.
+func checkJoinAck(raw json.RawMessage, err error, conv string) string {
+	if err != nil {
+		return "ERROR " + err.Error()
+	}
+	var a struct {
+		OK             bool   `json:"ok"`
+		ConversationID string `json:"conversationId"`
+		Online         []struct {
+			UserID string `json:"userId"`
+			Status string `json:"status"`
+			Since  string `json:"since"`
+		} `json:"online"`
+		Typing []string `json:"typing"`
+	}
+	if json.Unmarshal(raw, &a) != nil || !a.OK || a.ConversationID != conv || a.Online == nil || a.Typing == nil {
+		return "WRONG: " + clip(raw)
+	}
+	for _, m := range a.Online {
+		if m.UserID == "" || (m.Status != "online" && m.Status != "away") || m.Since == "" {
+			return "WRONG member: " + clip(raw)
+		}
+	}
+	return fmt.Sprintf("OK (%d online members listed)", len(a.Online))
+}
+
+// foreignTraffic compares the INFO count of a window with what MONITOR
+// saw of the benchmark's key prefix: the difference is other clients of a
+// shared Redis, which the INFO-based figures cannot tell apart.
+func foreignTraffic(a anatomy, info cmdStats, d time.Duration) string {
+	top, lua := a.totals()
+	ours := float64(top+lua) / d.Seconds()
+	all := float64(info.total()) / d.Seconds()
+	other := max(0, all-ours)
+	s := fmt.Sprintf("of which MONITOR attributes %.0f/s to the key prefix (the servers under test) and %.0f/s to other clients of this Redis", ours, other)
+	if other > 0.05*all+5 {
+		s += " — the INFO commandstats figures below are polluted by them; use -redis own for clean counts (the MONITOR anatomy is exact either way)"
+	}
+	return s
+}
+
+func extraFlags(o *options) string {
+	if len(o.serverFlags) == 0 {
+		return ""
+	}
+	return "; extra server flags: " + strings.Join(o.serverFlags, " ")
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -17,8 +17,22 @@
 //     of each presence:update to each subscriber is measured; then
 //     presence:query latency and Redis commands for 200 and 1,000 ids.
 //
-//     go build -o bin/presenced ./cmd/presenced
-//     go run ./cmd/presence-load [-scenario all|heartbeat|subscribe] [flags]
+// Usage:
+//
+//	go build -o bin/presenced ./cmd/presenced
+//	go run ./cmd/presence-load [-scenario all|heartbeat|subscribe] [flags]
+//	go run ./cmd/presence-load -scenario heartbeat -rates 1k,2k,3k,5k,10k -redis own -perf
+//
+// With the defaults (10,000 sockets, 20,000 heartbeats/s for 30s, then the
+// subscribe scenario) a run takes about three minutes; most of it is the
+// server accepting the sockets and fanning out their presence:join events.
+// -redis own starts a private redis-server so that INFO commandstats counts
+// only the servers under test (a shared Redis used by other programs
+// pollutes them; the report says so, and the MONITOR samples, filtered by
+// the key prefix, are exact either way). -perf samples the server with
+// `perf record` during each heartbeat window. -server-flags passes extra
+// flags to the nodes. The figures of runs on the project's 2-core machine
+// are in docs/benchmarks/presence-load.md.
 //
 // Everything it creates (child processes, the database, the Redis keys
 // under its random prefix or a private redis-server) is removed at the
@@ -27,6 +41,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,6 +68,7 @@ type options struct {
 	out         string
 	perf        bool
 	serverLog   string
+	serverFlags []string
 
 	// heartbeat
 	sockets      int
@@ -121,9 +137,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the server logs (their directory is printed)")
 	fs.BoolVar(&o.verbose, "v", false, "progress on stderr")
 	fs.StringVar(&o.out, "out", "", "also write the report to this file")
-	fs.BoolVar(&o.perf, "perf", false, "profile the server with `perf record` during each heartbeat window and print its hottest functions")
+	fs.BoolVar(&o.perf, "perf", false, "profile the server with perf record (cpu-clock) during each heartbeat window and print its hottest functions")
 
 	fs.StringVar(&o.serverLog, "server-log-level", "warn", "the servers' --log-level (their WARN/ERROR lines are summarised in the report)")
+	fs.Func("server-flags", `extra flags for every server node, space-separated (e.g. "--ping-interval 2s --ping-timeout 2s")`, func(v string) error {
+		o.serverFlags = append(o.serverFlags, strings.Fields(v)...)
+		return nil
+	})
 	fs.IntVar(&o.sockets, "n", 10000, "heartbeat: sockets (one user each)")
 	fs.IntVar(&o.members, "members", 100, "heartbeat: members per conversation")
 	fs.IntVar(&o.convsPer, "convs", 3, "heartbeat: conversations joined by each socket")
@@ -146,6 +166,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.queries, "queries", 200, "subscribe: presence:query calls per size")
 	fs.StringVar(&sizes, "query-sizes", "200,1000", "subscribe: ids per presence:query")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	var err error

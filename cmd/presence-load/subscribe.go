@@ -19,9 +19,10 @@ type flapPhase struct {
 	n      int
 	done   chan struct{}
 
-	lat       map[string]*hist // status → all deliveries
-	latSame   map[string]*hist // subscriber on the target's node
-	latOther  map[string]*hist // subscriber on the other node
+	lat       map[string]*hist  // status → all deliveries
+	latSame   map[string]*hist  // subscriber on the target's node
+	latOther  map[string]*hist  // subscriber on the other node
+	first     map[string]string // status → the first update's payload
 	dups      atomic.Int64
 	stray     atomic.Int64 // outside a phase, of another status or user
 	straySmpl []string
@@ -68,6 +69,9 @@ func (f *flapPhase) deliver(target string, idx, node int, raw []byte, at time.Ti
 	}
 	f.got[idx] = true
 	f.n++
+	if _, ok := f.first[p.Status]; !ok {
+		f.first[p.Status] = string(ev[1])
+	}
 	lat := at.Sub(f.t0)
 	f.lat[p.Status].record(lat)
 	if node == f.node {
@@ -110,13 +114,14 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 	r.printf("\n== subscribe scenario (issue #5) ==\n")
 	r.printf("  Redis %s at %s (%s), key prefix %s; PostgreSQL %s, database %s\n",
 		e.redisVer, e.redisURL, map[bool]string{true: "private redis-server started by this tool", false: "shared"}[e.ownRedis != nil], e.prefix, e.pgVersion, e.dbName)
-	r.printf("  two nodes (pids %d, %d) at %s and %s, same Redis prefix and database, --flap-grace %s, other settings default\n",
-		nodes[0].pid, nodes[1].pid, nodes[0].addr, nodes[1].addr, grace)
+	r.printf("  two nodes (pids %d, %d) at %s and %s, same Redis prefix and database, --flap-grace %s, other settings default%s\n",
+		nodes[0].pid, nodes[1].pid, nodes[0].addr, nodes[1].addr, grace, extraFlags(o))
 
 	fp := &flapPhase{
 		lat:      map[string]*hist{"online": {}, "offline": {}},
 		latSame:  map[string]*hist{"online": {}, "offline": {}},
 		latOther: map[string]*hist{"online": {}, "offline": {}},
+		first:    map[string]string{},
 	}
 	var pushes pushCounters
 	spec := fleetSpec{
@@ -244,6 +249,7 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 	r.printf("  offline minus the %s flap grace: p50 %s, p90 %s, p99 %s, max %s (the grace timer is polled by the engine's tick, every 250ms with the default 5s typing TTL, so up to 250ms of this is tick wait)\n",
 		g, ms(off.quantile(0.5)-g), ms(off.quantile(0.9)-g), ms(off.quantile(0.99)-g), ms(off.maxDur()-g))
 	r.printf("  CPU during the flaps: %s\n", cpuLine(fc0, fc1))
+	r.printf("  first updates: online %s; offline %s\n", fp.first["online"], fp.first["offline"])
 	r.printf("  duplicate updates %d, unexpected updates %d", fp.dups.Load(), fp.stray.Load())
 	for _, s := range fp.straySmpl {
 		r.printf("\n    %s", s)
@@ -253,13 +259,18 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 	// presence:query
 	querier := conns[0]
 	r.printf("\n  presence:query from one socket on node 0, one query at a time; half the ids are online subscribers, half never-seen users:\n")
+	mon, monErr := startMonitor(e.redisURL, e.prefix)
 	bs0, _ := e.commandStats(ctx)
 	b0 := time.Now()
 	sleepCtx(ctx, 5*time.Second)
 	bs1, _ := e.commandStats(ctx)
+	b1 := time.Now()
 	bg := bs1.sub(bs0).withoutOwn()
-	bgRate := float64(bg.total()) / time.Since(b0).Seconds()
-	r.printf("  idle baseline (5s): %.1f Redis commands/s (%s)\n", bgRate, cmdBreakdown(bg, time.Since(b0).Seconds()))
+	bgRate := float64(bg.total()) / b1.Sub(b0).Seconds()
+	r.printf("  idle baseline (5s): %.1f Redis commands/s (%s)\n", bgRate, cmdBreakdown(bg, b1.Sub(b0).Seconds()))
+	if monErr == nil {
+		r.printf("  %s\n", foreignTraffic(mon.stop(b0, b1), bg, b1.Sub(b0)))
+	}
 	qrows := [][]string{{"ids", "queries", "p50", "p90", "p99", "max", "errors", "Redis cmds/query (INFO, net)", "MONITOR: sent by server", "inside Lua"}}
 	var details []string
 	for _, size := range o.querySizes {
