@@ -39,6 +39,7 @@ type RedisEngine struct {
 
 	mu       sync.Mutex
 	local    map[string]*rSocket // this node's sockets
+	lastAct  map[string]time.Time // user → activity last sent from this node
 	pending  map[string]*rSocket // disconnected sockets whose cleanup failed; retried by Tick
 	lastRef  time.Time
 	lastLse  time.Time
@@ -75,7 +76,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		rdb: rdb, cfg: cfg, rcfg: rcfg, log: rcfg.Log,
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kNodes: p + ":{g}:nodes", kReap: p + ":{g}:reap",
 		kNode: p + ":{n:" + cfg.NodeID + "}:socks",
-		local: map[string]*rSocket{}, pending: map[string]*rSocket{},
+		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 	}
 }
 
@@ -486,38 +487,47 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	return nil
 }
 
-// Heartbeat implements Engine: one pipelined round trip refreshes every
-// conversation of the socket and the user's activity.
+// Heartbeat implements Engine. A live socket's entries are re-scored by
+// the node's batched refresh (every TTL/3) and its liveness is the node's
+// lease, so a heartbeat only has to record activity, and that at most once
+// per activityEvery per user from this node: most heartbeats cost no Redis
+// round trip at all, and none costs more than one whatever the number of
+// conversations.
 func (e *RedisEngine) Heartbeat(ctx context.Context, socketID string, active bool) error {
-	e.mu.Lock()
-	s, ok := e.local[socketID]
-	if !ok {
-		e.mu.Unlock()
-		return ErrUnknown
+	if _, err := e.socket(socketID); err != nil {
+		return err
 	}
-	convs := sortedKeys(s.convs)
-	e.mu.Unlock()
-	now := e.cfg.Now()
-	pipe := e.rdb.Pipeline()
-	for _, c := range convs {
-		e.refreshConv(ctx, pipe, c, socketID, s.user, now)
-	}
-	var act *redis.Cmd
-	if active {
-		act = userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
-	}
-	if len(convs) == 0 && act == nil {
+	if !active {
 		return nil
 	}
-	if err := e.exec(ctx, pipe); err != nil {
-		return unavailable("heartbeat", err)
+	return e.Touch(ctx, socketID)
+}
+
+// activityEvery is how stale this node lets a user's recorded activity get
+// before recording it again: far below AwayAfter, so a user skipped here
+// cannot be away.
+func (e *RedisEngine) activityEvery() time.Duration {
+	return max(100*time.Millisecond, min(5*time.Second, e.cfg.AwayAfter/10))
+}
+
+// activityDue reports whether user's activity must be sent now, and if so
+// notes it as sent.
+func (e *RedisEngine) activityDue(user string, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if last, ok := e.lastAct[user]; ok && now.Sub(last) < e.activityEvery() && !now.Before(last) {
+		return false
 	}
-	if act != nil {
-		if n, _ := act.Int(); n == 1 {
-			e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
-		}
-	}
-	return nil
+	e.lastAct[user] = now
+	return true
+}
+
+// forgetActivity drops the note (the send failed, or the user's status
+// changed elsewhere) so that the next activity is sent.
+func (e *RedisEngine) forgetActivity(user string) {
+	e.mu.Lock()
+	delete(e.lastAct, user)
+	e.mu.Unlock()
 }
 
 // refreshConv re-scores a socket's entries in a conversation (only if they
@@ -536,8 +546,12 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 		return err
 	}
 	now := e.cfg.Now()
+	if !e.activityDue(s.user, now) {
+		return nil
+	}
 	n, err := userActivity.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds()).Int()
 	if err != nil {
+		e.forgetActivity(s.user)
 		return unavailable("activity", err)
 	}
 	if n == 1 {
@@ -751,6 +765,11 @@ func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
 func (e *RedisEngine) refreshAll(ctx context.Context, now time.Time) error {
 	type item struct{ sid, user, conv string }
 	e.mu.Lock()
+	for u, t := range e.lastAct {
+		if now.Sub(t) >= e.activityEvery() {
+			delete(e.lastAct, u)
+		}
+	}
 	var items []item
 	for _, s := range e.local {
 		for c := range s.convs {
