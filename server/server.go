@@ -151,6 +151,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
 	s.deps.Sockets.Prepare(sock, claims.UserID)
+	guardPongRace(sock.Conn())
 	next(nil)
 }
 
