@@ -118,6 +118,31 @@ func (r *Redis) Get(ctx context.Context, userIDs []string) ([]time.Time, error) 
 	return out, nil
 }
 
+// Pipeline starts a pipeline on the buffer's Redis (see PipelinedBuffer).
+func (r *Redis) Pipeline() redis.Pipeliner { return r.c.Pipeline() }
+
+// QueueGet queues Get on a pipeline of the same Redis; the returned
+// function gives the answer once the pipeline ran.
+func (r *Redis) QueueGet(ctx context.Context, pipe redis.Pipeliner, userIDs []string) func() ([]time.Time, error) {
+	out := make([]time.Time, len(userIDs))
+	if len(userIDs) == 0 {
+		return func() ([]time.Time, error) { return out, nil }
+	}
+	cmd := pipe.ZMScore(ctx, r.times, userIDs...)
+	return func() ([]time.Time, error) {
+		scores, err := cmd.Result()
+		if err != nil {
+			return nil, redisErr("get", err)
+		}
+		for i, s := range scores {
+			if s > 0 && i < len(out) {
+				out[i] = fromMillis(int64(s))
+			}
+		}
+		return out, nil
+	}
+}
+
 // Claim implements Buffer.
 func (r *Redis) Claim(ctx context.Context, n int, now time.Time) (Claim, error) {
 	c := Claim{At: toMillis(now)}

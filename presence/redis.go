@@ -38,9 +38,9 @@ type RedisEngine struct {
 	kUsers, kDue, kNodes, kReap, kNode string
 
 	mu       sync.Mutex
-	local    map[string]*rSocket // this node's sockets
+	local    map[string]*rSocket  // this node's sockets
 	lastAct  map[string]time.Time // user → activity last sent from this node
-	pending  map[string]*rSocket // disconnected sockets whose cleanup failed; retried by Tick
+	pending  map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
 	lastRef  time.Time
 	lastLse  time.Time
 	selfDone bool
@@ -635,17 +635,42 @@ func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, erro
 
 // Users implements Engine: one HMGET whatever the number of ids.
 func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, error) {
-	out := make([]UserPresence, len(ids))
 	if len(ids) == 0 {
-		return out, nil
+		return []UserPresence{}, nil
 	}
 	now := e.cfg.Now()
 	recs, err := e.rdb.HMGet(ctx, e.kUsers, ids...).Result()
 	if err != nil {
 		return nil, unavailable("users", err)
 	}
+	return e.usersFrom(ids, recs, now), nil
+}
+
+// QueueUsers queues the read of Users on a pipeline of the same Redis, so
+// that a caller can join it with reads of its own in one round trip; the
+// returned function gives the answer once the pipeline ran.
+func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() ([]UserPresence, error) {
+	if len(ids) == 0 {
+		return func() ([]UserPresence, error) { return []UserPresence{}, nil }
+	}
+	now := e.cfg.Now()
+	cmd := pipe.HMGet(ctx, e.kUsers, ids...)
+	return func() ([]UserPresence, error) {
+		recs, err := cmd.Result()
+		if err != nil {
+			return nil, unavailable("users", err)
+		}
+		return e.usersFrom(ids, recs, now), nil
+	}
+}
+
+func (e *RedisEngine) usersFrom(ids []string, recs []any, now time.Time) []UserPresence {
+	out := make([]UserPresence, len(ids))
 	for i, id := range ids {
 		out[i] = UserPresence{UserID: id, Status: Offline}
+		if i >= len(recs) {
+			continue
+		}
 		r, ok := parseUser(recs[i])
 		if !ok {
 			continue
@@ -655,7 +680,7 @@ func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, 
 			out[i].Since = fromMs(r.act)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Conversations implements Engine.
