@@ -181,6 +181,9 @@ export async function flushRedisPrefix(prefix) {
 // Topologies.
 
 export const TOPOLOGIES = ['single', 'cluster'];
+// A cluster whose adapter uses sharded pub/sub (SPUBLISH/SSUBSCRIBE); the
+// conversation and subscription files run on it too.
+export const WITH_SHARDED = [...TOPOLOGIES, 'cluster-sharded'];
 
 /**
  * Starts a topology. kind "single": one node; "cluster": `nodes` nodes
@@ -209,6 +212,7 @@ export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = '
     if (!db) throw new Error('cluster topology needs a database');
     topo.prefix = `e2e-${tag}-${process.pid}-${crypto.randomBytes(3).toString('hex')}`;
     const clusterArgs = [...base, '--redis-url', REDIS_URL, '--redis-prefix', topo.prefix, '--database-url', db.url];
+    if (kind === 'cluster-sharded') clusterArgs.push('--redis-sharded', 'true');
     // The first node migrates the database alone; the others start together.
     servers.push(await startServer({ args: clusterArgs, nodeId: `e2e-${tag}-n1` }));
     const rest = [];
@@ -227,7 +231,7 @@ export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = '
  */
 export function clusterDatabase(kind, { before, after, tag }) {
   const holder = { db: null };
-  if (kind !== 'cluster') return holder;
+  if (!kind.startsWith('cluster')) return holder;
   before(async () => { holder.db = await freshDatabase(tag); });
   after(async () => { await holder.db?.drop(); });
   return holder;

@@ -10,7 +10,7 @@ import { request } from '../lib/http.js';
 import { tokenFor } from '../lib/jwt.js';
 import { SECRET } from '../lib/server.js';
 import {
-  TOPOLOGIES, TIMESTAMP, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase,
+  WITH_SHARDED, TIMESTAMP, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase,
 } from '../lib/presence.js';
 
 const QUIET_MS = 800;
@@ -23,7 +23,7 @@ function assertRecent(ts, what, { slackMs = 5000 } = {}) {
 
 const byUser = (a, b) => (a.userId < b.userId ? -1 : a.userId > b.userId ? 1 : 0);
 
-for (const kind of TOPOLOGIES) {
+for (const kind of WITH_SHARDED) {
   describe(`conversation join/leave [${kind}]`, { timeout: 180000 }, () => {
     const store = clusterDatabase(kind, { before, after, tag: '21' });
 

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 
 import { sleep, closeClient } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, connectUser, startTopology, clusterDatabase, recentDisplays,
+  WITH_SHARDED, uid, ack, show, connectUser, startTopology, clusterDatabase, recentDisplays,
 } from '../lib/presence.js';
 
 const neverSeen = (userId) => ({ userId, status: 'offline', lastSeen: null, lastSeenBucket: null, display: 'never seen' });
@@ -31,7 +31,7 @@ function assertOfflineJustNow(p, userId, disconnectedAt) {
   assert.deepEqual(Object.keys(p).sort(), ['display', 'lastSeen', 'lastSeenBucket', 'status', 'userId']);
 }
 
-for (const kind of TOPOLOGIES) {
+for (const kind of WITH_SHARDED) {
   describe(`presence:subscribe / presence:query [${kind}]`, { timeout: 240000 }, () => {
     const store = clusterDatabase(kind, { before, after, tag: '25' });
 
