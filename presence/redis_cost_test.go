@@ -120,3 +120,32 @@ func TestRedisRefreshBatches(t *testing.T) {
 		t.Errorf("socket s7 in c7 not re-scored: %v %v, want %d", score, err, clock.Load())
 	}
 }
+
+// After Redis lost its script cache (a restart, a failover), pipelined
+// scripts answer NOSCRIPT: the engine loads them and sends the same
+// commands again.
+func TestRedisScriptCacheLost(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := eng.Join(ctx, "s1", "c1")
+	if err != nil {
+		t.Fatalf("join after SCRIPT FLUSH: %v", err)
+	}
+	if len(res.Online) != 1 || res.Online[0].UserID != "alice" {
+		t.Fatalf("roster after SCRIPT FLUSH: %+v", res)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Disconnect(ctx, "s1"); err != nil {
+		t.Fatalf("disconnect after SCRIPT FLUSH: %v", err)
+	}
+}
