@@ -48,6 +48,9 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 	s.OnAny(func(args ...any) {
 		name, _ := firstString(args)
 		if _, known := events[name]; known {
+			// Runs on the reader as the packet arrives; handle runs later
+			// from the socket's queue, in the same order.
+			c.arrived(time.Now())
 			return
 		}
 		if len(args) == 0 {
@@ -65,6 +68,7 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 // escapes to the library.
 func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	start := time.Now()
+	arrival, queued := c.dequeued()
 	var ack socket.Ack
 	if n := len(args); n > 0 {
 		if a, ok := args[n-1].(socket.Ack); ok {
@@ -105,6 +109,13 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 		}
 	}
 
+	if queued && start.Sub(arrival) > h.cfg.OpTimeout {
+		// Shed load: this event waited in the socket's queue longer than
+		// an event may take; its client has most likely given up, and
+		// doing the work now would only delay the events behind it.
+		reply(nil, errorf(CodeUnavailable, "server overloaded, retry"))
+		return
+	}
 	select {
 	case <-c.ready:
 	case <-time.After(h.cfg.OpTimeout):
@@ -497,4 +508,26 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 		seed(c, ps)
 	}
 	return map[string]any{"presences": ps}, nil
+}
+
+// arrived notes when a known event's packet arrived.
+func (c *Conn) arrived(t time.Time) {
+	c.mu.Lock()
+	c.arrivals = append(c.arrivals, t)
+	c.mu.Unlock()
+}
+
+// dequeued takes the arrival time of the event about to be handled.
+func (c *Conn) dequeued() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.arrivals) == 0 {
+		return time.Time{}, false
+	}
+	t := c.arrivals[0]
+	c.arrivals = c.arrivals[1:]
+	if len(c.arrivals) == 0 {
+		c.arrivals = nil // let the backing array go
+	}
+	return t, true
 }

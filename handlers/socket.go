@@ -120,7 +120,10 @@ type Conn struct {
 	typing *rateLimiter
 	states map[string]*stateSlot // conversation → throttled `state`
 	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
-	gone   bool
+	// arrivals are the arrival times of known events not handled yet, in
+	// order (load shedding of events that waited too long).
+	arrivals []time.Time
+	gone     bool
 }
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
