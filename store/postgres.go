@@ -155,60 +155,12 @@ func (p *Postgres) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
 
 // LastSeen implements Store.
 func (p *Postgres) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
-	const op = "last seen"
-	ids, err := uniqueIDs(op, "user id", userIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]time.Time, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err = p.query(ctx, op, `SELECT user_id, seen_at FROM last_seen WHERE user_id = ANY($1)`,
-		[]any{ids}, func(rows pgx.Rows) error {
-			var id string
-			var ms int64
-			if err := rows.Scan(&id, &ms); err != nil {
-				return err
-			}
-			out[id] = fromMillis(ms)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readLastSeen(ctx, p, pgReads.lastSeen, userIDs)
 }
 
 // Privacy implements Store.
 func (p *Postgres) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
-	const op = "privacy"
-	ids, err := uniqueIDs(op, "user id", userIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]Visibility, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err = p.query(ctx, op, `SELECT user_id, last_seen FROM privacy WHERE user_id = ANY($1)`,
-		[]any{ids}, func(rows pgx.Rows) error {
-			var id, v string
-			if err := rows.Scan(&id, &v); err != nil {
-				return err
-			}
-			out[id] = Visibility(v)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			out[id] = DefaultVisibility
-		}
-	}
-	return out, nil
+	return readPrivacy(ctx, p, pgReads.privacy, userIDs)
 }
 
 // SetPrivacy implements Store.
@@ -256,45 +208,12 @@ func (p *Postgres) SetContacts(ctx context.Context, userID string, contacts []st
 
 // ContactsAmong implements Store.
 func (p *Postgres) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
-	return p.contactsQuery(ctx, "contacts among", owner, "owner id", candidates, "candidate id",
-		`SELECT contact_id FROM contacts WHERE owner_id = $2 AND contact_id = ANY($1)`)
+	return readPairs(ctx, p, "contacts among", pgReads.contactsAmong, owner, "owner id", candidates, "candidate id")
 }
 
 // ContactOf implements Store.
 func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	return p.contactsQuery(ctx, "contact of", viewer, "viewer id", owners, "owner id",
-		`SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`)
-}
-
-// contactsQuery answers, for each id of a list, whether a row pairs it with
-// one fixed user; the query selects the matching ids of $1 given $2.
-func (p *Postgres) contactsQuery(ctx context.Context, op, one, oneName string, list []string, listName, query string) (map[string]bool, error) {
-	if err := checkID(op, oneName, one); err != nil {
-		return nil, err
-	}
-	ids, err := uniqueIDs(op, listName, list)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	for _, id := range ids {
-		out[id] = false
-	}
-	err = p.query(ctx, op, query, []any{ids, one}, func(rows pgx.Rows) error {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		out[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readPairs(ctx, p, "contact of", pgReads.contactOf, viewer, "viewer id", owners, "owner id")
 }
 
 // SetMembers implements Store, like SetContacts; the deleted rows are the
@@ -348,44 +267,29 @@ func (p *Postgres) replace(ctx context.Context, op string, lockClass int32, key 
 
 // IsMember implements Store.
 func (p *Postgres) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
-	const op = "is member"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return false, err
-	}
-	if err := checkID(op, "user id", userID); err != nil {
-		return false, err
-	}
-	var ok bool
-	err := p.query(ctx, op, `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = $1 AND user_id = $2)`,
-		[]any{conversationID, userID}, func(rows pgx.Rows) error { return rows.Scan(&ok) })
-	return ok, err
+	return readIsMember(ctx, p, pgReads.isMember, conversationID, userID)
 }
 
 // Members implements Store; the ids are sorted (byte order).
 func (p *Postgres) Members(ctx context.Context, conversationID string) ([]string, error) {
-	const op = "members"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return nil, err
-	}
-	out := []string{}
-	err := p.query(ctx, op, `SELECT user_id FROM conversation_members WHERE conversation_id = $1`,
-		[]any{conversationID}, func(rows pgx.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out = append(out, id)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
+	return readMembers(ctx, p, pgReads.members, conversationID)
 }
 
+// pgReads are the read statements on PostgreSQL.
+var pgReads = readSQL{
+	lastSeen:      `SELECT user_id, seen_at FROM last_seen WHERE user_id = ANY($1)`,
+	privacy:       `SELECT user_id, last_seen FROM privacy WHERE user_id = ANY($1)`,
+	contactOf:     `SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`,
+	contactsAmong: `SELECT contact_id FROM contacts WHERE owner_id = $2 AND contact_id = ANY($1)`,
+	isMember:      `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = $1 AND user_id = $2)`,
+	members:       `SELECT user_id FROM conversation_members WHERE conversation_id = $1`,
+}
+
+// idList implements querier: pgx sends a []string as a text[].
+func (p *Postgres) idList(ids []string) any { return ids }
+
 // query runs one read query and calls scan for each row.
-func (p *Postgres) query(ctx context.Context, op, sql string, args []any, scan func(pgx.Rows) error) error {
+func (p *Postgres) query(ctx context.Context, op, sql string, args []any, scan func(rowScanner) error) error {
 	if err := p.check(op); err != nil {
 		return err
 	}

@@ -231,60 +231,12 @@ func (s *SQLite) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
 
 // LastSeen implements Store.
 func (s *SQLite) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
-	const op = "last seen"
-	ids, err := uniqueIDs(op, "user id", userIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]time.Time, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err = s.query(ctx, op, `SELECT user_id, seen_at FROM last_seen WHERE user_id IN (SELECT value FROM json_each(?))`,
-		[]any{jsonIDs(ids)}, func(rows *sql.Rows) error {
-			var id string
-			var ms int64
-			if err := rows.Scan(&id, &ms); err != nil {
-				return err
-			}
-			out[id] = fromMillis(ms)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readLastSeen(ctx, s, liteReads.lastSeen, userIDs)
 }
 
 // Privacy implements Store.
 func (s *SQLite) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
-	const op = "privacy"
-	ids, err := uniqueIDs(op, "user id", userIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]Visibility, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err = s.query(ctx, op, `SELECT user_id, last_seen FROM privacy WHERE user_id IN (SELECT value FROM json_each(?))`,
-		[]any{jsonIDs(ids)}, func(rows *sql.Rows) error {
-			var id, v string
-			if err := rows.Scan(&id, &v); err != nil {
-				return err
-			}
-			out[id] = Visibility(v)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			out[id] = DefaultVisibility
-		}
-	}
-	return out, nil
+	return readPrivacy(ctx, s, liteReads.privacy, userIDs)
 }
 
 // SetPrivacy implements Store.
@@ -323,45 +275,12 @@ func (s *SQLite) SetContacts(ctx context.Context, userID string, contacts []stri
 
 // ContactsAmong implements Store.
 func (s *SQLite) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
-	return s.contactsQuery(ctx, "contacts among", owner, "owner id", candidates, "candidate id",
-		`SELECT contact_id FROM contacts WHERE owner_id = ?2 AND contact_id IN (SELECT value FROM json_each(?1))`)
+	return readPairs(ctx, s, "contacts among", liteReads.contactsAmong, owner, "owner id", candidates, "candidate id")
 }
 
 // ContactOf implements Store.
 func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	return s.contactsQuery(ctx, "contact of", viewer, "viewer id", owners, "owner id",
-		`SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`)
-}
-
-// contactsQuery answers, for each id of a list, whether a row pairs it with
-// one fixed user; the query selects the matching ids of ?1 given ?2.
-func (s *SQLite) contactsQuery(ctx context.Context, op, one, oneName string, list []string, listName, query string) (map[string]bool, error) {
-	if err := checkID(op, oneName, one); err != nil {
-		return nil, err
-	}
-	ids, err := uniqueIDs(op, listName, list)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	for _, id := range ids {
-		out[id] = false
-	}
-	err = s.query(ctx, op, query, []any{jsonIDs(ids), one}, func(rows *sql.Rows) error {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		out[id] = true
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+	return readPairs(ctx, s, "contact of", liteReads.contactOf, viewer, "viewer id", owners, "owner id")
 }
 
 // SetMembers implements Store, like SetContacts; the deleted rows are the
@@ -430,44 +349,30 @@ func (s *SQLite) replace(ctx context.Context, op, key string, ids []string, del,
 
 // IsMember implements Store.
 func (s *SQLite) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
-	const op = "is member"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return false, err
-	}
-	if err := checkID(op, "user id", userID); err != nil {
-		return false, err
-	}
-	var ok bool
-	err := s.query(ctx, op, `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = ? AND user_id = ?)`,
-		[]any{conversationID, userID}, func(rows *sql.Rows) error { return rows.Scan(&ok) })
-	return ok, err
+	return readIsMember(ctx, s, liteReads.isMember, conversationID, userID)
 }
 
 // Members implements Store; the ids are sorted (byte order).
 func (s *SQLite) Members(ctx context.Context, conversationID string) ([]string, error) {
-	const op = "members"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return nil, err
-	}
-	out := []string{}
-	err := s.query(ctx, op, `SELECT user_id FROM conversation_members WHERE conversation_id = ? ORDER BY user_id`,
-		[]any{conversationID}, func(rows *sql.Rows) error {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			out = append(out, id)
-			return nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
+	return readMembers(ctx, s, liteReads.members, conversationID)
 }
 
+// liteReads are the read statements on SQLite; a list travels as a JSON
+// array read with json_each.
+var liteReads = readSQL{
+	lastSeen:      `SELECT user_id, seen_at FROM last_seen WHERE user_id IN (SELECT value FROM json_each(?1))`,
+	privacy:       `SELECT user_id, last_seen FROM privacy WHERE user_id IN (SELECT value FROM json_each(?1))`,
+	contactOf:     `SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`,
+	contactsAmong: `SELECT contact_id FROM contacts WHERE owner_id = ?2 AND contact_id IN (SELECT value FROM json_each(?1))`,
+	isMember:      `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = ?1 AND user_id = ?2)`,
+	members:       `SELECT user_id FROM conversation_members WHERE conversation_id = ?1`,
+}
+
+// idList implements querier.
+func (s *SQLite) idList(ids []string) any { return jsonIDs(ids) }
+
 // query runs one read query on the readers and calls scan for each row.
-func (s *SQLite) query(ctx context.Context, op, query string, args []any, scan func(*sql.Rows) error) error {
+func (s *SQLite) query(ctx context.Context, op, query string, args []any, scan func(rowScanner) error) error {
 	if err := s.check(op); err != nil {
 		return err
 	}

@@ -1,0 +1,152 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// The read paths are the same on both backends but for their SQL and how
+// a list of ids travels as one parameter; they live here once.
+
+// rowScanner is a row of either driver (pgx.Rows, *sql.Rows).
+type rowScanner interface{ Scan(dest ...any) error }
+
+// querier is a backend's read side.
+type querier interface {
+	// query runs one read statement and calls scan for each row.
+	query(ctx context.Context, op, sql string, args []any, scan func(rowScanner) error) error
+	// idList turns a list of ids into the statement parameter that the
+	// backend's list statements expect.
+	idList(ids []string) any
+}
+
+// readSQL are a backend's read statements. A statement reading a list
+// takes it as its first parameter.
+type readSQL struct {
+	lastSeen      string // (ids) → user_id, seen_at
+	privacy       string // (ids) → user_id, last_seen
+	contactOf     string // (owners, viewer) → owner_id
+	contactsAmong string // (candidates, owner) → contact_id
+	isMember      string // (conversation, user) → bool
+	members       string // (conversation) → user_id
+}
+
+func readLastSeen(ctx context.Context, q querier, sql string, userIDs []string) (map[string]time.Time, error) {
+	const op = "last seen"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = q.query(ctx, op, sql, []any{q.idList(ids)}, func(rows rowScanner) error {
+		var id string
+		var ms int64
+		if err := rows.Scan(&id, &ms); err != nil {
+			return err
+		}
+		out[id] = fromMillis(ms)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readPrivacy(ctx context.Context, q querier, sql string, userIDs []string) (map[string]Visibility, error) {
+	const op = "privacy"
+	ids, err := uniqueIDs(op, "user id", userIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Visibility, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	err = q.query(ctx, op, sql, []any{q.idList(ids)}, func(rows rowScanner) error {
+		var id, v string
+		if err := rows.Scan(&id, &v); err != nil {
+			return err
+		}
+		out[id] = Visibility(v)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if _, ok := out[id]; !ok {
+			out[id] = DefaultVisibility
+		}
+	}
+	return out, nil
+}
+
+// readPairs answers, for each id of a list, whether a row pairs it with one
+// fixed user; sql selects the matching ids of the list given that user.
+func readPairs(ctx context.Context, q querier, op, sql, one, oneName string, list []string, listName string) (map[string]bool, error) {
+	if err := checkID(op, oneName, one); err != nil {
+		return nil, err
+	}
+	ids, err := uniqueIDs(op, listName, list)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	for _, id := range ids {
+		out[id] = false
+	}
+	err = q.query(ctx, op, sql, []any{q.idList(ids), one}, func(rows rowScanner) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		out[id] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readIsMember(ctx context.Context, q querier, sql, conversationID, userID string) (bool, error) {
+	const op = "is member"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return false, err
+	}
+	if err := checkID(op, "user id", userID); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := q.query(ctx, op, sql, []any{conversationID, userID}, func(rows rowScanner) error { return rows.Scan(&ok) })
+	return ok, err
+}
+
+func readMembers(ctx context.Context, q querier, sql, conversationID string) ([]string, error) {
+	const op = "members"
+	if err := checkID(op, "conversation id", conversationID); err != nil {
+		return nil, err
+	}
+	out := []string{}
+	err := q.query(ctx, op, sql, []any{conversationID}, func(rows rowScanner) error {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		out = append(out, id)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
