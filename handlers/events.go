@@ -112,8 +112,13 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	if queued && start.Sub(arrival) > h.cfg.OpTimeout {
 		// Shed load: this event waited in the socket's queue longer than
 		// an event may take; its client has most likely given up, and
-		// doing the work now would only delay the events behind it.
-		reply(nil, errorf(CodeUnavailable, "server overloaded, retry"))
+		// doing the work now would only delay the events behind it. (Not
+		// logged one by one: under overload that would be a flood; the
+		// events metric counts them.)
+		outcome = CodeUnavailable
+		if ack != nil {
+			ack([]any{ackError(errorf(CodeUnavailable, "server overloaded, retry"))}, nil)
+		}
 		return
 	}
 	select {
