@@ -149,3 +149,47 @@ func TestRedisScriptCacheLost(t *testing.T) {
 		t.Fatalf("disconnect after SCRIPT FLUSH: %v", err)
 	}
 }
+
+// Redis restarted without persistence (or failed over to an empty
+// replica): every key is gone while sockets stay connected. The node sees
+// its lease missing at the next renewal and registers its sockets again.
+func TestRedisDataLossResync(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Load()) }
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", Now: now}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Join(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+	if r, _ := eng.Roster(ctx, "c1"); len(r.Online) != 0 {
+		t.Fatalf("keys deleted but roster %+v", r)
+	}
+	clock.Add(2000)
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := eng.Roster(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Online) != 1 || r.Online[0].UserID != "alice" {
+		t.Fatalf("roster after resync %+v, want alice", r)
+	}
+	ups, err := eng.Users(ctx, []string{"alice"})
+	if err != nil || ups[0].Status != presence.Online {
+		t.Fatalf("alice after resync: %+v %v", ups, err)
+	}
+}
