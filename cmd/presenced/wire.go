@@ -240,7 +240,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	})
 	var ioAdapter socket.AdapterConstructor
 	if a.rdb != nil {
-		b, err := adapter.New(ctx, a.rdb, adapter.Config{
+		// The adapter outlives the signal: the shutdown's disconnect work
+		// still broadcasts through it; a.close() closes it at the end.
+		b, err := adapter.New(context.WithoutCancel(ctx), a.rdb, adapter.Config{
 			Prefix:               cfg.RedisPrefix,
 			Sharded:              cfg.RedisSharded,
 			AcceptClassicEmitter: true,
