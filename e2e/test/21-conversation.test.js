@@ -129,7 +129,7 @@ for (const kind of WITH_SHARDED) {
       assert.deepEqual(roster.online.map((m) => m.userId).sort(), [A, probe.userId].sort(), `B is gone from the roster: ${show(roster)}`);
     });
 
-    it('membership store: a non-member is refused (forbidden), a member joins', { timeout: 30000 }, async (t) => {
+    it('membership store: a non-member is refused (forbidden), a member joins, a removed member is evicted on every node', { timeout: 30000 }, async (t) => {
       const serviceToken = 'e2e-service-token-0123456789';
       const topo = await startTopology(kind, { t, db: store.db, tag: '21c', args: ['--membership', 'store', '--service-token', serviceToken] });
       const c = uid('c');
@@ -174,6 +174,27 @@ for (const kind of WITH_SHARDED) {
       const outsider = await connectUser(topo.url2, uid('X'), { t });
       const ackX = await ack(outsider.socket, 'conversation:join', { conversationId: c });
       assert.equal(ackX?.error?.code, 'forbidden', `an outsider: ${show(ackX)}`);
+
+      // B is removed from the members (through node 1): B's socket on node
+      // 2 leaves the room and the roster; A is told B left.
+      const markA = a.rec.mark();
+      const markB = b.rec.mark();
+      const removed = await request(`${topo.url1}/v1/service/conversations/${c}/members`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${serviceToken}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ userIds: [A] }),
+      });
+      assert.equal(removed.status, 200, `PUT members without B: ${removed.status} ${removed.body}`);
+      assert.deepEqual(JSON.parse(removed.body).removed, [B], removed.body);
+      const left = await a.rec.wait('presence:leave', { since: markA, pred: (p) => p.userId === B, timeoutMs: 5000 });
+      assert.equal(left.payload.reason, 'left', show(left.payload));
+      const typingB = await ack(b.socket, 'typing:start', { conversationId: c });
+      assert.equal(typingB?.error?.code, 'forbidden', `B, evicted, may not type there: ${show(typingB)}`);
+      await ack(a.socket, 'typing:start', { conversationId: c });
+      const seenByB = await b.rec.quiet('typing', 1000, { since: markB });
+      assert.deepEqual(seenByB, [], `B, out of the room, gets no more of its broadcasts: ${b.rec.dump(markB)}`);
+      const after = await ack(a.socket, 'conversation:join', { conversationId: c });
+      assert.deepEqual(after.online.map((m) => m.userId), [A], `B is gone from the roster: ${show(after)}`);
     });
   });
 }
