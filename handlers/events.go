@@ -447,11 +447,8 @@ func (p payload) ids(field string, minLen int) ([]string, error) {
 	if !ok {
 		return nil, errorf(CodeInvalidArgument, "%s must be an array of user ids", field)
 	}
-	if len(arr) > MaxQueryIDs {
-		return nil, errorf(CodeLimitExceeded, "%s has %d ids; at most %d", field, len(arr), MaxQueryIDs)
-	}
-	if len(arr) < minLen {
-		return nil, errorf(CodeInvalidArgument, "%s must hold at least %d id", field, minLen)
+	if err := checkIDCount(field, len(arr), minLen, MaxQueryIDs); err != nil {
+		return nil, err
 	}
 	out := make([]string, len(arr))
 	for i, x := range arr {

@@ -432,6 +432,18 @@ func jsonProblem(err error) string {
 
 // idList reads field as an array of ids, with between min and max
 // elements (more than max is 413 limit_exceeded).
+// checkIDCount bounds the length of a list of ids (REST bodies and socket
+// payloads alike): over the maximum is limit_exceeded.
+func checkIDCount(field string, n, minN, maxN int) error {
+	if n > maxN {
+		return errorf(CodeLimitExceeded, "%s has %d ids; at most %d allowed", field, n, maxN)
+	}
+	if n < minN {
+		return errorf(CodeInvalidArgument, "%s must hold at least %d id", field, minN)
+	}
+	return nil
+}
+
 func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]string, error) {
 	raw, ok := obj[field]
 	if !ok {
@@ -444,11 +456,8 @@ func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]str
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, errorf(CodeInvalidArgument, "%s must be an array of strings", field)
 	}
-	if len(items) > maxN {
-		return nil, errorf(CodeLimitExceeded, "%s has %d ids; at most %d allowed", field, len(items), maxN)
-	}
-	if len(items) < minN {
-		return nil, errorf(CodeInvalidArgument, "%s must hold at least %d id", field, minN)
+	if err := checkIDCount(field, len(items), minN, maxN); err != nil {
+		return nil, err
 	}
 	ids := make([]string, len(items))
 	for i, it := range items {
@@ -597,21 +606,30 @@ func uniqueCount(ids []string) int {
 	return len(slices.Compact(s))
 }
 
+// serviceList reads what both service routes take: the id in the path
+// and the list {userIds} (0 to MaxServiceIDs) in the body. On a bad
+// request it answers and returns false.
+func (a *REST) serviceList(w http.ResponseWriter, r *http.Request, param string) (string, []string, bool) {
+	id, err := pathID(r, param)
+	if err == nil {
+		var obj map[string]json.RawMessage
+		obj, err = readObject(w, r, MaxServiceBodyBytes)
+		if err == nil {
+			var ids []string
+			ids, err = idList(obj, "userIds", 0, MaxServiceIDs)
+			if err == nil {
+				return id, ids, true
+			}
+		}
+	}
+	a.fail(w, r, err)
+	return "", nil, false
+}
+
 // PUT /service/conversations/{conversationId}/members {userIds}
 func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
-	conv, err := pathID(r, "conversationId")
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	obj, err := readObject(w, r, MaxServiceBodyBytes)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	ids, err := idList(obj, "userIds", 0, MaxServiceIDs)
-	if err != nil {
-		a.fail(w, r, err)
+	conv, ids, ok := a.serviceList(w, r, "conversationId")
+	if !ok {
 		return
 	}
 	// The write and the eviction run to completion even if the caller
@@ -649,19 +667,8 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 
 // PUT /service/users/{userId}/contacts {userIds}
 func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
-	user, err := pathID(r, "userId")
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	obj, err := readObject(w, r, MaxServiceBodyBytes)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	ids, err := idList(obj, "userIds", 0, MaxServiceIDs)
-	if err != nil {
-		a.fail(w, r, err)
+	user, ids, ok := a.serviceList(w, r, "userId")
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)

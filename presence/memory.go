@@ -240,7 +240,7 @@ func (e *MemoryEngine) Join(ctx context.Context, socketID, conv string) (JoinRes
 		mem.socks[socketID] = struct{}{}
 		s.convs[conv] = struct{}{}
 	}
-	b = m.activity(s.user, now, e.cfg.AwayAfter, b)
+	b = m.activity(s.user, now, b)
 	res := m.roster(conv, now, e.cfg.AwayAfter)
 	m.mu.Unlock()
 	e.emit(ctx, b)
@@ -248,7 +248,7 @@ func (e *MemoryEngine) Join(ctx context.Context, socketID, conv string) (JoinRes
 }
 
 // activity records activity of a user; an away user comes back online.
-func (m *Memory) activity(user string, now time.Time, _ time.Duration, b batch) batch {
+func (m *Memory) activity(user string, now time.Time, b batch) batch {
 	u := m.users[user]
 	if u == nil {
 		return b
@@ -308,7 +308,7 @@ func (e *MemoryEngine) Leave(ctx context.Context, socketID, conv string) error {
 		if _, in := s.convs[conv]; in {
 			b = m.leaveConv(s, conv, now, 0, ReasonLeft, b)
 		}
-		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+		return m.activity(s.user, now, b), nil
 	})
 }
 
@@ -334,7 +334,7 @@ func (e *MemoryEngine) Heartbeat(ctx context.Context, socketID string, active bo
 		if !active {
 			return nil, nil
 		}
-		return m.activity(s.user, now, e.cfg.AwayAfter, nil), nil
+		return m.activity(s.user, now, nil), nil
 	})
 }
 
@@ -345,7 +345,7 @@ func (e *MemoryEngine) Touch(ctx context.Context, socketID string) error {
 		if !ok {
 			return nil, ErrUnknown
 		}
-		return m.activity(s.user, now, e.cfg.AwayAfter, nil), nil
+		return m.activity(s.user, now, nil), nil
 	})
 }
 
@@ -364,7 +364,7 @@ func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) e
 			m.typingConvs[conv] = struct{}{}
 			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
 		}
-		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+		return m.activity(s.user, now, b), nil
 	})
 }
 
@@ -382,7 +382,7 @@ func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) er
 				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
 			}
 		}
-		return m.activity(s.user, now, e.cfg.AwayAfter, b), nil
+		return m.activity(s.user, now, b), nil
 	})
 }
 

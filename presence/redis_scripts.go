@@ -42,8 +42,7 @@ if redis.call('HEXISTS', su, sid) == 0 then
     local n, since = string.match(v, '^(%d+)|(%d+)|')
     redis.call('HSET', m, user, (tonumber(n) + 1) .. '|' .. since .. '|0|0')
   end
-  redis.call('ZADD', on, 'GT', 'CH', now, user)
-  if redis.call('ZSCORE', on, user) == false then redis.call('ZADD', on, now, user) end
+  redis.call('ZADD', on, 'GT', now, user) -- GT still adds a new member
 end
 for _, k in ipairs({on, sk, su, m}) do redis.call('PEXPIRE', k, kttl) end
 local users = redis.call('ZRANGE', on, 0, -1)
