@@ -123,9 +123,15 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	}
 	select {
 	case <-c.ready:
-	case <-time.After(h.cfg.OpTimeout):
-		reply(nil, errorf(CodeUnavailable, "connection not ready"))
-		return
+	default: // only the first events of a connection wait here
+		t := time.NewTimer(h.cfg.OpTimeout)
+		select {
+		case <-c.ready:
+			t.Stop()
+		case <-t.C:
+			reply(nil, errorf(CodeUnavailable, "connection not ready"))
+			return
+		}
 	}
 	p, err := decode(args)
 	if err != nil {
