@@ -41,7 +41,7 @@ func (h *Sockets) events() map[string]handler {
 // register attaches every event listener to a socket, and a catch-all that
 // answers unknown events that asked for an ack.
 func (h *Sockets) register(s *socket.Socket, c *Conn) {
-	events := h.events()
+	events := h.handlers
 	for name, fn := range events {
 		s.On(name, func(args ...any) { h.handle(c, name, fn, args) })
 	}
@@ -67,8 +67,14 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 // calls the handler under a timeout, acks, and records metrics. No panic
 // escapes to the library.
 func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
-	start := time.Now()
 	arrival, queued := c.dequeued()
+	defer c.pending.Add(-1)
+	h.serve(c, name, fn, args, arrival, queued)
+}
+
+// serve is handle's work once the event's place in the queue is known.
+func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival time.Time, queued bool) {
+	start := time.Now()
 	var ack socket.Ack
 	if n := len(args); n > 0 {
 		if a, ok := args[n-1].(socket.Ack); ok {
@@ -520,6 +526,7 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 
 // arrived notes when a known event's packet arrived.
 func (c *Conn) arrived(t time.Time) {
+	c.pending.Add(1)
 	c.mu.Lock()
 	c.arrivals = append(c.arrivals, t)
 	c.mu.Unlock()

@@ -91,6 +91,9 @@ type Sockets struct {
 	now        func() time.Time
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
+
+	handlers map[string]handler // events by name
+	direct   sync.Map           // Engine.IO connection id → *Conn (direct.go)
 }
 
 // NewSockets builds the socket handlers.
@@ -98,19 +101,22 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	if d.Membership == nil {
 		d.Membership = presence.Open{}
 	}
-	return &Sockets{
+	h := &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
 		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
 		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
 	}
+	h.handlers = h.events()
+	return h
 }
 
 // Conn is the server's state of one authenticated socket, kept in the
 // socket's Data.
 type Conn struct {
-	UserID string
-	sid    string
-	sock   *socket.Socket
+	UserID   string
+	sid      string
+	engineID string // the Engine.IO connection's id
+	sock     *socket.Socket
 
 	ready     chan struct{} // closed once Connect's work is done
 	connected atomic.Bool   // the engine knows the socket
@@ -124,6 +130,12 @@ type Conn struct {
 	// order (load shedding of events that waited too long).
 	arrivals []time.Time
 	gone     bool
+	// pending counts known events the library has queued and not handled
+	// yet: while any is, events take the library's path too (in order).
+	pending atomic.Int32
+	// slowUntil (unix ns): until then events take the library's path,
+	// after a direct event held the reader too long (direct.go).
+	slowUntil atomic.Int64
 }
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
@@ -158,9 +170,10 @@ func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.
 // another goroutine, possibly before the "connection" listeners would run.
 // Each listener waits for Connect's work (the ready gate) before acting.
 func (h *Sockets) Prepare(s *socket.Socket, userID string) {
-	c := &Conn{UserID: userID, sid: string(s.Id()), sock: s, ready: make(chan struct{})}
+	c := &Conn{UserID: userID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
 	s.SetData(c)
 	h.register(s, c)
+	h.direct.Store(c.engineID, c)
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
@@ -221,6 +234,7 @@ func (h *Sockets) disconnect(c *Conn, reason string) {
 		return
 	}
 	c.closed.Do(func() {
+		h.direct.CompareAndDelete(c.engineID, c)
 		h.open.Add(-1)
 		h.metrics.SocketsConnected.Dec()
 		h.metrics.Disconnects.WithLabelValues(reason).Inc()

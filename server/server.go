@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/zishang520/socket.io/servers/engine/v3"
+	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
@@ -36,6 +38,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // default 20s
 	// Adapter, when set, carries rooms across nodes (cluster mode).
 	Adapter socket.AdapterConstructor
+	// LibraryWebsocket selects the Socket.IO library's own websocket
+	// transport instead of ours (wstransport.go); for comparisons.
+	LibraryWebsocket bool
 }
 
 func (c Config) withDefaults() Config {
@@ -118,6 +123,9 @@ func (s *Server) newSocketIO() *socket.Server {
 	// without a CORS option its websocket upgrader refuses every
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
+	if !s.cfg.LibraryWebsocket {
+		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets}))
+	}
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)
 	io.On("connection", func(args ...any) {

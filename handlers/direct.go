@@ -1,0 +1,73 @@
+package handlers
+
+import (
+	"time"
+
+	"github.com/zishang520/socket.io/servers/socket/v3"
+)
+
+// Direct events. The library hands each event through a long pipeline:
+// engine packet emitters, the Socket.IO decoder, the socket's task queue (a
+// goroutine started per burst), the ack encoder, the engine's write buffer
+// and the websocket transport's own write queue (another goroutine). Under
+// heartbeat load that pipeline, not presenced's work, is where the CPU and
+// the garbage go. The server's websocket transport therefore reads EVENT
+// packets of the main namespace itself and hands them to DirectEvent, which
+// runs the same handler on the reader's goroutine; its ack is written
+// straight to the websocket. Anything DirectEvent declines takes the
+// library's path unchanged.
+
+// slowDirect is how long a direct event may hold its connection's reader
+// before the connection's events go back to the library's queue for
+// slowBackoff: a reader blocked on a slow backend would not read the
+// client's pongs (and other events) meanwhile.
+const (
+	slowDirect  = 50 * time.Millisecond
+	slowBackoff = time.Second
+)
+
+// DirectEvent runs one event of the main namespace read straight off the
+// websocket of the Engine.IO connection engineID: args are the decoded
+// packet data (the event name first), ack is nil when the client asked for
+// none. It reports false, having done nothing, when the event must take the
+// library's path instead: an unknown connection or event, a connection not
+// set up yet or closing, events of the socket still in the library's queue
+// (they go first), or a backend that was slow a moment ago.
+func (h *Sockets) DirectEvent(engineID string, args []any, ack socket.Ack) bool {
+	name, _ := firstString(args)
+	fn, ok := h.handlers[name]
+	if !ok {
+		return false
+	}
+	v, ok := h.direct.Load(engineID)
+	if !ok {
+		return false
+	}
+	c := v.(*Conn)
+	select {
+	case <-c.ready:
+	default:
+		return false
+	}
+	if c.pending.Load() != 0 || !c.sock.Connected() {
+		return false
+	}
+	start := time.Now()
+	if until := c.slowUntil.Load(); until != 0 && start.UnixNano() < until {
+		return false
+	}
+	args = args[1:]
+	if ack != nil {
+		sock := c.sock
+		args = append(args, socket.Ack(func(reply []any, err error) {
+			if sock.Connected() { // as the library: no ack to a closed socket
+				ack(reply, err)
+			}
+		}))
+	}
+	h.serve(c, name, fn, args, time.Time{}, false)
+	if d := time.Since(start); d > slowDirect {
+		c.slowUntil.Store(start.Add(d + slowBackoff).UnixNano())
+	}
+	return true
+}

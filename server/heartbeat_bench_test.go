@@ -1,0 +1,134 @@
+package server_test
+
+import (
+	"bytes"
+	"strconv"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	ws "github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/server"
+)
+
+// wsClient is a bare Engine.IO v4 / Socket.IO v5 websocket client: it
+// costs the benchmark as little as a client can.
+type wsClient struct {
+	conn *ws.Conn
+	buf  bytes.Buffer
+	id   uint64
+}
+
+func dialWS(tb testing.TB, url, token string) *wsClient {
+	tb.Helper()
+	u := "ws" + strings.TrimPrefix(url, "http") + "/socket.io/?EIO=4&transport=websocket"
+	conn, _, err := ws.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &wsClient{conn: conn}
+	if m := c.next(tb); !strings.HasPrefix(m, "0{") {
+		tb.Fatalf("open packet: %q", m)
+	}
+	if err := conn.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+token+`"}`)); err != nil {
+		tb.Fatal(err)
+	}
+	for m := c.next(tb); !strings.HasPrefix(m, `42["session"`); m = c.next(tb) {
+		if strings.HasPrefix(m, "44") {
+			tb.Fatalf("connect refused: %q", m)
+		}
+	}
+	return c
+}
+
+// next reads one message, answering pings.
+func (c *wsClient) next(tb testing.TB) string {
+	for {
+		_, r, err := c.conn.NextReader()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c.buf.Reset()
+		if _, err := c.buf.ReadFrom(r); err != nil {
+			tb.Fatal(err)
+		}
+		if c.buf.Len() == 1 && c.buf.Bytes()[0] == '2' {
+			_ = c.conn.WriteMessage(ws.TextMessage, []byte("3"))
+			continue
+		}
+		return c.buf.String()
+	}
+}
+
+// call emits an event with an ack and waits for the ack; it returns the
+// ack packet's data.
+func (c *wsClient) call(tb testing.TB, event, arg string) []byte {
+	c.id++
+	msg := strconv.AppendUint([]byte("42"), c.id, 10)
+	msg = append(msg, `["`+event+`",`+arg+`]`...)
+	if err := c.conn.WriteMessage(ws.TextMessage, msg); err != nil {
+		tb.Fatal(err)
+	}
+	want := strconv.AppendUint([]byte("43"), c.id, 10)
+	for {
+		_, r, err := c.conn.NextReader()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c.buf.Reset()
+		if _, err := c.buf.ReadFrom(r); err != nil {
+			tb.Fatal(err)
+		}
+		b := c.buf.Bytes()
+		if len(b) == 1 && b[0] == '2' {
+			_ = c.conn.WriteMessage(ws.TextMessage, []byte("3"))
+			continue
+		}
+		if bytes.HasPrefix(b, want) && len(b) > len(want) && b[len(want)] == '[' {
+			return b[len(want):]
+		}
+	}
+}
+
+// BenchmarkSocketHeartbeat is one heartbeat through the whole server over
+// a loopback websocket (in-memory engine): the client's write, the
+// server's read, handling and ack, the client's read of the ack; 32
+// sockets per CPU with one heartbeat in flight each. "library" runs the Socket.IO
+// library's own websocket transport and event pipeline; "direct" runs
+// ours (wstransport.go, handlers/direct.go). ns/op and allocs/op include
+// the client's share (small: it reuses its buffers).
+func BenchmarkSocketHeartbeat(b *testing.B) {
+	for _, mode := range []struct {
+		name    string
+		library bool
+	}{{"direct", false}, {"library", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			ts := newTestServer(b, server.Config{LibraryWebsocket: mode.library})
+			const perProc = 32
+			sockets := perProc * runtime.GOMAXPROCS(0)
+			clients := make(chan *wsClient, sockets)
+			for i := range sockets {
+				c := dialWS(b, ts.URL, mint(b, "bench-"+strconv.Itoa(i)))
+				b.Cleanup(func() { _ = c.conn.Close() })
+				clients <- c
+			}
+			var bad atomic.Int64
+			b.SetParallelism(perProc)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				c := <-clients
+				for pb.Next() {
+					if !bytes.HasPrefix(c.call(b, "heartbeat", `{"active":true}`), []byte(`[{"nextInMs":`)) {
+						bad.Add(1)
+					}
+				}
+			})
+			if n := bad.Load(); n > 0 {
+				b.Fatalf("%d heartbeats not acked ok", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,288 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ws "github.com/gorilla/websocket"
+	"github.com/zishang520/socket.io/parsers/engine/v3/packet"
+	"github.com/zishang520/socket.io/servers/engine/v3/transports"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/queue"
+	"github.com/zishang520/socket.io/v3/pkg/types"
+)
+
+// The websocket transport. It replaces the library's (servers/engine
+// v3.0.6 transports/websocket.go) and behaves the same towards the engine,
+// with three differences that matter under load:
+//
+//   - EVENT packets of the main namespace are decoded here and handed to
+//     the socket handlers directly (handlers/direct.go); their acks are
+//     written straight to the websocket. Whatever the handlers decline, and
+//     every other packet, goes up the library's pipeline as before.
+//   - one read buffer per connection, reused, instead of a new buffer per
+//     message;
+//   - frames the library pre-encoded for a broadcast are written as they
+//     are, without building a gorilla PreparedMessage per recipient.
+//
+// Writes of the engine's packets still go through a queue (the engine
+// expects Send to return at once and calls it under its flush lock); the
+// direct acks and the queued writes share one write lock.
+
+// directEvents takes EVENT packets read off a websocket (handlers.Sockets).
+type directEvents interface {
+	DirectEvent(engineID string, args []any, ack socket.Ack) bool
+}
+
+type wsBuilder struct{ direct directEvents }
+
+func (b *wsBuilder) New(ctx *types.HttpContext) transports.Transport {
+	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct}
+	w.Prototype(w)
+	w.Construct(ctx)
+	return w
+}
+func (*wsBuilder) Name() string          { return transports.WEBSOCKET }
+func (*wsBuilder) HandlesUpgrades() bool { return true }
+func (*wsBuilder) UpgradesTo() []string  { return nil }
+
+type wsTransport struct {
+	transports.Transport
+
+	conn   *types.WebSocketConn
+	idle   time.Duration
+	direct directEvents
+	// upgradeSid is the engine connection's id when this transport is an
+	// upgrade (the engine sets Sid only on a connection's first transport).
+	upgradeSid string
+
+	wmu    sync.Mutex // one writer at a time on conn
+	sendq  *queue.Queue
+	closed atomic.Bool
+}
+
+// readBufKeep is the largest read buffer kept between messages; a larger
+// message's buffer is dropped after use.
+const readBufKeep = 4 << 10
+
+func (w *wsTransport) Construct(ctx *types.HttpContext) {
+	w.Transport.Construct(ctx)
+	w.idle = ctx.IdleTimeout
+	w.conn = ctx.Websocket
+	w.sendq = queue.New()
+	w.upgradeSid = ctx.Query().Peek("sid")
+
+	_ = w.conn.On("error", func(errs ...any) {
+		var err error
+		if len(errs) > 0 {
+			err, _ = errs[0].(error)
+		}
+		w.OnError("websocket error", err)
+	})
+	_ = w.conn.Once("close", func(...any) { w.OnClose() })
+
+	w.SetWritable(true)
+	w.SetPerMessageDeflate(nil)
+	transports.StartReader(w, ctx.TransportReadPermission(), w.read)
+}
+
+func (w *wsTransport) Name() string          { return transports.WEBSOCKET }
+func (w *wsTransport) HandlesUpgrades() bool { return true }
+
+func (w *wsTransport) engineID() string {
+	if id := w.Sid(); id != "" {
+		return id
+	}
+	return w.upgradeSid
+}
+
+// read is the connection's reader: one message at a time, until the
+// connection fails or closes.
+func (w *wsTransport) read() {
+	defer w.conn.Emit("close") // once-listener: a no-op after the first
+	var buf []byte
+	for {
+		if w.idle > 0 {
+			_ = w.conn.SetReadDeadline(time.Now().Add(w.idle))
+		}
+		mt, r, err := w.conn.NextReader()
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		b := bytes.NewBuffer(buf[:0])
+		if _, err := b.ReadFrom(r); err != nil {
+			w.fail(err)
+			return
+		}
+		msg := b.Bytes()
+		if mt == ws.TextMessage && w.readDirect(msg) {
+			buf = keep(msg)
+			continue
+		}
+		// The library's path: the engine keeps what it is given.
+		data := append([]byte(nil), msg...)
+		buf = keep(msg)
+		if mt == ws.TextMessage {
+			w.OnData(types.NewStringBuffer(data))
+		} else {
+			w.OnData(types.NewBytesBuffer(data))
+		}
+	}
+}
+
+func keep(b []byte) []byte {
+	if cap(b) > readBufKeep {
+		return nil
+	}
+	return b[:0]
+}
+
+func (w *wsTransport) fail(err error) {
+	if ws.IsUnexpectedCloseError(err) || errors.Is(err, net.ErrClosed) {
+		w.conn.Emit("close")
+	} else {
+		w.conn.Emit("error", err)
+	}
+}
+
+// readDirect handles msg when it is an Engine.IO MESSAGE carrying a
+// Socket.IO EVENT of the main namespace ("42", an optional ack id, a JSON
+// array) that the handlers take. Anything else, including JSON the library
+// would read differently, reports false and goes the library's way.
+func (w *wsTransport) readDirect(msg []byte) bool {
+	if w.direct == nil || len(msg) < 4 || msg[0] != '4' || msg[1] != '2' {
+		return false
+	}
+	i := 2
+	for i < len(msg) && msg[i] >= '0' && msg[i] <= '9' {
+		i++
+	}
+	if i == len(msg) || msg[i] != '[' || i-2 > 20 {
+		return false
+	}
+	var id uint64
+	hasID := i > 2
+	if hasID {
+		var err error
+		if id, err = strconv.ParseUint(string(msg[2:i]), 10, 64); err != nil {
+			return false
+		}
+	}
+	var args []any
+	if err := json.Unmarshal(msg[i:], &args); err != nil || len(args) == 0 {
+		return false
+	}
+	var ack socket.Ack
+	if hasID {
+		var sent atomic.Bool
+		ack = func(reply []any, _ error) {
+			if sent.CompareAndSwap(false, true) {
+				w.writeAck(id, reply)
+			}
+		}
+	}
+	return w.direct.DirectEvent(w.engineID(), args, ack)
+}
+
+// writeAck writes a Socket.IO ACK packet for id, as the library's encoder
+// would ("43" + id + the JSON array).
+func (w *wsTransport) writeAck(id uint64, reply []any) {
+	if reply == nil {
+		reply = []any{}
+	}
+	body, err := json.Marshal(reply)
+	if err != nil {
+		w.OnError("encode ack", err)
+		return
+	}
+	frame := make([]byte, 0, 2+20+len(body))
+	frame = append(frame, '4', '3')
+	frame = strconv.AppendUint(frame, id, 10)
+	frame = append(frame, body...)
+	w.wmu.Lock()
+	err = w.writeLocked(ws.TextMessage, frame, false)
+	w.wmu.Unlock()
+	if err != nil {
+		w.fail(err)
+	}
+}
+
+func (w *wsTransport) writeLocked(mt int, data []byte, compress bool) error {
+	if w.closed.Load() {
+		return net.ErrClosed
+	}
+	if pmd := w.PerMessageDeflate(); pmd != nil && len(data) < pmd.Threshold {
+		compress = false
+	}
+	w.conn.EnableWriteCompression(compress)
+	return w.conn.WriteMessage(mt, data)
+}
+
+// Send writes the engine's packets, in order, on the write queue.
+func (w *wsTransport) Send(packets []*packet.Packet) {
+	w.SetWritable(false)
+	w.sendq.Enqueue(func() { w.send(packets) })
+}
+
+func (w *wsTransport) send(packets []*packet.Packet) {
+	defer func() {
+		w.Emit("drain")
+		w.SetWritable(true)
+		w.Emit("ready")
+	}()
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	for _, p := range packets {
+		compress := true
+		if p.Options != nil && p.Options.Compress != nil && !*p.Options.Compress {
+			compress = false
+		}
+		var err error
+		if p.Options != nil && p.Options.WsPreEncodedFrame != nil && w.PerMessageDeflate() == nil {
+			frame := p.Options.WsPreEncodedFrame
+			mt := ws.BinaryMessage
+			if _, ok := frame.(*types.StringBuffer); ok {
+				mt = ws.TextMessage
+			}
+			err = w.writeLocked(mt, frame.Bytes(), compress)
+		} else {
+			var data types.BufferInterface
+			if data, err = w.Parser().EncodePacket(p, w.SupportsBinary()); err == nil {
+				mt := ws.BinaryMessage
+				if _, ok := data.(*types.StringBuffer); ok {
+					mt = ws.TextMessage
+				}
+				err = w.writeLocked(mt, data.Bytes(), compress)
+			}
+		}
+		if err != nil {
+			w.fail(err)
+			return
+		}
+	}
+}
+
+// OnClose releases the write queue and the connection on every close path.
+func (w *wsTransport) OnClose() {
+	w.closed.Store(true)
+	w.sendq.TryClose()
+	w.Transport.OnClose()
+	_ = w.conn.Close()
+}
+
+// DoClose closes the transport (the engine's Close).
+func (w *wsTransport) DoClose(fn types.Callable) {
+	w.closed.Store(true)
+	w.sendq.TryClose()
+	defer func() { _ = w.conn.Close() }()
+	if fn != nil {
+		fn()
+	}
+}
