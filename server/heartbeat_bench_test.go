@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"bytes"
-	"strconv"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
