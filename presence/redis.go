@@ -44,6 +44,8 @@ type RedisEngine struct {
 	lastRef  time.Time
 	lastLse  time.Time
 	selfDone bool
+
+	act activityBatcher // group commit of activity records (redis_activity.go)
 }
 
 type rSocket struct {
@@ -549,12 +551,12 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 	if !e.activityDue(s.user, now) {
 		return nil
 	}
-	n, err := userActivity.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds()).Int()
+	back, err := e.recordActivity(ctx, s.user, now)
 	if err != nil {
 		e.forgetActivity(s.user)
 		return unavailable("activity", err)
 	}
-	if n == 1 {
+	if back {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
 	}
 	return nil

@@ -3,6 +3,7 @@ package presence_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,5 +192,59 @@ func TestRedisDataLossResync(t *testing.T) {
 	ups, err := eng.Users(ctx, []string{"alice"})
 	if err != nil || ups[0].Status != presence.Online {
 		t.Fatalf("alice after resync: %+v %v", ups, err)
+	}
+}
+
+// Concurrent heartbeats of many users are group-committed: the activity
+// records that arrive while one round trip is in flight go together in the
+// next, and each user's record lands.
+func TestRedisActivityGroupCommit(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	now := func() time.Time { return time.UnixMilli(clock.Load()) }
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: 45 * time.Second, AwayAfter: time.Minute, Now: now}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const users = 400
+	for i := range users {
+		if err := eng.Connect(ctx, presence.Socket{ID: fmt.Sprintf("s%d", i), UserID: fmt.Sprintf("u%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Add(20_000) // the heartbeats come 20 s after the connections
+	at := clock.Load()
+	counter := &roundTrips{}
+	rdb.AddHook(counter)
+	var wg sync.WaitGroup
+	errs := make(chan error, users)
+	for i := range users {
+		wg.Go(func() {
+			if err := eng.Heartbeat(ctx, fmt.Sprintf("s%d", i), true); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := counter.n.Load(); got < 1 || got >= users/2 {
+		t.Errorf("%d concurrent heartbeats of distinct users: %d round trips, want fewer than %d", users, got, users/2)
+	}
+	t.Logf("%d concurrent heartbeats: %d round trips", users, counter.n.Load())
+	// every user's away timer moved to the heartbeat's time + AwayAfter
+	for i := range users {
+		score, err := rdb.ZScore(ctx, prefix+":{g}:due", fmt.Sprintf("a\tu%d", i)).Result()
+		if err != nil {
+			t.Fatalf("u%d: no away timer after its heartbeat: %v", i, err)
+		}
+		if got, want := int64(score), at+time.Minute.Milliseconds(); got != want {
+			t.Fatalf("u%d: away timer at %d, want %d (the heartbeat's activity)", i, got, want)
+		}
 	}
 }

@@ -48,6 +48,7 @@ type Config struct {
 	ShutdownTimeout   time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
+	DebugAddr         string // pprof listener; empty: off
 
 	// DevMode: none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL,
 	// DATABASE_URL set (CONTRACT §4).
@@ -260,6 +261,7 @@ var settings = []setting{
 		}
 		return errors.New("must be debug, info, warn or error")
 	}},
+	{"PRESENCE_DEBUG_ADDR", "", "address of a listener serving Go's profiler at /debug/pprof/ (empty: off; keep it on loopback)", str(func(c *Config) *string { return &c.DebugAddr })},
 }
 
 // ConfigError names the bad setting; main exits with code 2 on it.

@@ -123,6 +123,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if cfg.DevMode {
 		printDevBanner(stdout, cfg, ln.Addr(), devSecretPath(cfg.DataPath))
 	}
+	if cfg.DebugAddr != "" {
+		stop, err := serveDebug(cfg.DebugAddr, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
+	}
 
 	// The engine and the last-seen pipeline outlive the HTTP server: the
 	// shutdown's disconnect work needs them; then they stop in order.
