@@ -26,6 +26,12 @@ import (
 // lost 1 connection instead of 31 (the one left: a ping goroutine held off
 // the CPU longer than the guard on a saturated machine); the guard is 50 ms.
 // (The fix in the library is to arm the timeout before writing the PING.)
+//
+// On our websocket transport (wstransport.go) the PONG is not held on the
+// reader: the transport hands an early PONG to the engine later, from a
+// timer, so the events read after it are not delayed; by then pongGuard
+// has passed and this listener does not wait. The wait below remains for
+// polling and for the library's own websocket transport.
 const pongGuard = 50 * time.Millisecond
 
 func guardPongRace(conn engine.Socket) {

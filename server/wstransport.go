@@ -65,6 +65,7 @@ type wsTransport struct {
 	wmu    sync.Mutex // one writer at a time on conn
 	sendq  *queue.Queue
 	closed atomic.Bool
+	pingAt atomic.Int64 // unix ns of the last PING written (pingrace.go)
 }
 
 // readBufKeep is the largest read buffer kept between messages; a larger
@@ -122,7 +123,7 @@ func (w *wsTransport) read() {
 			return
 		}
 		msg := b.Bytes()
-		if mt == ws.TextMessage && w.readDirect(msg) {
+		if mt == ws.TextMessage && (w.readDirect(msg) || w.holdPong(msg)) {
 			buf = keep(msg)
 			continue
 		}
@@ -191,6 +192,21 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 	return w.direct.DirectEvent(w.engineID(), args, ack)
 }
 
+// holdPong delays a PONG that came back within pongGuard of its PING
+// until pongGuard has passed (pingrace.go), without holding up the reader
+// and the events behind the PONG meanwhile.
+func (w *wsTransport) holdPong(msg []byte) bool {
+	if len(msg) != 1 || msg[0] != '3' || w.Protocol() != 4 { // Engine.IO v4 PONG
+		return false
+	}
+	wait := pongGuard - time.Duration(time.Now().UnixNano()-w.pingAt.Load())
+	if wait <= 0 || wait > pongGuard {
+		return false
+	}
+	time.AfterFunc(wait, func() { w.OnData(types.NewStringBufferString("3")) })
+	return true
+}
+
 // writeAck writes a Socket.IO ACK packet for id, as the library's encoder
 // would ("43" + id + the JSON array).
 func (w *wsTransport) writeAck(id uint64, reply []any) {
@@ -240,6 +256,9 @@ func (w *wsTransport) send(packets []*packet.Packet) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	for _, p := range packets {
+		if p.Type == packet.PING {
+			w.pingAt.Store(time.Now().UnixNano())
+		}
 		compress := true
 		if p.Options != nil && p.Options.Compress != nil && !*p.Options.Compress {
 			compress = false
