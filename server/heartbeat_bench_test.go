@@ -43,8 +43,11 @@ func dialWS(tb testing.TB, url, token string) *wsClient {
 	return c
 }
 
-// next reads one message, answering pings.
-func (c *wsClient) next(tb testing.TB) string {
+// next reads one message, answering pings; the bytes are valid until the
+// next read.
+func (c *wsClient) next(tb testing.TB) string { return string(c.nextBytes(tb)) }
+
+func (c *wsClient) nextBytes(tb testing.TB) []byte {
 	for {
 		_, r, err := c.conn.NextReader()
 		if err != nil {
@@ -54,38 +57,32 @@ func (c *wsClient) next(tb testing.TB) string {
 		if _, err := c.buf.ReadFrom(r); err != nil {
 			tb.Fatal(err)
 		}
-		if c.buf.Len() == 1 && c.buf.Bytes()[0] == '2' {
+		if b := c.buf.Bytes(); len(b) == 1 && b[0] == '2' {
 			_ = c.conn.WriteMessage(ws.TextMessage, []byte("3"))
 			continue
 		}
-		return c.buf.String()
+		return c.buf.Bytes()
 	}
 }
 
-// call emits an event with an ack and waits for the ack; it returns the
-// ack packet's data.
-func (c *wsClient) call(tb testing.TB, event, arg string) []byte {
+// emit sends an event with an ack id and returns the ACK packet prefix
+// to wait for ("43<id>").
+func (c *wsClient) emit(tb testing.TB, event, arg string) []byte {
 	c.id++
 	msg := strconv.AppendUint([]byte("42"), c.id, 10)
 	msg = append(msg, `["`+event+`",`+arg+`]`...)
 	if err := c.conn.WriteMessage(ws.TextMessage, msg); err != nil {
 		tb.Fatal(err)
 	}
-	want := strconv.AppendUint([]byte("43"), c.id, 10)
+	return strconv.AppendUint([]byte("43"), c.id, 10)
+}
+
+// call emits an event with an ack and waits for the ack; it returns the
+// ack packet's data.
+func (c *wsClient) call(tb testing.TB, event, arg string) []byte {
+	want := c.emit(tb, event, arg)
 	for {
-		_, r, err := c.conn.NextReader()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		c.buf.Reset()
-		if _, err := c.buf.ReadFrom(r); err != nil {
-			tb.Fatal(err)
-		}
-		b := c.buf.Bytes()
-		if len(b) == 1 && b[0] == '2' {
-			_ = c.conn.WriteMessage(ws.TextMessage, []byte("3"))
-			continue
-		}
+		b := c.nextBytes(tb)
 		if bytes.HasPrefix(b, want) && len(b) > len(want) && b[len(want)] == '[' {
 			return b[len(want):]
 		}

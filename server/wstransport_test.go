@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,13 +35,7 @@ func TestWebsocketPongHeldWithoutBlockingEvents(t *testing.T) {
 		if err := c.conn.WriteMessage(ws.TextMessage, []byte("3")); err != nil {
 			t.Fatal(err)
 		}
-		c.id++
-		msg := strconv.AppendUint([]byte("42"), c.id, 10)
-		msg = append(msg, `["heartbeat",{"active":true}]`...)
-		if err := c.conn.WriteMessage(ws.TextMessage, msg); err != nil {
-			t.Fatal(err)
-		}
-		want := strconv.AppendUint([]byte("43"), c.id, 10)
+		want := c.emit(t, "heartbeat", `{"active":true}`)
 		for {
 			_, got, err := c.conn.ReadMessage()
 			if err != nil {

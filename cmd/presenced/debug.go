@@ -11,10 +11,10 @@ import (
 
 // serveDebug serves Go's profiler (/debug/pprof/) on addr, apart from the
 // public listener, until stop is called.
-func serveDebug(addr string, log *slog.Logger) (stop func(), err error) {
+func serveDebug(addr string, log *slog.Logger) (bound net.Addr, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("debug listener on %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("debug listener on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -25,5 +25,5 @@ func serveDebug(addr string, log *slog.Logger) (stop func(), err error) {
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	log.Info("debug listener", "addr", ln.Addr().String())
-	return func() { _ = hs.Close() }, nil
+	return ln.Addr(), func() { _ = hs.Close() }, nil
 }

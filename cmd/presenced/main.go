@@ -124,7 +124,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		printDevBanner(stdout, cfg, ln.Addr(), devSecretPath(cfg.DataPath))
 	}
 	if cfg.DebugAddr != "" {
-		stop, err := serveDebug(cfg.DebugAddr, log)
+		_, stop, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {
 			_ = ln.Close()
 			return err
