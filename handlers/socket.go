@@ -174,6 +174,9 @@ func (h *Sockets) Prepare(s *socket.Socket, userID string) {
 	s.SetData(c)
 	h.register(s, c)
 	h.direct.Store(c.engineID, c)
+	// Also on the connection's close: a socket that never completes the
+	// library's connect gets no disconnect work.
+	_ = s.Conn().Once("close", func(...any) { h.direct.CompareAndDelete(c.engineID, c) })
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
