@@ -106,7 +106,12 @@ func (r *Redis) Get(ctx context.Context, userIDs []string) ([]time.Time, error) 
 	if len(userIDs) == 0 {
 		return out, nil
 	}
-	scores, err := r.c.ZMScore(ctx, r.times, userIDs...).Result()
+	return times(out, r.c.ZMScore(ctx, r.times, userIDs...))
+}
+
+// times fills out from a ZMSCORE answer (0: no time).
+func times(out []time.Time, cmd *redis.FloatSliceCmd) ([]time.Time, error) {
+	scores, err := cmd.Result()
 	if err != nil {
 		return nil, redisErr("get", err)
 	}
@@ -129,18 +134,7 @@ func (r *Redis) QueueGet(ctx context.Context, pipe redis.Pipeliner, userIDs []st
 		return func() ([]time.Time, error) { return out, nil }
 	}
 	cmd := pipe.ZMScore(ctx, r.times, userIDs...)
-	return func() ([]time.Time, error) {
-		scores, err := cmd.Result()
-		if err != nil {
-			return nil, redisErr("get", err)
-		}
-		for i, s := range scores {
-			if s > 0 && i < len(out) {
-				out[i] = fromMillis(int64(s))
-			}
-		}
-		return out, nil
-	}
+	return func() ([]time.Time, error) { return times(out, cmd) }
 }
 
 // Claim implements Buffer.

@@ -27,7 +27,7 @@ import "github.com/redis/go-redis/v9"
 // convJoin adds a socket to a conversation.
 // KEYS on sk su m ty; ARGV sid user now keyTTLms
 // → {first(0|1), users[], since[], typing[]}
-var convJoin = redis.NewScript(`
+var convJoin = redis.NewScript(rosterLib + `
 local on, sk, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local sid, user, now, kttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local first = 0
@@ -45,33 +45,33 @@ if redis.call('HEXISTS', su, sid) == 0 then
   redis.call('ZADD', on, 'GT', now, user) -- GT still adds a new member
 end
 for _, k in ipairs({on, sk, su, m}) do redis.call('PEXPIRE', k, kttl) end
-local users = redis.call('ZRANGE', on, 0, -1)
-local since = {}
-if #users > 0 then
-  local vals = redis.call('HMGET', m, unpack(users))
-  for i, v in ipairs(vals) do
-    since[i] = v and string.match(v, '^%d+|(%d+)|') or tostring(now)
-  end
-end
-local typing = redis.call('ZRANGEBYSCORE', ty, '(' .. now, '+inf')
+local users, since, typing = roster(on, m, ty, now)
 return {first, users, since, typing}
 `)
 
 // convRoster reads a conversation's roster.
 // KEYS on m ty; ARGV now → {users[], since[], typing[]}
-var convRoster = redis.NewScript(`
-local on, m, ty = KEYS[1], KEYS[2], KEYS[3]
+var convRoster = redis.NewScript(rosterLib + `
 local now = tonumber(ARGV[1])
-local users = redis.call('ZRANGE', on, 0, -1)
-local since = {}
-if #users > 0 then
-  local vals = redis.call('HMGET', m, unpack(users))
-  for i, v in ipairs(vals) do
-    since[i] = v and string.match(v, '^%d+|(%d+)|') or tostring(now)
-  end
-end
-return {users, since, redis.call('ZRANGEBYSCORE', ty, '(' .. now, '+inf')}
+local users, since, typing = roster(KEYS[1], KEYS[2], KEYS[3], now)
+return {users, since, typing}
 `)
+
+// rosterLib reads a conversation's roster: who is online, since when
+// (from the member records), and who is typing now.
+const rosterLib = `
+local function roster(on, m, ty, now)
+  local users = redis.call('ZRANGE', on, 0, -1)
+  local since = {}
+  if #users > 0 then
+    local vals = redis.call('HMGET', m, unpack(users))
+    for i, v in ipairs(vals) do
+      since[i] = v and string.match(v, '^%d+|(%d+)|') or tostring(now)
+    end
+  end
+  return users, since, redis.call('ZRANGEBYSCORE', ty, '(' .. now, '+inf')
+end
+`
 
 // convLeave removes a socket from a conversation. mode: "left" (leave now),
 // "grace" (the user's leave waits for graceDeadline), "timeout" (leave now,
