@@ -20,11 +20,17 @@ import (
 // slowDirect is how long a direct event may hold its connection's reader
 // before the connection's events go back to the library's queue for
 // slowBackoff: a reader blocked on a slow backend would not read the
-// client's pongs (and other events) meanwhile.
+// client's pongs (and other events) meanwhile. It is well above what a GC
+// cycle on a busy node adds to a handler: falling back on the library's
+// heavier path then would only add load at the worst moment.
 const (
-	slowDirect  = 50 * time.Millisecond
+	slowDirect  = 250 * time.Millisecond
 	slowBackoff = time.Second
 )
+
+// DirectSlot is a websocket's cache of the connection its events go to;
+// its reader is its only user.
+type DirectSlot struct{ c *Conn }
 
 // DirectEvent runs one event of the main namespace read straight off the
 // websocket of the Engine.IO connection engineID: args are the decoded
@@ -33,17 +39,25 @@ const (
 // library's path instead: an unknown connection or event, a connection not
 // set up yet or closing, events of the socket still in the library's queue
 // (they go first), or a backend that was slow a moment ago.
-func (h *Sockets) DirectEvent(engineID string, args []any, ack socket.Ack) bool {
+//
+// slot is the websocket's own cache of its connection, so that only its
+// first event (and the first after a namespace reconnect) looks it up by
+// engineID.
+func (h *Sockets) DirectEvent(slot *DirectSlot, engineID func() string, args []any, ack socket.Ack) bool {
 	name, _ := firstString(args)
 	fn, ok := h.handlers[name]
 	if !ok {
 		return false
 	}
-	v, ok := h.direct.Load(engineID)
-	if !ok {
-		return false
+	c := slot.c
+	if c == nil || !c.sock.Connected() {
+		v, ok := h.direct.Load(engineID())
+		if !ok {
+			return false
+		}
+		c = v.(*Conn)
+		slot.c = c
 	}
-	c := v.(*Conn)
 	select {
 	case <-c.ready:
 	default:

@@ -90,8 +90,14 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival ti
 				ack([]any{ackError(errorf(CodeInternal, "internal error"))}, nil)
 			}
 		}
+		took := time.Since(start).Seconds()
+		if m, ok := h.okStats[name]; ok && outcome == "ok" {
+			m.count.Inc()
+			m.duration.Observe(took)
+			return
+		}
 		h.metrics.Events.WithLabelValues(name, outcome).Inc()
-		h.metrics.EventDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+		h.metrics.EventDuration.WithLabelValues(name).Observe(took)
 	}()
 
 	reply := func(body map[string]any, err error) {

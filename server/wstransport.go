@@ -16,6 +16,8 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/queue"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/handlers"
 )
 
 // The websocket transport. It replaces the library's (servers/engine
@@ -37,7 +39,7 @@ import (
 
 // directEvents takes EVENT packets read off a websocket (handlers.Sockets).
 type directEvents interface {
-	DirectEvent(engineID string, args []any, ack socket.Ack) bool
+	DirectEvent(slot *handlers.DirectSlot, engineID func() string, args []any, ack socket.Ack) bool
 }
 
 type wsBuilder struct{ direct directEvents }
@@ -58,6 +60,8 @@ type wsTransport struct {
 	conn   *types.WebSocketConn
 	idle   time.Duration
 	direct directEvents
+	slot   handlers.DirectSlot // the reader's cache for direct
+	idFn   func() string       // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
@@ -78,6 +82,7 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.conn = ctx.Websocket
 	w.sendq = queue.New()
 	w.upgradeSid = ctx.Query().Peek("sid")
+	w.idFn = w.engineID
 
 	_ = w.conn.On("error", func(errs ...any) {
 		var err error
@@ -176,8 +181,13 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 			return false
 		}
 	}
-	var args []any
-	if err := json.Unmarshal(msg[i:], &args); err != nil || len(args) == 0 {
+	args, ok := decodeArgs(msg[i:])
+	if !ok {
+		if err := json.Unmarshal(msg[i:], &args); err != nil {
+			return false
+		}
+	}
+	if len(args) == 0 {
 		return false
 	}
 	var ack socket.Ack
@@ -189,7 +199,7 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 			}
 		}
 	}
-	return w.direct.DirectEvent(w.engineID(), args, ack)
+	return w.direct.DirectEvent(&w.slot, w.idFn, args, ack)
 }
 
 // holdPong delays a PONG that came back within pongGuard of its PING
@@ -213,15 +223,14 @@ func (w *wsTransport) writeAck(id uint64, reply []any) {
 	if reply == nil {
 		reply = []any{}
 	}
-	body, err := json.Marshal(reply)
+	frame := make([]byte, 0, 128)
+	frame = append(frame, '4', '3')
+	frame = strconv.AppendUint(frame, id, 10)
+	frame, err := appendJSON(frame, reply)
 	if err != nil {
 		w.OnError("encode ack", err)
 		return
 	}
-	frame := make([]byte, 0, 2+20+len(body))
-	frame = append(frame, '4', '3')
-	frame = strconv.AppendUint(frame, id, 10)
-	frame = append(frame, body...)
 	w.wmu.Lock()
 	err = w.writeLocked(ws.TextMessage, frame, false)
 	w.wmu.Unlock()

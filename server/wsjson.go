@@ -1,0 +1,316 @@
+package server
+
+import (
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+)
+
+// JSON for the websocket's direct events (wstransport.go). encoding/json
+// goes through reflection and, for a map, sorts its keys into a fresh
+// slice; on the heartbeat path that was a tenth of the node's CPU and a
+// third of its garbage. These two functions do the plain cases by hand and
+// hand everything else to encoding/json, so their output and their reading
+// are exactly encoding/json's (wsjson_test.go compares them).
+
+// appendJSON appends v as json.Marshal would encode it.
+func appendJSON(dst []byte, v any) ([]byte, error) {
+	switch v := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case bool:
+		return strconv.AppendBool(dst, v), nil
+	case string:
+		if plainString(v) {
+			dst = append(dst, '"')
+			dst = append(dst, v...)
+			return append(dst, '"'), nil
+		}
+	case int:
+		return strconv.AppendInt(dst, int64(v), 10), nil
+	case int64:
+		return strconv.AppendInt(dst, v, 10), nil
+	case float64:
+		// encoding/json uses 'f' in this range and an exponent outside it
+		if a := math.Abs(v); a == 0 || (a >= 1e-6 && a < 1e21) {
+			return strconv.AppendFloat(dst, v, 'f', -1, 64), nil
+		}
+	case []any:
+		if v == nil {
+			return append(dst, "null"...), nil
+		}
+		dst = append(dst, '[')
+		for i, e := range v {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = appendJSON(dst, e); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	case map[string]any:
+		if v == nil {
+			return append(dst, "null"...), nil
+		}
+		var arr [16]string
+		keys := arr[:0]
+		for k := range v {
+			if !plainString(k) {
+				return appendMarshal(dst, v)
+			}
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		dst = append(dst, '{')
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, '"')
+			dst = append(dst, k...)
+			dst = append(dst, '"', ':')
+			var err error
+			if dst, err = appendJSON(dst, v[k]); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, '}'), nil
+	}
+	return appendMarshal(dst, v)
+}
+
+func appendMarshal(dst []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+// plainString reports whether s is encoded as itself between quotes:
+// printable ASCII without the characters encoding/json escapes.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// maxDepthFast bounds the nesting decodeArgs reads itself; deeper input
+// goes to encoding/json.
+const maxDepthFast = 16
+
+// decodeArgs reads a Socket.IO packet's JSON array as json.Unmarshal into
+// []any would. It reports false (nothing decoded) for anything but plain
+// input (string escapes, bytes outside printable ASCII in strings, deep
+// nesting) and for invalid JSON, which the caller then gives to
+// encoding/json, for the same result or the same error.
+func decodeArgs(b []byte) ([]any, bool) {
+	d := fastDecoder{b: b}
+	d.space()
+	if d.i >= len(d.b) || d.b[d.i] != '[' {
+		return nil, false
+	}
+	v, ok := d.array(0)
+	if !ok {
+		return nil, false
+	}
+	d.space()
+	if d.i != len(d.b) {
+		return nil, false
+	}
+	return v, true
+}
+
+type fastDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *fastDecoder) space() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *fastDecoder) value(depth int) (any, bool) {
+	d.space()
+	if d.i >= len(d.b) {
+		return nil, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '"':
+		return d.str()
+	case c == '{':
+		return d.object(depth + 1)
+	case c == '[':
+		return d.array(depth + 1)
+	case c == 't':
+		return true, d.word("true")
+	case c == 'f':
+		return false, d.word("false")
+	case c == 'n':
+		return nil, d.word("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	}
+	return nil, false
+}
+
+func (d *fastDecoder) word(w string) bool {
+	if len(d.b)-d.i < len(w) || string(d.b[d.i:d.i+len(w)]) != w {
+		return false
+	}
+	d.i += len(w)
+	return true
+}
+
+// str reads a string without escapes, of printable ASCII.
+func (d *fastDecoder) str() (string, bool) {
+	d.i++ // the opening quote
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		if c == '"' {
+			s := string(d.b[start:d.i])
+			d.i++
+			return s, true
+		}
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return "", false
+		}
+		d.i++
+	}
+	return "", false
+}
+
+// number reads a number of the JSON grammar as a float64.
+func (d *fastDecoder) number() (any, bool) {
+	start := d.i
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	digits := func() int {
+		n := 0
+		for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+			d.i++
+			n++
+		}
+		return n
+	}
+	intStart := d.i
+	n := digits()
+	if n == 0 || (n > 1 && d.b[intStart] == '0') {
+		return nil, false
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if digits() == 0 {
+			return nil, false
+		}
+	}
+	f, err := strconv.ParseFloat(string(d.b[start:d.i]), 64)
+	if err != nil {
+		return nil, false
+	}
+	return f, true
+}
+
+func (d *fastDecoder) array(depth int) ([]any, bool) {
+	if depth > maxDepthFast {
+		return nil, false
+	}
+	d.i++ // '['
+	out := []any{}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return out, true
+	}
+	for {
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, v)
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return out, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (d *fastDecoder) object(depth int) (map[string]any, bool) {
+	if depth > maxDepthFast {
+		return nil, false
+	}
+	d.i++ // '{'
+	out := map[string]any{}
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return out, true
+	}
+	for {
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, false
+		}
+		k, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, false
+		}
+		d.i++
+		v, ok := d.value(depth)
+		if !ok {
+			return nil, false
+		}
+		out[k] = v
+		d.space()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return out, true
+		default:
+			return nil, false
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// decodeSamples are Socket.IO event arrays: the fast reader must take the
+// plain ones and give the same result as encoding/json; the rest it must
+// leave to encoding/json.
+var decodeSamples = []string{
+	`["heartbeat",{"active":true}]`,
+	`["heartbeat"]`,
+	`["heartbeat",null]`,
+	`[ "conversation:join" , { "conversationId" : "c-1" } ]`,
+	"[\"x\",\n\t{\"a\":[1,2.5,-0,-3e2,4E+1,5e-1,{}],\"b\":{\"c\":[]},\"d\":false}]",
+	`["state:set",{"conversationId":"c","state":{"composing":"a draft","n":1e20}}]`,
+	`[]`,
+	`[{"dup":1,"dup":2}]`,
+	`[12345678901234567890123]`,
+	`[0.1, 1.7976931348623157e308]`,
+	// not plain: encoding/json decides
+	`["esc\"aped"]`,
+	`["caf` + "\u00e9" + `"]`,
+	`["tab` + "\t" + `"]`,
+	`[1e400]`,
+	`[01]`, `[1.]`, `[.5]`, `[-]`, `[1e]`, `[+1]`, `[0x10]`, `[Infinity]`, `[NaN]`,
+	`[1,]`, `[,1]`, `[1 2]`, `{"a":1}`, `null`, `"s"`, `[`, `]`, `[{]`, `[{"a"}]`, `[{"a":}]`, `[{"a":1,}]`, `[{1:2}]`,
+	`[tru]`, `[nul]`, `[true false]`, `[1]x`, `[1] `, ` [1]`,
+	`[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]`,
+}
+
+func TestDecodeArgsMatchesEncodingJSON(t *testing.T) {
+	for _, in := range decodeSamples {
+		checkDecode(t, []byte(in))
+	}
+	// the common case must not fall back
+	for _, in := range decodeSamples[:10] {
+		if _, ok := decodeArgs([]byte(in)); !ok {
+			t.Errorf("decodeArgs(%s): fell back on plain input", in)
+		}
+	}
+}
+
+func FuzzDecodeArgs(f *testing.F) {
+	for _, in := range decodeSamples {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) { checkDecode(t, in) })
+}
+
+func checkDecode(t *testing.T, in []byte) {
+	t.Helper()
+	got, ok := decodeArgs(in)
+	if !ok {
+		return // encoding/json's turn: the same result by construction
+	}
+	var want []any
+	if err := json.Unmarshal(in, &want); err != nil {
+		t.Fatalf("decodeArgs(%q) = %#v, but encoding/json fails: %v", in, got, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decodeArgs(%q) = %#v, encoding/json %#v", in, got, want)
+	}
+}
+
+type marshalsItself struct{ A int }
+
+func (m marshalsItself) MarshalJSON() ([]byte, error) { return []byte(`"custom"`), nil }
+
+func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
+	values := []any{
+		nil, true, false, "", "plain text", "a<b>&c", "quote\"back\\slash", "ctl\n", "caf\u00e9", "\u2028", "\xff",
+		0, 42, -7, int64(math.MaxInt64), 0.0, 1.0, -2.5, 19434.0, 1e20, 1e21, 1e-6, 1e-7, 123456789.123, math.Copysign(0, -1),
+		[]any{}, []any(nil), []any{1.0, "x", nil, []any{true}},
+		map[string]any{}, map[string]any(nil),
+		map[string]any{"ok": true, "serverTime": "2026-11-30T15:17:54.203Z", "nextInMs": int64(19434)},
+		map[string]any{"z": 1, "a": map[string]any{"y": []any{"q"}, "b": nil}, "m": "<tag>"},
+		map[string]any{"key<": 1, "k": 2},
+		map[string]any{"members": []string{"u1", "u2"}, "t": time.Unix(0, 0).UTC(), "c": marshalsItself{1}},
+		[]any{map[string]any{"ok": false, "error": map[string]any{"code": "invalid_argument", "message": "conversationId is required"}}},
+		[]string(nil), struct{ X int }{3}, json.RawMessage(`{ "raw" : 1 }`),
+	}
+	for _, v := range values {
+		want, werr := json.Marshal(v)
+		got, gerr := appendJSON([]byte("43"), v)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
+		}
+		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
+			t.Errorf("%#v: %s, encoding/json %s", v, got[2:], want)
+		}
+	}
+	// a value encoding/json refuses is refused
+	if _, err := appendJSON(nil, []any{math.NaN()}); err == nil {
+		t.Error("NaN encoded")
+	}
+	if _, err := appendJSON(nil, map[string]any{"c": make(chan int)}); err == nil {
+		t.Error("channel encoded")
+	}
+}
