@@ -150,8 +150,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival ti
 		reply(nil, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
-	defer cancel()
+	ctx := h.opCtx.get(time.Now())
 	if !c.connected.Load() {
 		// The engine did not take the connection (its backend was down):
 		// try again now rather than leaving the socket unusable.

@@ -95,6 +95,7 @@ type Sockets struct {
 
 	handlers map[string]handler // events by name
 	okStats  map[string]okStats // events by name: their "ok" metrics, resolved once
+	opCtx    opContexts         // the contexts bounding events' work (opctx.go)
 	direct   sync.Map           // Engine.IO connection id → *Conn (direct.go)
 }
 
@@ -114,6 +115,7 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
 		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
 	}
+	h.opCtx.timeout = h.cfg.OpTimeout
 	h.handlers = h.events()
 	h.okStats = make(map[string]okStats, len(h.handlers))
 	for name := range h.handlers {

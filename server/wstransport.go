@@ -67,6 +67,7 @@ type wsTransport struct {
 	upgradeSid string
 
 	wmu    sync.Mutex // one writer at a time on conn
+	ackBuf []byte     // under wmu: the ack frame being written
 	sendq  *queue.Queue
 	closed atomic.Bool
 	pingAt atomic.Int64 // unix ns of the last PING written (pingrace.go)
@@ -223,16 +224,18 @@ func (w *wsTransport) writeAck(id uint64, reply []any) {
 	if reply == nil {
 		reply = []any{}
 	}
-	frame := make([]byte, 0, 128)
-	frame = append(frame, '4', '3')
+	w.wmu.Lock()
+	frame := append(w.ackBuf, '4', '3')
 	frame = strconv.AppendUint(frame, id, 10)
 	frame, err := appendJSON(frame, reply)
 	if err != nil {
+		w.ackBuf = keep(frame)
+		w.wmu.Unlock()
 		w.OnError("encode ack", err)
 		return
 	}
-	w.wmu.Lock()
-	err = w.writeLocked(ws.TextMessage, frame, false)
+	err = w.writeLocked(ws.TextMessage, frame, false) // gorilla copies the frame
+	w.ackBuf = keep(frame)
 	w.wmu.Unlock()
 	if err != nil {
 		w.fail(err)
