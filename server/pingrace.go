@@ -29,9 +29,10 @@ import (
 //
 // On our websocket transport (wstransport.go) the PONG is not held on the
 // reader: the transport hands an early PONG to the engine later, from a
-// timer, so the events read after it are not delayed; by then pongGuard
-// has passed and this listener does not wait. The wait below remains for
-// polling and for the library's own websocket transport.
+// timer, so the events read after it are not delayed. That hold is longer
+// (wsPongHold: up to 1 s); by its end pongGuard has passed and this
+// listener does not wait. The wait below remains for polling and for the
+// library's own websocket transport.
 const pongGuard = 50 * time.Millisecond
 
 func guardPongRace(conn engine.Socket) {
