@@ -124,7 +124,7 @@ func (s *Server) newSocketIO() *socket.Server {
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
 	if !s.cfg.LibraryWebsocket {
-		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pongHold: wsPongHold(s.cfg.PingTimeout)}))
+		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer}))
 	}
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net"
@@ -22,14 +21,16 @@ import (
 
 // The websocket transport. It replaces the library's (servers/engine
 // v3.0.6 transports/websocket.go) and behaves the same towards the engine,
-// with three differences that matter under load:
+// with differences that matter under load:
 //
 //   - EVENT packets of the main namespace are decoded here and handed to
 //     the socket handlers directly (handlers/direct.go); their acks are
 //     written straight to the websocket. Whatever the handlers decline, and
 //     every other packet, goes up the library's pipeline as before.
-//   - one read buffer per connection, reused, instead of a new buffer per
-//     message;
+//   - frames are read by our own reader (wsframes.go) into one buffer per
+//     connection, reused, and the direct events run on a small pool of
+//     goroutines while the reader waits (wspool.go): the readers do not
+//     allocate, which matters during GC cycles;
 //   - frames the library pre-encoded for a broadcast are written as they
 //     are, without building a gorilla PreparedMessage per recipient.
 //
@@ -44,7 +45,9 @@ type directEvents interface {
 
 type wsBuilder struct {
 	direct   directEvents
+	pool     *directPool
 	pongHold time.Duration // see holdPong
+	limit    int64         // the engine's maxHttpBufferSize
 }
 
 // wsPongHold is how long after its PING an early PONG is held on our
@@ -55,7 +58,8 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 }
 
 func (b *wsBuilder) New(ctx *types.HttpContext) transports.Transport {
-	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pongHold: b.pongHold}
+	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold}
+	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
 	return w
@@ -70,7 +74,11 @@ type wsTransport struct {
 	conn   *types.WebSocketConn
 	idle   time.Duration
 	direct   directEvents
+	pool     *directPool
 	pongHold time.Duration
+	frames   frameReader // the reader's
+	job      []byte      // the message a pool worker is handling (wspool.go)
+	jobDone  chan bool
 	slot   handlers.DirectSlot // the reader's cache for direct
 	idFn   func() string       // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
@@ -84,14 +92,13 @@ type wsTransport struct {
 	pingAt atomic.Int64 // unix ns of the last PING written (pingrace.go)
 }
 
-// readBufKeep is the largest read buffer kept between messages; a larger
-// message's buffer is dropped after use.
-const readBufKeep = 4 << 10
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.Transport.Construct(ctx)
 	w.idle = ctx.IdleTimeout
 	w.conn = ctx.Websocket
+	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
+	w.jobDone = make(chan bool, 1)
 	w.sendq = queue.New()
 	w.upgradeSid = ctx.Query().Peek("sid")
 	w.idFn = w.engineID
@@ -121,32 +128,21 @@ func (w *wsTransport) engineID() string {
 }
 
 // read is the connection's reader: one message at a time, until the
-// connection fails or closes.
+// connection fails or closes. It does not allocate for a direct event
+// (wsframes.go, wspool.go).
 func (w *wsTransport) read() {
 	defer w.conn.Emit("close") // once-listener: a no-op after the first
-	var buf []byte
 	for {
-		if w.idle > 0 {
-			_ = w.conn.SetReadDeadline(time.Now().Add(w.idle))
-		}
-		mt, r, err := w.conn.NextReader()
+		mt, msg, err := w.frames.next()
 		if err != nil {
 			w.fail(err)
 			return
 		}
-		b := bytes.NewBuffer(buf[:0])
-		if _, err := b.ReadFrom(r); err != nil {
-			w.fail(err)
-			return
-		}
-		msg := b.Bytes()
-		if mt == ws.TextMessage && (w.readDirect(msg) || w.holdPong(msg)) {
-			buf = keep(msg)
+		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.holdPong(msg)) {
 			continue
 		}
 		// The library's path: the engine keeps what it is given.
 		data := append([]byte(nil), msg...)
-		buf = keep(msg)
 		if mt == ws.TextMessage {
 			w.OnData(types.NewStringBuffer(data))
 		} else {
@@ -156,7 +152,7 @@ func (w *wsTransport) read() {
 }
 
 func keep(b []byte) []byte {
-	if cap(b) > readBufKeep {
+	if cap(b) > frameBufKeep {
 		return nil
 	}
 	return b[:0]
@@ -175,7 +171,7 @@ func (w *wsTransport) fail(err error) {
 // array) that the handlers take. Anything else, including JSON the library
 // would read differently, reports false and goes the library's way.
 func (w *wsTransport) readDirect(msg []byte) bool {
-	if w.direct == nil || len(msg) < 4 || msg[0] != '4' || msg[1] != '2' {
+	if !w.maybeDirect(msg) {
 		return false
 	}
 	i := 2
@@ -212,6 +208,11 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 		}
 	}
 	return w.direct.DirectEvent(&w.slot, w.idFn, args, ack)
+}
+
+// maybeDirect is readDirect's first check, on the reader.
+func (w *wsTransport) maybeDirect(msg []byte) bool {
+	return w.direct != nil && len(msg) >= 4 && msg[0] == '4' && msg[1] == '2'
 }
 
 // holdPong delays a PONG that came back within pongHold of its PING until

@@ -1,0 +1,226 @@
+package server
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"time"
+	"unicode/utf8"
+
+	ws "github.com/gorilla/websocket"
+)
+
+// frameReader reads a client's websocket messages (RFC 6455) straight off
+// the connection, into a buffer it reuses. gorilla's reader allocates on
+// every message, and in Go an allocation during a GC cycle makes the
+// goroutine that did it help with the marking: at least 64 KB of scanning
+// per goroutine per cycle. With a reader goroutine per socket, all
+// allocating at once, that put a whole cycle's marking on the sockets'
+// readers within half a second, and every heartbeat waited behind it. This
+// reader does not allocate once its buffer has grown to the messages' size,
+// so the marking stays with the GC's own workers (see directPool).
+//
+// gorilla still owns the connection's writes (including the replies to
+// PING and CLOSE frames, through WriteControl, which may run alongside the
+// other writes). Compression is never negotiated (the engine's
+// perMessageDeflate is off), so a frame with a reserved bit set is an
+// error, as it is for gorilla.
+type frameReader struct {
+	conn  net.Conn
+	ctl   controlWriter
+	limit int64 // largest message, as the engine's maxHttpBufferSize
+	idle  time.Duration
+
+	buf  []byte // buf[r:w] are read and not consumed
+	r, w int
+	frag []byte // a fragmented message so far
+}
+
+// controlWriter writes PONG and CLOSE frames (gorilla's Conn).
+type controlWriter interface {
+	WriteControl(messageType int, data []byte, deadline time.Time) error
+}
+
+const (
+	opContinuation = 0
+	opText         = 1
+	opBinary       = 2
+	opClose        = 8
+	opPing         = 9
+	opPong         = 10
+
+	frameBufStart = 512     // a new connection's read buffer
+	frameBufKeep  = 4 << 10 // the largest buffer kept between messages
+	controlWait   = time.Second
+)
+
+var errProtocol = errors.New("websocket: protocol error")
+
+// next returns the next data message and its type (ws.TextMessage or
+// ws.BinaryMessage). The message is valid until the following call.
+// Control frames are answered on the way. A CLOSE from the client ends
+// with a *ws.CloseError; a connection that ends without one, with a
+// *ws.CloseError of code 1006, as gorilla reports them.
+func (f *frameReader) next() (int, []byte, error) {
+	if f.r == f.w {
+		f.r, f.w = 0, 0
+		if cap(f.buf) > frameBufKeep {
+			f.buf = nil
+		}
+	}
+	if f.frag != nil {
+		if cap(f.frag) > frameBufKeep {
+			f.frag = nil
+		} else {
+			f.frag = f.frag[:0]
+		}
+	}
+	fragType := 0
+	for {
+		if f.idle > 0 {
+			_ = f.conn.SetReadDeadline(time.Now().Add(f.idle))
+		}
+		if err := f.fill(2); err != nil {
+			return 0, nil, err
+		}
+		b0, b1 := f.buf[f.r], f.buf[f.r+1]
+		fin, op := b0&0x80 != 0, int(b0&0x0f)
+		if b0&0x70 != 0 || b1&0x80 == 0 { // reserved bits; clients must mask
+			return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+		}
+		head, n := 2, int64(b1&0x7f)
+		switch n {
+		case 126:
+			head = 4
+		case 127:
+			head = 10
+		}
+		if err := f.fill(head + 4); err != nil {
+			return 0, nil, err
+		}
+		switch head {
+		case 4:
+			n = int64(binary.BigEndian.Uint16(f.buf[f.r+2:]))
+		case 10:
+			n = int64(binary.BigEndian.Uint64(f.buf[f.r+2:]))
+		}
+		control := op >= opClose
+		if control && (!fin || n > 125) {
+			return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+		}
+		if n < 0 || n+int64(len(f.frag)) > f.limit {
+			return 0, nil, f.refuse(ws.CloseMessageTooBig, ws.ErrReadLimit)
+		}
+		var key [4]byte
+		copy(key[:], f.buf[f.r+head:])
+		f.r += head + 4
+		if err := f.fill(int(n)); err != nil {
+			return 0, nil, err
+		}
+		payload := f.buf[f.r : f.r+int(n)]
+		f.r += int(n)
+		unmask(payload, key)
+
+		switch op {
+		case opPing:
+			if err := f.ctl.WriteControl(ws.PongMessage, payload, time.Now().Add(controlWait)); err != nil && !errors.Is(err, ws.ErrCloseSent) {
+				return 0, nil, err
+			}
+			continue
+		case opPong:
+			continue
+		case opClose:
+			return 0, nil, f.closed(payload)
+		case opText, opBinary:
+			if fragType != 0 {
+				return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+			}
+			mt := ws.TextMessage
+			if op == opBinary {
+				mt = ws.BinaryMessage
+			}
+			if fin {
+				return mt, payload, nil
+			}
+			fragType = mt
+			f.frag = append(f.frag, payload...)
+		case opContinuation:
+			if fragType == 0 {
+				return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+			}
+			f.frag = append(f.frag, payload...)
+			if fin {
+				return fragType, f.frag, nil
+			}
+		default:
+			return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+		}
+	}
+}
+
+// fill makes at least n bytes available at buf[r:].
+func (f *frameReader) fill(n int) error {
+	if f.w-f.r >= n {
+		return nil
+	}
+	if f.r+n > cap(f.buf) {
+		if n <= cap(f.buf) { // room enough once the unread bytes move down
+			f.w = copy(f.buf[:cap(f.buf)], f.buf[f.r:f.w])
+		} else {
+			grown := make([]byte, max(n, 2*cap(f.buf), frameBufStart))
+			f.w = copy(grown, f.buf[f.r:f.w])
+			f.buf = grown
+		}
+		f.r = 0
+	}
+	f.buf = f.buf[:cap(f.buf)]
+	for f.w-f.r < n {
+		m, err := f.conn.Read(f.buf[f.w:])
+		f.w += m
+		if err != nil && f.w-f.r < n {
+			if errors.Is(err, io.EOF) {
+				return &ws.CloseError{Code: ws.CloseAbnormalClosure, Text: io.ErrUnexpectedEOF.Error()}
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// closed answers the client's CLOSE frame and reports it as gorilla does.
+func (f *frameReader) closed(payload []byte) error {
+	code, text := ws.CloseNoStatusReceived, ""
+	if len(payload) >= 2 {
+		code, text = int(binary.BigEndian.Uint16(payload)), string(payload[2:])
+		if !utf8.ValidString(text) {
+			return f.refuse(ws.CloseProtocolError, errProtocol)
+		}
+	}
+	reply := []byte{}
+	if code != ws.CloseNoStatusReceived {
+		reply = ws.FormatCloseMessage(code, "")
+	}
+	_ = f.ctl.WriteControl(ws.CloseMessage, reply, time.Now().Add(controlWait))
+	return &ws.CloseError{Code: code, Text: text}
+}
+
+// refuse closes the connection with code, and returns err.
+func (f *frameReader) refuse(code int, err error) error {
+	_ = f.ctl.WriteControl(ws.CloseMessage, ws.FormatCloseMessage(code, ""), time.Now().Add(controlWait))
+	return err
+}
+
+func unmask(b []byte, key [4]byte) {
+	i := 0
+	if len(b) >= 8 {
+		k := uint64(binary.LittleEndian.Uint32(key[:]))
+		k |= k << 32
+		for ; i+8 <= len(b); i += 8 {
+			binary.LittleEndian.PutUint64(b[i:], binary.LittleEndian.Uint64(b[i:])^k)
+		}
+	}
+	for ; i < len(b); i++ {
+		b[i] ^= key[i&3]
+	}
+}

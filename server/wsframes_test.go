@@ -1,0 +1,179 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	ws "github.com/gorilla/websocket"
+)
+
+// scriptConn serves prepared bytes, at most chunk per Read.
+type scriptConn struct {
+	net.Conn
+	data  []byte
+	chunk int
+}
+
+func (c *scriptConn) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), len(c.data), c.chunk)
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+func (c *scriptConn) SetReadDeadline(time.Time) error { return nil }
+
+type ctlLog struct{ frames []string }
+
+func (l *ctlLog) WriteControl(mt int, data []byte, _ time.Time) error {
+	l.frames = append(l.frames, string(rune('0'+mt-8))+":"+string(data))
+	return nil
+}
+
+// frame builds a client frame (masked unless unmasked is set).
+func frame(fin bool, op byte, payload []byte, unmasked bool) []byte {
+	b0 := op
+	if fin {
+		b0 |= 0x80
+	}
+	out := []byte{b0}
+	mask := byte(0x80)
+	if unmasked {
+		mask = 0
+	}
+	switch n := len(payload); {
+	case n < 126:
+		out = append(out, mask|byte(n))
+	case n < 1<<16:
+		out = append(out, mask|126)
+		out = binary.BigEndian.AppendUint16(out, uint16(n))
+	default:
+		out = append(out, mask|127)
+		out = binary.BigEndian.AppendUint64(out, uint64(n))
+	}
+	if unmasked {
+		return append(out, payload...)
+	}
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	out = append(out, key[:]...)
+	for i, c := range payload {
+		out = append(out, c^key[i%4])
+	}
+	return out
+}
+
+func newFrames(data []byte, chunk int) (*frameReader, *ctlLog) {
+	l := &ctlLog{}
+	return &frameReader{conn: &scriptConn{data: data, chunk: chunk}, ctl: l, limit: 100 << 10}, l
+}
+
+func TestFrameReaderMessages(t *testing.T) {
+	long := bytes.Repeat([]byte("0123456789"), 50)   // 16-bit length
+	huge := bytes.Repeat([]byte("abcdefghij"), 7000) // 64-bit length
+	var in []byte
+	in = append(in, frame(true, opText, []byte(`42["heartbeat",{"active":true}]`), false)...)
+	in = append(in, frame(true, opBinary, []byte{0, 1, 2, 255}, false)...)
+	in = append(in, frame(true, opText, long, false)...)
+	in = append(in, frame(true, opText, huge, false)...)
+	// a fragmented message with a PING and a PONG between its fragments
+	in = append(in, frame(false, opText, []byte("42[\"a"), false)...)
+	in = append(in, frame(true, opPing, []byte("p1"), false)...)
+	in = append(in, frame(false, opContinuation, []byte("bc\","), false)...)
+	in = append(in, frame(true, opPong, []byte("x"), false)...)
+	in = append(in, frame(true, opContinuation, []byte("1]"), false)...)
+	in = append(in, frame(true, opText, nil, false)...)
+	in = append(in, frame(true, opClose, append([]byte{0x03, 0xe8}, "bye"...), false)...)
+	want := []struct {
+		mt  int
+		msg []byte
+	}{
+		{ws.TextMessage, []byte(`42["heartbeat",{"active":true}]`)},
+		{ws.BinaryMessage, []byte{0, 1, 2, 255}},
+		{ws.TextMessage, long},
+		{ws.TextMessage, huge},
+		{ws.TextMessage, []byte(`42["abc",1]`)},
+		{ws.TextMessage, []byte{}},
+	}
+	for _, chunk := range []int{1, 3, 7, 64, 1 << 20} {
+		f, l := newFrames(in, chunk)
+		for i, w := range want {
+			mt, msg, err := f.next()
+			if err != nil || mt != w.mt || !bytes.Equal(msg, w.msg) {
+				t.Fatalf("chunk %d, message %d: %d %.40q %v, want %d %.40q", chunk, i, mt, msg, err, w.mt, w.msg)
+			}
+		}
+		_, _, err := f.next()
+		var ce *ws.CloseError
+		if !errors.As(err, &ce) || ce.Code != ws.CloseNormalClosure || ce.Text != "bye" {
+			t.Fatalf("chunk %d: after the CLOSE frame: %v", chunk, err)
+		}
+		if got := strings.Join(l.frames, "|"); got != "2:p1|0:"+string(ws.FormatCloseMessage(1000, "")) {
+			t.Fatalf("chunk %d: control frames written %q (want the PONG, then the CLOSE reply)", chunk, got)
+		}
+		if cap(f.buf) > frameBufKeep*32 {
+			t.Fatalf("chunk %d: buffer of %d bytes kept", chunk, cap(f.buf))
+		}
+	}
+}
+
+func TestFrameReaderRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		err  error
+		code int
+	}{
+		{"unmasked", frame(true, opText, []byte("42[]"), true), errProtocol, ws.CloseProtocolError},
+		{"reserved bit", append([]byte{0xc1}, frame(true, opText, []byte("x"), false)[1:]...), errProtocol, ws.CloseProtocolError},
+		{"continuation first", frame(true, opContinuation, []byte("x"), false), errProtocol, ws.CloseProtocolError},
+		{"text inside a fragmented message", append(frame(false, opText, []byte("x"), false), frame(true, opText, []byte("y"), false)...), errProtocol, ws.CloseProtocolError},
+		{"fragmented ping", frame(false, opPing, []byte("x"), false), errProtocol, ws.CloseProtocolError},
+		{"unknown opcode", frame(true, 3, []byte("x"), false), errProtocol, ws.CloseProtocolError},
+		{"too big", frame(true, opText, make([]byte, 100<<10+1), false), ws.ErrReadLimit, ws.CloseMessageTooBig},
+		{"too big in fragments", append(frame(false, opText, make([]byte, 60<<10), false), frame(true, opContinuation, make([]byte, 60<<10), false)...), ws.ErrReadLimit, ws.CloseMessageTooBig},
+	} {
+		f, l := newFrames(tc.in, 1<<20)
+		_, _, err := f.next()
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
+			continue
+		}
+		if want := "0:" + string(ws.FormatCloseMessage(tc.code, "")); len(l.frames) != 1 || l.frames[0] != want {
+			t.Errorf("%s: control frames %q, want %q", tc.name, l.frames, want)
+		}
+	}
+	// a connection that ends mid-frame is an abnormal closure, as gorilla reports it
+	f, _ := newFrames(frame(true, opText, []byte("42[\"heartbeat\"]"), false)[:6], 1<<20)
+	_, _, err := f.next()
+	var ce *ws.CloseError
+	if !errors.As(err, &ce) || ce.Code != ws.CloseAbnormalClosure || !ws.IsUnexpectedCloseError(err) {
+		t.Fatalf("cut frame: %v, want close 1006", err)
+	}
+}
+
+// Once its buffer fits the messages, the reader allocates nothing (the
+// point of it: wsframes.go).
+func TestFrameReaderDoesNotAllocate(t *testing.T) {
+	one := frame(true, opText, []byte(`42["heartbeat",{"active":true}]`), false)
+	in := bytes.Repeat(one, 1000)
+	f, _ := newFrames(in, 4096)
+	if _, _, err := f.next(); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(500, func() {
+		if _, _, err := f.next(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per message", allocs)
+	}
+}
