@@ -797,7 +797,7 @@ func (e *RedisEngine) refreshAll(ctx context.Context, now time.Time) error {
 			delete(e.lastAct, u)
 		}
 	}
-	var items []item
+	items := make([]item, 0, 3*len(e.local)) // held under mu: no regrowth
 	for _, s := range e.local {
 		for c := range s.convs {
 			items = append(items, item{s.id, s.user, c})

@@ -17,8 +17,10 @@ import (
 // pay it a handful of times; the GC's background workers do the rest at
 // their own pace.
 //
-// A worker is started when none is free (a handler waiting on Redis keeps
-// its worker). A worker that finishes while directSpare others wait for
+// When no worker is free, the event waits up to directWait for one, and
+// then a new worker is started (a handler waiting on Redis keeps its
+// worker; a short stall, such as a lock held for a few milliseconds, would
+// otherwise start a worker per waiting socket). A worker that finishes while directSpare others wait for
 // work leaves, and so does one without work for directIdle: the pool stays
 // near the number of events in progress. (Receivers of a channel take
 // turns, so an idle timeout alone would keep every worker ever started.)
@@ -31,6 +33,7 @@ type directPool struct {
 const (
 	directSpare = 4
 	directIdle  = 10 * time.Second
+	directWait  = 2 * time.Millisecond
 )
 
 func newDirectPool() *directPool { return &directPool{jobs: make(chan *wsTransport)} }
@@ -41,6 +44,15 @@ func (p *directPool) run(w *wsTransport, msg []byte) bool {
 	select {
 	case p.jobs <- w:
 	default:
+		if p.workers.Load() >= directSpare {
+			w.jobWait.Reset(directWait)
+			select {
+			case p.jobs <- w:
+				w.jobWait.Stop()
+				return <-w.jobDone
+			case <-w.jobWait.C:
+			}
+		}
 		p.workers.Add(1)
 		go p.work(w)
 	}

@@ -79,6 +79,7 @@ type wsTransport struct {
 	frames   frameReader // the reader's
 	job      []byte      // the message a pool worker is handling (wspool.go)
 	jobDone  chan bool
+	jobWait  *time.Timer // the reader's, waiting for a free worker
 	slot   handlers.DirectSlot // the reader's cache for direct
 	idFn   func() string       // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
@@ -99,6 +100,8 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.conn = ctx.Websocket
 	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
 	w.jobDone = make(chan bool, 1)
+	w.jobWait = time.NewTimer(time.Hour)
+	w.jobWait.Stop()
 	w.sendq = queue.New()
 	w.upgradeSid = ctx.Query().Peek("sid")
 	w.idFn = w.engineID

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/handlers"
+)
+
+type fakeDirect struct {
+	block chan struct{}
+	mu    sync.Mutex
+	seen  map[*handlers.DirectSlot][]string
+}
+
+func (f *fakeDirect) DirectEvent(slot *handlers.DirectSlot, _ func() string, args []any, _ socket.Ack) bool {
+	name, _ := args[0].(string)
+	if name == "block" {
+		<-f.block
+	}
+	f.mu.Lock()
+	f.seen[slot] = append(f.seen[slot], name)
+	f.mu.Unlock()
+	return name != "decline"
+}
+
+func newPoolTransport(d directEvents) *wsTransport {
+	w := &wsTransport{direct: d, jobDone: make(chan bool, 1), jobWait: time.NewTimer(time.Hour)}
+	w.jobWait.Stop()
+	return w
+}
+
+// A handler stuck on its backend holds its own socket only; the pool
+// shrinks back once the work is done; each socket's events run in order.
+func TestDirectPool(t *testing.T) {
+	d := &fakeDirect{block: make(chan struct{}), seen: map[*handlers.DirectSlot][]string{}}
+	p := newDirectPool()
+	stuck := newPoolTransport(d)
+	stuckDone := make(chan bool)
+	go func() { stuckDone <- p.run(stuck, []byte(`42["block"]`)) }()
+
+	const sockets, events = 200, 20
+	ts := make([]*wsTransport, sockets)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range ts {
+		ts[i] = newPoolTransport(d)
+		wg.Add(1)
+		go func(w *wsTransport) {
+			defer wg.Done()
+			for j := range events {
+				name := "e" + string(rune('a'+j))
+				if j == events-1 {
+					name = "decline"
+				}
+				if got := p.run(w, []byte(`42["`+name+`",{}]`)); got != (name != "decline") {
+					t.Errorf("run(%s) = %v", name, got)
+				}
+			}
+		}(ts[i])
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("%d events took %v behind one stuck handler", sockets*events, d)
+	}
+	for _, w := range ts {
+		got := d.seen[&w.slot]
+		if len(got) != events || got[0] != "ea" || got[events-2] != "e"+string(rune('a'+events-2)) {
+			t.Fatalf("a socket's events ran as %v", got)
+		}
+		for j := 1; j < events-1; j++ {
+			if got[j] <= got[j-1] {
+				t.Fatalf("a socket's events ran out of order: %v", got)
+			}
+		}
+	}
+	close(d.block)
+	if !<-stuckDone {
+		t.Fatal("the stuck event's result was lost")
+	}
+	// workers beyond the spare ones leave as they finish
+	if n := p.workers.Load(); n > directSpare+1 {
+		t.Fatalf("%d workers left after the burst, want at most %d", n, directSpare+1)
+	}
+}
