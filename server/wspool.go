@@ -17,66 +17,93 @@ import (
 // pay it a handful of times; the GC's background workers do the rest at
 // their own pace.
 //
-// When no worker is free, the event waits up to directWait for one, and
-// then a new worker is started (a handler waiting on Redis keeps its
-// worker; a short stall, such as a lock held for a few milliseconds, would
-// otherwise start a worker per waiting socket). A worker that finishes while directSpare others wait for
-// work leaves, and so does one without work for directIdle: the pool stays
-// near the number of events in progress. (Receivers of a channel take
-// turns, so an idle timeout alone would keep every worker ever started.)
+// Events wait in one queue. A worker leaves when it finishes while
+// directSpare others wait for work, or after directIdle without work: the
+// pool stays near the number of events in progress. A watcher adds a
+// worker, at most one per directWait, while the queue is not empty and
+// either nothing finished since its last look (the workers wait on a slow
+// backend) or the queue grew. A short stall (a lock held a few
+// milliseconds, a GC cycle, a busy CPU) so adds a few workers, not one per
+// waiting socket: each goroutine that allocates during a GC cycle pays its
+// share of the marking.
 type directPool struct {
-	jobs    chan *wsTransport
-	workers atomic.Int64
-	waiting atomic.Int64 // workers waiting for a job
+	jobs     chan *wsTransport
+	workers  atomic.Int64
+	waiting  atomic.Int64 // workers waiting for a job
+	finished atomic.Int64 // jobs done
+	watching atomic.Bool
 }
 
 const (
 	directSpare = 4
 	directIdle  = 10 * time.Second
-	directWait  = 2 * time.Millisecond
+	directWait  = 5 * time.Millisecond
+	directQueue = 1 << 14 // beyond that, readers wait to enqueue
 )
 
-func newDirectPool() *directPool { return &directPool{jobs: make(chan *wsTransport)} }
+func newDirectPool() *directPool {
+	return &directPool{jobs: make(chan *wsTransport, directQueue)}
+}
 
 // run has a worker run w.readDirect(msg) and returns its result.
 func (p *directPool) run(w *wsTransport, msg []byte) bool {
 	w.job = msg
-	select {
-	case p.jobs <- w:
-	default:
-		if p.workers.Load() >= directSpare {
-			w.jobWait.Reset(directWait)
-			select {
-			case p.jobs <- w:
-				w.jobWait.Stop()
-				return <-w.jobDone
-			case <-w.jobWait.C:
-			}
+	for n := p.workers.Load(); n < directSpare; n = p.workers.Load() {
+		if p.workers.CompareAndSwap(n, n+1) {
+			go p.work()
+			break
 		}
-		p.workers.Add(1)
-		go p.work(w)
 	}
+	if !p.watching.Load() && p.watching.CompareAndSwap(false, true) {
+		go p.watch()
+	}
+	p.jobs <- w
 	return <-w.jobDone
 }
 
-func (p *directPool) work(w *wsTransport) {
+func (p *directPool) work() {
 	defer p.workers.Add(-1)
 	idle := time.NewTimer(directIdle)
 	defer idle.Stop()
 	for {
-		w.jobDone <- w.runJob()
-		if p.waiting.Load() >= directSpare {
+		if p.waiting.Add(1) > directSpare { // enough wait already
+			p.waiting.Add(-1)
 			return
 		}
 		idle.Reset(directIdle)
-		p.waiting.Add(1)
 		select {
-		case w = <-p.jobs:
+		case w := <-p.jobs:
 			p.waiting.Add(-1)
+			w.jobDone <- w.runJob()
+			p.finished.Add(1)
 		case <-idle.C:
 			p.waiting.Add(-1)
 			return
 		}
+	}
+}
+
+// watch adds workers while the queue is stuck; it leaves after directIdle
+// without work (run starts it again).
+func (p *directPool) watch() {
+	t := time.NewTicker(directWait)
+	defer t.Stop()
+	last, lastLen, quiet := p.finished.Load(), 0, 0
+	for range t.C {
+		n, done := len(p.jobs), p.finished.Load()
+		if n > 0 && (done == last || n > lastLen) {
+			p.workers.Add(1)
+			go p.work()
+		}
+		if n == 0 && done == last {
+			if quiet++; time.Duration(quiet)*directWait >= directIdle {
+				p.watching.Store(false)
+				return
+			}
+		} else {
+			quiet = 0
+		}
+		last, lastLen = done, n
 	}
 }
 

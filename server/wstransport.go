@@ -71,17 +71,16 @@ func (*wsBuilder) UpgradesTo() []string  { return nil }
 type wsTransport struct {
 	transports.Transport
 
-	conn   *types.WebSocketConn
-	idle   time.Duration
+	conn     *types.WebSocketConn
+	idle     time.Duration
 	direct   directEvents
 	pool     *directPool
 	pongHold time.Duration
 	frames   frameReader // the reader's
 	job      []byte      // the message a pool worker is handling (wspool.go)
 	jobDone  chan bool
-	jobWait  *time.Timer // the reader's, waiting for a free worker
-	slot   handlers.DirectSlot // the reader's cache for direct
-	idFn   func() string       // engineID, made once
+	slot     handlers.DirectSlot // the reader's cache for direct
+	idFn     func() string       // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
@@ -93,15 +92,12 @@ type wsTransport struct {
 	pingAt atomic.Int64 // unix ns of the last PING written (pingrace.go)
 }
 
-
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.Transport.Construct(ctx)
 	w.idle = ctx.IdleTimeout
 	w.conn = ctx.Websocket
 	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
 	w.jobDone = make(chan bool, 1)
-	w.jobWait = time.NewTimer(time.Hour)
-	w.jobWait.Stop()
 	w.sendq = queue.New()
 	w.upgradeSid = ctx.Query().Peek("sid")
 	w.idFn = w.engineID
