@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,13 +38,14 @@ type RedisEngine struct {
 
 	kUsers, kDue, kNodes, kReap, kNode string
 
-	mu       sync.Mutex
-	local    map[string]*rSocket  // this node's sockets
-	lastAct  map[string]time.Time // user → activity last sent from this node
-	pending  map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
-	lastRef  time.Time
-	lastLse  time.Time
-	selfDone bool
+	mu        sync.Mutex
+	local     map[string]*rSocket  // this node's sockets
+	lastAct   map[string]time.Time // user → activity last sent from this node
+	pending   map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
+	lastRef   time.Time            // the refresh schedule: the last slice's time
+	nextSlice uint                 // and the slice due next
+	lastLse   time.Time
+	selfDone  bool
 
 	act activityBatcher // group commit of activity records (redis_activity.go)
 }
@@ -730,11 +732,11 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	if now.Sub(e.lastRef) >= e.rcfg.RefreshEvery {
-		if err := e.refreshAll(ctx, now); err != nil {
+	lastRef, next := e.lastRef, e.nextSlice
+	if due := e.dueSlices(now); due != 0 {
+		if err := e.refresh(ctx, now, due); err != nil {
 			errs = append(errs, err)
-		} else {
-			e.lastRef = now
+			e.lastRef, e.nextSlice = lastRef, next // due again next tick
 		}
 	}
 	if err := e.retryPending(ctx, now); err != nil {
@@ -787,20 +789,62 @@ func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// refreshAll re-scores every local socket in every conversation, many per
-// round trip.
-func (e *RedisEngine) refreshAll(ctx context.Context, now time.Time) error {
+// The refresh is spread over its period: conversation c is re-scored in
+// slice sliceOf(c), and one of refreshSlices slices is due every
+// RefreshEvery/refreshSlices. Each entry is still re-scored every
+// RefreshEvery, but a node with many sockets sends a fifteenth of the
+// commands each second instead of all of them at once (a burst of
+// commands, garbage and engine-lock time that showed in the heartbeats'
+// tail latency).
+const refreshSlices = 15
+
+const allSlices = 1<<refreshSlices - 1
+
+func sliceOf(conv string) uint {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(conv); i++ {
+		h ^= uint32(conv[i])
+		h *= 16777619
+	}
+	return uint(h % refreshSlices)
+}
+
+// dueSlices returns the slices due at now (a bit per slice) and moves the
+// schedule past them. A node far behind (its first tick, a long pause)
+// refreshes every slice at once and starts the schedule again from now.
+func (e *RedisEngine) dueSlices(now time.Time) uint32 {
+	period := max(e.rcfg.RefreshEvery/refreshSlices, time.Millisecond)
+	var due uint32
+	for n := 0; n < refreshSlices && now.Sub(e.lastRef) >= period; n++ {
+		due |= 1 << e.nextSlice
+		e.nextSlice = (e.nextSlice + 1) % refreshSlices
+		e.lastRef = e.lastRef.Add(period)
+	}
+	if now.Sub(e.lastRef) >= period {
+		e.lastRef = now
+	}
+	return due
+}
+
+// refresh re-scores the local sockets' entries in the conversations of the
+// due slices, many per round trip.
+func (e *RedisEngine) refresh(ctx context.Context, now time.Time, due uint32) error {
 	type item struct{ sid, user, conv string }
 	e.mu.Lock()
-	for u, t := range e.lastAct {
-		if now.Sub(t) >= e.activityEvery() {
-			delete(e.lastAct, u)
+	if due&1 != 0 {
+		for u, t := range e.lastAct {
+			if now.Sub(t) >= e.activityEvery() {
+				delete(e.lastAct, u)
+			}
 		}
 	}
-	items := make([]item, 0, 3*len(e.local)) // held under mu: no regrowth
+	// held under mu: sized for no regrowth
+	items := make([]item, 0, 3*len(e.local)*bits.OnesCount32(due)/refreshSlices+16)
 	for _, s := range e.local {
 		for c := range s.convs {
-			items = append(items, item{s.id, s.user, c})
+			if due == allSlices || due&(1<<sliceOf(c)) != 0 {
+				items = append(items, item{s.id, s.user, c})
+			}
 		}
 	}
 	e.mu.Unlock()

@@ -122,6 +122,74 @@ func TestRedisRefreshBatches(t *testing.T) {
 	}
 }
 
+// The refresh is spread over its period: each tick re-scores a slice of
+// the conversations, and within one period every entry is re-scored.
+func TestRedisRefreshSpread(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Int64
+	clock.Store(start.UnixMilli())
+	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
+	eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix, RefreshEvery: 15 * time.Second})
+	const sockets, convs = 300, 60
+	for i := range sockets {
+		sid := fmt.Sprintf("s%d", i)
+		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			if _, err := eng.Join(ctx, sid, fmt.Sprintf("c%d", (i+j)%convs)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := eng.Tick(ctx); err != nil { // the first tick refreshes everything
+		t.Fatal(err)
+	}
+	scores := func() map[string]int64 { // "conv/socket" → score
+		out := map[string]int64{}
+		for c := range convs {
+			zs, err := rdb.ZRangeWithScores(ctx, fmt.Sprintf("%s:{c:c%d}:sk", prefix, c), 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, z := range zs {
+				out[fmt.Sprintf("c%d/%v", c, z.Member)] = int64(z.Score)
+			}
+		}
+		return out
+	}
+	before := scores()
+	if len(before) != sockets*3 {
+		t.Fatalf("%d entries, want %d", len(before), sockets*3)
+	}
+	maxTick := 0
+	for range 15 {
+		prev := scores()
+		clock.Add(time.Second.Milliseconds())
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		moved := 0
+		for k, v := range scores() {
+			if v != prev[k] {
+				moved++
+			}
+		}
+		maxTick = max(maxTick, moved)
+	}
+	if maxTick > len(before)/3 {
+		t.Errorf("one tick re-scored %d of %d entries: the refresh is not spread", maxTick, len(before))
+	}
+	for k, v := range scores() {
+		if v <= before[k] {
+			t.Fatalf("entry %s not re-scored within the refresh period", k)
+		}
+	}
+}
+
 // After Redis lost its script cache (a restart, a failover), pipelined
 // scripts answer NOSCRIPT: the engine loads them and sends the same
 // commands again.
