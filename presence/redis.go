@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +41,7 @@ type RedisEngine struct {
 
 	mu        sync.Mutex
 	local     map[string]*rSocket  // this node's sockets
-	lastAct   map[string]time.Time // user → activity last sent from this node
+	lastAct   map[string]time.Time // user → when this node next sends the user's activity
 	pending   map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
 	lastRef   time.Time            // the refresh schedule: the last slice's time
 	nextSlice uint                 // and the slice due next
@@ -515,14 +516,18 @@ func (e *RedisEngine) activityEvery() time.Duration {
 }
 
 // activityDue reports whether user's activity must be sent now, and if so
-// notes it as sent.
+// notes it as sent. The next one is due after activityEvery less up to a
+// quarter, at random: users whose heartbeats started together (a node's
+// restart, a benchmark) drift apart instead of all recording at the same
+// moment every few seconds (a burst that held their heartbeats' acks).
 func (e *RedisEngine) activityDue(user string, now time.Time) bool {
+	every := e.activityEvery()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if last, ok := e.lastAct[user]; ok && now.Sub(last) < e.activityEvery() && !now.Before(last) {
-		return false
+	if next, ok := e.lastAct[user]; ok && now.Before(next) && next.Sub(now) <= every {
+		return false // (a clock that went back more than every sends at once)
 	}
-	e.lastAct[user] = now
+	e.lastAct[user] = now.Add(every - time.Duration(rand.Int64N(int64(every/4)+1)))
 	return true
 }
 
@@ -832,8 +837,8 @@ func (e *RedisEngine) refresh(ctx context.Context, now time.Time, due uint32) er
 	type item struct{ sid, user, conv string }
 	e.mu.Lock()
 	if due&1 != 0 {
-		for u, t := range e.lastAct {
-			if now.Sub(t) >= e.activityEvery() {
+		for u, next := range e.lastAct {
+			if !now.Before(next) {
 				delete(e.lastAct, u)
 			}
 		}
