@@ -35,7 +35,7 @@ type directPool struct {
 }
 
 const (
-	directSpare = 4
+	directSpare = 32
 	directIdle  = 10 * time.Second
 	directWait  = 5 * time.Millisecond
 	directQueue = 1 << 14 // beyond that, readers wait to enqueue
