@@ -85,23 +85,8 @@ func TestRedisRefreshBatches(t *testing.T) {
 	rdb := testRedis(t)
 	prefix := uniquePrefix(t, rdb)
 	ctx := context.Background()
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	var clock atomic.Int64
-	clock.Store(now.UnixMilli())
-	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
-	eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix, RefreshBatch: 1000})
 	const sockets = 1000
-	for i := range sockets {
-		sid := fmt.Sprintf("s%d", i)
-		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-		for j := range 3 {
-			if _, err := eng.Join(ctx, sid, fmt.Sprintf("c%d", (i+j)%50)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	eng, clock := refreshFleet(t, rdb, presence.RedisConfig{Prefix: prefix, RefreshBatch: 1000}, sockets, 50)
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -122,18 +107,15 @@ func TestRedisRefreshBatches(t *testing.T) {
 	}
 }
 
-// The refresh is spread over its period: each tick re-scores a slice of
-// the conversations, and within one period every entry is re-scored.
-func TestRedisRefreshSpread(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+// refreshFleet connects sockets s0… (users u0…) to an engine on a test
+// clock, each joining 3 of convs conversations c0….
+func refreshFleet(t *testing.T, rdb redis.UniversalClient, rcfg presence.RedisConfig, sockets, convs int) (*presence.RedisEngine, *atomic.Int64) {
+	t.Helper()
 	ctx := context.Background()
-	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	var clock atomic.Int64
-	clock.Store(start.UnixMilli())
+	clock := &atomic.Int64{}
+	clock.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMilli())
 	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
-	eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix, RefreshEvery: 15 * time.Second})
-	const sockets, convs = 300, 60
+	eng := presence.NewRedisEngine(rdb, cfg, rcfg)
 	for i := range sockets {
 		sid := fmt.Sprintf("s%d", i)
 		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
@@ -145,6 +127,17 @@ func TestRedisRefreshSpread(t *testing.T) {
 			}
 		}
 	}
+	return eng, clock
+}
+
+// The refresh is spread over its period: each tick re-scores a slice of
+// the conversations, and within one period every entry is re-scored.
+func TestRedisRefreshSpread(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	const sockets, convs = 300, 60
+	eng, clock := refreshFleet(t, rdb, presence.RedisConfig{Prefix: prefix, RefreshEvery: 15 * time.Second}, sockets, convs)
 	if err := eng.Tick(ctx); err != nil { // the first tick refreshes everything
 		t.Fatal(err)
 	}

@@ -240,11 +240,8 @@ func (d *fastDecoder) array(depth int) ([]any, bool) {
 	if depth > maxDepthFast {
 		return nil, false
 	}
-	d.i++ // '['
 	out := []any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
+	if d.open(']') {
 		return out, true
 	}
 	for {
@@ -253,18 +250,8 @@ func (d *fastDecoder) array(depth int) ([]any, bool) {
 			return nil, false
 		}
 		out = append(out, v)
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case ']':
-			d.i++
-			return out, true
-		default:
-			return nil, false
+		if more, ok := d.sep(']'); !ok || !more {
+			return out, ok
 		}
 	}
 }
@@ -273,11 +260,8 @@ func (d *fastDecoder) object(depth int) (map[string]any, bool) {
 	if depth > maxDepthFast {
 		return nil, false
 	}
-	d.i++ // '{'
 	out := map[string]any{}
-	d.space()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	if d.open('}') {
 		return out, true
 	}
 	for {
@@ -299,18 +283,38 @@ func (d *fastDecoder) object(depth int) (map[string]any, bool) {
 			return nil, false
 		}
 		out[k] = v
-		d.space()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-		case '}':
-			d.i++
-			return out, true
-		default:
-			return nil, false
+		if more, ok := d.sep('}'); !ok || !more {
+			return out, ok
 		}
 	}
+}
+
+// open consumes a container's opening bracket and reports whether the
+// container is empty (its closing bracket is consumed too).
+func (d *fastDecoder) open(closing byte) bool {
+	d.i++
+	d.space()
+	if d.i < len(d.b) && d.b[d.i] == closing {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// sep reads what follows a container's element: a comma (more) or the
+// closing bracket; anything else is not ok.
+func (d *fastDecoder) sep(closing byte) (more, ok bool) {
+	d.space()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		return true, true
+	case closing:
+		d.i++
+		return false, true
+	}
+	return false, false
 }
