@@ -21,7 +21,8 @@ import (
 type RedisConfig struct {
 	Prefix string // key prefix, default "presence"
 	// RefreshEvery is how often a node re-scores its live sockets (default
-	// TTL/3); LeaseEvery how often it renews its lease (default 1s).
+	// TTL/3; the work is spread over the period, see refreshSlices);
+	// LeaseEvery how often it renews its lease (default 1s).
 	RefreshEvery time.Duration
 	LeaseEvery   time.Duration
 	// RefreshBatch is the number of commands per pipelined round trip of
