@@ -430,8 +430,6 @@ func jsonProblem(err error) string {
 	return "malformed"
 }
 
-// idList reads field as an array of ids, with between min and max
-// elements (more than max is 413 limit_exceeded).
 // checkIDCount bounds the length of a list of ids (REST bodies and socket
 // payloads alike): over the maximum is limit_exceeded.
 func checkIDCount(field string, n, minN, maxN int) error {
@@ -444,6 +442,8 @@ func checkIDCount(field string, n, minN, maxN int) error {
 	return nil
 }
 
+// idList reads field as an array of ids, with between min and max
+// elements (more than max is 413 limit_exceeded).
 func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]string, error) {
 	raw, ok := obj[field]
 	if !ok {

@@ -121,7 +121,7 @@ func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, vie
 		t.Status = presence.Offline
 	}
 	if t.Status == presence.Offline && t.LastSeen.IsZero() {
-		if err := r.lastSeen(ctx, map[string]*Target{t.UserID: t}, []string{t.UserID}); err != nil {
+		if err := r.lastSeen(ctx, map[string]*Target{t.UserID: t}, []string{t.UserID}, true); err != nil {
 			return nil, err
 		}
 	}
@@ -231,20 +231,15 @@ func (r *Reader) factsFrom(ctx context.Context, ids []string, ups []presence.Use
 		}
 		targets[id] = t
 	}
-	if err := r.lastSeenOf(ctx, targets, offline, buffered == nil); err != nil {
+	if err := r.lastSeen(ctx, targets, offline, buffered == nil); err != nil {
 		return nil, err
 	}
 	return targets, nil
 }
 
 // lastSeen fills the last-seen of the offline ids: the later of what the
-// engine remembered and the buffer holds, else the store.
-func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offline []string) error {
-	return r.lastSeenOf(ctx, targets, offline, true)
-}
-
-// lastSeenOf is lastSeen, asking the buffer only if askBuffer.
-func (r *Reader) lastSeenOf(ctx context.Context, targets map[string]*Target, offline []string, askBuffer bool) error {
+// engine remembered and (if askBuffer) the buffer holds, else the store.
+func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offline []string, askBuffer bool) error {
 	if len(offline) == 0 {
 		return nil
 	}

@@ -33,55 +33,45 @@ type readSQL struct {
 }
 
 func readLastSeen(ctx context.Context, q querier, sql string, userIDs []string) (map[string]time.Time, error) {
-	const op = "last seen"
+	return readByID(ctx, q, "last seen", sql, userIDs, fromMillis)
+}
+
+func readPrivacy(ctx context.Context, q querier, sql string, userIDs []string) (map[string]Visibility, error) {
+	out, err := readByID(ctx, q, "privacy", sql, userIDs, func(v string) Visibility { return Visibility(v) })
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range userIDs {
+		if _, ok := out[id]; !ok {
+			out[id] = DefaultVisibility
+		}
+	}
+	return out, nil
+}
+
+// readByID reads one value per user id of a list: sql selects (id, raw)
+// rows for the list, and conv makes each raw column value a V. Ids
+// without a row are absent from the result.
+func readByID[R, V any](ctx context.Context, q querier, op, sql string, userIDs []string, conv func(R) V) (map[string]V, error) {
 	ids, err := uniqueIDs(op, "user id", userIDs)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]time.Time, len(ids))
+	out := make(map[string]V, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
 	err = q.query(ctx, op, sql, []any{q.idList(ids)}, func(rows rowScanner) error {
 		var id string
-		var ms int64
-		if err := rows.Scan(&id, &ms); err != nil {
+		var raw R
+		if err := rows.Scan(&id, &raw); err != nil {
 			return err
 		}
-		out[id] = fromMillis(ms)
+		out[id] = conv(raw)
 		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	return out, nil
-}
-
-func readPrivacy(ctx context.Context, q querier, sql string, userIDs []string) (map[string]Visibility, error) {
-	const op = "privacy"
-	ids, err := uniqueIDs(op, "user id", userIDs)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]Visibility, len(ids))
-	if len(ids) == 0 {
-		return out, nil
-	}
-	err = q.query(ctx, op, sql, []any{q.idList(ids)}, func(rows rowScanner) error {
-		var id, v string
-		if err := rows.Scan(&id, &v); err != nil {
-			return err
-		}
-		out[id] = Visibility(v)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, id := range ids {
-		if _, ok := out[id]; !ok {
-			out[id] = DefaultVisibility
-		}
 	}
 	return out, nil
 }
