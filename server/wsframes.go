@@ -53,6 +53,7 @@ const (
 	frameBufStart = 512     // a new connection's read buffer
 	frameBufKeep  = 4 << 10 // the largest buffer kept between messages
 	controlWait   = time.Second
+	maxFrameHead  = 14 // 2 bytes, a 64-bit length, a 4-byte mask key
 )
 
 var errProtocol = errors.New("websocket: protocol error")
@@ -103,13 +104,21 @@ func (f *frameReader) next() (int, []byte, error) {
 		case 4:
 			n = int64(binary.BigEndian.Uint16(f.buf[f.r+2:]))
 		case 10:
-			n = int64(binary.BigEndian.Uint64(f.buf[f.r+2:]))
+			u := binary.BigEndian.Uint64(f.buf[f.r+2:])
+			if u > 1<<63-1 { // RFC 6455 §5.2: the most significant bit must be 0
+				return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
+			}
+			n = int64(u)
 		}
 		control := op >= opClose
 		if control && (!fin || n > 125) {
 			return 0, nil, f.refuse(ws.CloseProtocolError, errProtocol)
 		}
-		if n < 0 || n+int64(len(f.frag)) > f.limit {
+		// Overflow-safe: n is in [0, 2^63) and len(f.frag) ≤ f.limit, so
+		// the subtraction cannot wrap (n + len(f.frag) could: a declared
+		// length of 2^63-1 after a one-byte fragment wrapped negative, passed
+		// the check, and fill then spun on an empty read forever).
+		if n > f.limit-int64(len(f.frag)) {
 			return 0, nil, f.refuse(ws.CloseMessageTooBig, ws.ErrReadLimit)
 		}
 		var key [4]byte
@@ -159,8 +168,13 @@ func (f *frameReader) next() (int, []byte, error) {
 	}
 }
 
-// fill makes at least n bytes available at buf[r:].
+// fill makes at least n bytes available at buf[r:]. n is at most
+// f.limit plus a frame header (next checks a declared length before asking
+// for it); anything else is refused rather than trusted.
 func (f *frameReader) fill(n int) error {
+	if n < 0 || int64(n)-maxFrameHead > f.limit {
+		return errProtocol
+	}
 	if f.w-f.r >= n {
 		return nil
 	}

@@ -177,3 +177,62 @@ func TestFrameReaderDoesNotAllocate(t *testing.T) {
 		t.Fatalf("%.1f allocations per message", allocs)
 	}
 }
+
+// A declared length that would overflow when added to the fragment so far
+// is refused at once (the reader used to wrap negative, pass the limit
+// check, and spin on an empty read forever).
+func TestFrameReaderHugeLengthsRefused(t *testing.T) {
+	head := func(fin bool, op byte, n uint64) []byte {
+		b0 := op
+		if fin {
+			b0 |= 0x80
+		}
+		out := []byte{b0, 0x80 | 127}
+		out = binary.BigEndian.AppendUint64(out, n)
+		return append(out, 1, 2, 3, 4)
+	}
+	junk := bytes.Repeat([]byte{0xAA}, 200<<10)
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		err  error
+		code int
+	}{
+		{"2^63-1 after a fragment", append(append(frame(false, opText, []byte("x"), false), head(true, opContinuation, 1<<63-1)...), junk...), ws.ErrReadLimit, ws.CloseMessageTooBig},
+		{"2^63-1 alone", append(head(true, opText, 1<<63-1), junk...), ws.ErrReadLimit, ws.CloseMessageTooBig},
+		{"limit minus fragment plus one", append(frame(false, opText, []byte("xy"), false), head(true, opContinuation, 100<<10-1)...), ws.ErrReadLimit, ws.CloseMessageTooBig},
+		{"most significant bit set", append(head(true, opText, 1<<63), junk...), errProtocol, ws.CloseProtocolError},
+		{"all ones", append(head(true, opBinary, ^uint64(0)), junk...), errProtocol, ws.CloseProtocolError},
+	} {
+		done := make(chan error, 1)
+		f, l := newFrames(tc.in, 4096)
+		go func() { _, _, err := f.next(); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tc.err) {
+				t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
+			}
+			if want := "0:" + string(ws.FormatCloseMessage(tc.code, "")); len(l.frames) != 1 || l.frames[0] != want {
+				t.Errorf("%s: control frames %q, want %q", tc.name, l.frames, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the reader did not return", tc.name)
+		}
+	}
+	// exactly at the limit, in fragments, is still a message
+	in := append(frame(false, opText, []byte("xy"), false), frame(true, opContinuation, make([]byte, 100<<10-2), false)...)
+	f, _ := newFrames(in, 4096)
+	if _, msg, err := f.next(); err != nil || len(msg) != 100<<10 {
+		t.Fatalf("message at the limit: %d bytes, %v", len(msg), err)
+	}
+}
+
+// fill refuses a count no frame can need, rather than trusting it.
+func TestFrameReaderFillBounded(t *testing.T) {
+	f, _ := newFrames(nil, 4096)
+	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, 1<<62 + 5} {
+		if err := f.fill(n); !errors.Is(err, errProtocol) {
+			t.Errorf("fill(%d): %v", n, err)
+		}
+	}
+}
