@@ -65,8 +65,12 @@ type setting struct {
 	apply func(c *Config, v string) error
 }
 
-func (s setting) flag() string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.env, "PRESENCE_")), "_", "-")
+func (s setting) flag() string { return settingFlag(s.env) }
+
+// settingFlag is an environment variable's flag: its name in kebab case,
+// without PRESENCE_.
+func settingFlag(env string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "PRESENCE_")), "_", "-")
 }
 
 func str(dst func(*Config) *string) func(*Config, string) error {
@@ -283,7 +287,7 @@ var errUsage = errors.New("usage")
 // parseConfig reads every setting from its flag, else its environment
 // variable, else its default, and validates the whole.
 // extra registers a subcommand's own flags.
-func parseConfig(name string, args []string, getenv func(string) string, usageOut io.Writer, extra func(*flag.FlagSet)) (Config, []string, error) {
+func parseConfig(name string, args []string, lookupEnv func(string) (string, bool), usageOut io.Writer, extra func(*flag.FlagSet)) (Config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if extra != nil {
@@ -302,13 +306,16 @@ func parseConfig(name string, args []string, getenv func(string) string, usageOu
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkPresentButEmpty(lookupEnv, vals, set); err != nil {
+		return Config{}, nil, err
+	}
 
 	var c Config
 	for _, s := range settings {
 		v := s.def
 		if set[s.flag()] {
 			v = *vals[s.env]
-		} else if e, ok := lookup(getenv, s.env); ok {
+		} else if e, ok := lookup(lookupEnv, s.env); ok {
 			v = e
 		}
 		if err := s.apply(&c, strings.TrimSpace(v)); err != nil {
@@ -328,9 +335,31 @@ func parseConfig(name string, args []string, getenv func(string) string, usageOu
 	return c, fs.Args(), nil
 }
 
-func lookup(getenv func(string) string, key string) (string, bool) {
-	v := getenv(key)
-	return v, v != ""
+// lookup reads an environment variable; an empty one counts as unset,
+// except for the four that choose dev mode (checkPresentButEmpty).
+func lookup(lookupEnv func(string) (string, bool), key string) (string, bool) {
+	v, ok := lookupEnv(key)
+	return v, ok && v != ""
+}
+
+// devModeVars choose dev mode by their absence (CONTRACT §4).
+var devModeVars = []string{"PRESENCE_JWT_SECRET", "PRESENCE_JWKS_URL", "REDIS_URL", "DATABASE_URL"}
+
+// checkPresentButEmpty refuses a dev-mode variable (or its flag) that is
+// present but empty: a deployment whose secret failed to render must not
+// start an open, zero-configuration node (CONTRACT §4).
+func checkPresentButEmpty(lookupEnv func(string) (string, bool), flags map[string]*string, set map[string]bool) error {
+	for _, name := range devModeVars {
+		flag := settingFlag(name)
+		v, present := lookupEnv(name)
+		if set[flag] {
+			v, present = *flags[name], true
+		}
+		if present && strings.TrimSpace(v) == "" {
+			return &ConfigError{Setting: fmt.Sprintf("%s (--%s)", name, flag), Value: "", Err: errors.New("is present but empty; unset it to run in dev mode, or give it a value")}
+		}
+	}
+	return nil
 }
 
 // finish derives dev mode and checks settings against each other.
@@ -455,8 +484,9 @@ Settings:
 	}
 	fmt.Fprint(w, `
 Dev mode: with none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL and
-DATABASE_URL set, the server runs one node in memory with a generated secret
-kept beside PRESENCE_DATA, and prints how to mint a token.
+DATABASE_URL present, the server runs one node in memory with a generated
+secret kept beside PRESENCE_DATA, and prints how to mint a token. One of them
+present but empty is a configuration error (exit 2), never dev mode.
 
 Exit codes: 0 after a clean shutdown, 1 on a runtime error, 2 on bad configuration.
 `)
