@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/httprate"
 
+	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
 )
 
@@ -104,7 +105,7 @@ func (s *Server) limitHandshakes(next http.Handler) http.Handler {
 		return next
 	}
 	limited := httprate.Limit(s.cfg.HandshakeLimit, s.cfg.HandshakeWindow,
-		httprate.WithKeyFuncs(httprate.KeyByIP),
+		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return handlers.ClientIP(r), nil }),
 		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
 			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
 			if w.Header().Get("Retry-After") == "" {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,15 @@ type Config struct {
 	HandshakeLimit  int           // handshakes per HandshakeWindow per IP; 0 disables
 	HandshakeWindow time.Duration // default 10s
 	ShutdownTimeout time.Duration // default 20s
+	// TrustedProxies are the load balancers whose X-Forwarded-For is
+	// believed (per-IP limits, logs); from anyone else it is ignored.
+	TrustedProxies []netip.Prefix
+	// ReadHeaderTimeout bounds how long a client may take to send a
+	// request's headers (slow-header clients), default 10s; IdleTimeout how
+	// long a keep-alive connection may wait for its next request, default
+	// 2m. Neither applies to a websocket once upgraded.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
 	// Adapter, when set, carries rooms across nodes (cluster mode).
 	Adapter socket.AdapterConstructor
 	// LibraryWebsocket selects the Socket.IO library's own websocket
@@ -58,6 +68,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
 	}
 	return c
 }
@@ -166,6 +182,16 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
+	if len(s.cfg.TrustedProxies) > 0 {
+		// The client is the first address, from the right, that is not a
+		// trusted proxy; a peer that is not one is the client itself, and
+		// its X-Forwarded-For is ignored (handlers.ClientIP reads it).
+		trusted := make([]string, len(s.cfg.TrustedProxies))
+		for i, p := range s.cfg.TrustedProxies {
+			trusted[i] = p.String()
+		}
+		r.Use(middleware.ClientIPFromXFF(trusted...))
+	}
 
 	ioHandler := s.io.ServeHandler(nil)
 	r.Group(func(r chi.Router) {
@@ -204,7 +230,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	for _, c := range s.deps.Ready {
 		if err := c.Check(ctx); err != nil {
-			checks[c.Name] = err.Error()
+			// The probe is public: its answer names no address, user or
+			// driver message; the log has the error.
+			s.log.Warn("readiness check failed", "check", c.Name, "err", err)
+			checks[c.Name] = "unavailable"
 			status = http.StatusServiceUnavailable
 		} else {
 			checks[c.Name] = "ok"
@@ -223,7 +252,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.router,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)

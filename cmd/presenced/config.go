@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -45,6 +46,7 @@ type Config struct {
 	AllowEIO3         bool
 	HandshakeLimit    int
 	HandshakeWindow   time.Duration
+	TrustedProxies    []netip.Prefix
 	ShutdownTimeout   time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
@@ -246,6 +248,25 @@ var settings = []setting{
 			return err
 		}
 		c.HandshakeLimit, c.HandshakeWindow = n, d
+		return nil
+	}},
+	{"PRESENCE_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of load balancers whose X-Forwarded-For is believed for per-IP limits and logs; from anyone else the header is ignored", func(c *Config, v string) error {
+		c.TrustedProxies = nil
+		for _, part := range strings.Split(v, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				a, aerr := netip.ParseAddr(part)
+				if aerr != nil {
+					return fmt.Errorf("%q is neither a CIDR nor an IP address", part)
+				}
+				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
 		return nil
 	}},
 	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},

@@ -139,6 +139,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad flush batch", []string{"--lastseen-flush-batch", "0"}, nil, "PRESENCE_LASTSEEN_FLUSH_BATCH"},
 		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
+		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/8,lb.internal"}, nil, "PRESENCE_TRUSTED_PROXIES"},
 		// present but empty: a configuration error, never dev mode (CONTRACT §4)
 		{"empty secret", nil, []string{"PRESENCE_JWT_SECRET", ""}, "PRESENCE_JWT_SECRET"},
 		{"blank secret", nil, []string{"PRESENCE_JWT_SECRET", "  "}, "PRESENCE_JWT_SECRET"},
@@ -161,6 +162,20 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Errorf("exit code %d, want 2", got)
 			}
 		})
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	c, _, err := parseConfig("serve", []string{"--trusted-proxies", " 10.0.0.0/8, 192.168.1.7 ,::1,fd00::1/64"}, env(), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.TrustedProxies {
+		got = append(got, p.String())
+	}
+	if want := []string{"10.0.0.0/8", "192.168.1.7/32", "::1/128", "fd00::/64"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }
 

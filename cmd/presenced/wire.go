@@ -277,6 +277,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		CORSOrigins:     cfg.CORSOrigins,
 		HandshakeLimit:  cfg.HandshakeLimit,
 		HandshakeWindow: cfg.HandshakeWindow,
+		TrustedProxies:  cfg.TrustedProxies,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Adapter:         ioAdapter,
 	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes()})
