@@ -29,6 +29,8 @@ type Metrics struct {
 	Events           *prometheus.CounterVec   // event, outcome
 	EventDuration    *prometheus.HistogramVec // event
 	Disconnects      *prometheus.CounterVec   // reason
+	// SlowConsumerDisconnects counts sockets closed for data they did not read.
+	SlowConsumerDisconnects prometheus.Counter
 
 	AdapterPublished     prometheus.Counter
 	AdapterPublishFailed prometheus.Counter
@@ -62,6 +64,10 @@ func New() *Metrics {
 			Name: "presenced_disconnects_total",
 			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
 		}, []string{"reason"}),
+		SlowConsumerDisconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_slow_consumer_disconnects_total",
+			Help: "Sockets disconnected because their client left too much outbound data unread, or unread too long.",
+		}),
 		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_adapter_published_total",
 			Help: "Messages the cluster adapter published to Redis.",
@@ -76,7 +82,7 @@ func New() *Metrics {
 		}),
 	}
 	reg.MustRegister(
-		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
+		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects, m.SlowConsumerDisconnects,
 		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

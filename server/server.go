@@ -37,6 +37,13 @@ type Config struct {
 	HandshakeLimit  int           // handshakes per HandshakeWindow per IP; 0 disables
 	HandshakeWindow time.Duration // default 10s
 	ShutdownTimeout time.Duration // default 20s
+	// MaxUnread bounds the bytes a socket's client has not taken yet; over
+	// it the socket is disconnected (default 1 MiB, negative: no bound).
+	// MaxUnreadAge does the same for data that has waited that long
+	// (default 30s, negative: no bound); it is also each websocket write's
+	// deadline.
+	MaxUnread    int64
+	MaxUnreadAge time.Duration
 	// TrustedProxies are the load balancers whose X-Forwarded-For is
 	// believed (per-IP limits, logs); from anyone else it is ignored.
 	TrustedProxies []netip.Prefix
@@ -68,6 +75,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.MaxUnread == 0 {
+		c.MaxUnread = 1 << 20
+	}
+	if c.MaxUnreadAge == 0 {
+		c.MaxUnreadAge = 30 * time.Second
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
@@ -140,7 +153,7 @@ func (s *Server) newSocketIO() *socket.Server {
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
 	if !s.cfg.LibraryWebsocket {
-		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer}))
+		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer, writeWait: max(s.cfg.MaxUnreadAge, 0)}))
 	}
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)
@@ -175,7 +188,12 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
 	s.deps.Sockets.Prepare(sock, claims.UserID)
-	guardPongRace(sock.Conn())
+	conn, user := sock.Conn(), claims.UserID
+	watchConn(conn, &outboundGuard{maxBytes: s.cfg.MaxUnread, maxWait: s.cfg.MaxUnreadAge, trip: func(why string, pending int64) {
+		s.deps.Metrics.SlowConsumerDisconnects.Inc()
+		s.log.Warn("slow consumer disconnected", "user_id", user, "sid", string(sock.Id()), "why", why, "unread_bytes", pending)
+		conn.Close(true)
+	}})
 	next(nil)
 }
 
@@ -262,7 +280,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	select {
 	case err := <-errc:
-		s.closeSockets()
+		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		s.closeSockets(cctx)
 		return fmt.Errorf("server: %w", err)
 	case <-ctx.Done():
 	}
@@ -271,7 +291,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.draining.Store(true)
-	s.closeSockets()
+	s.closeSockets(sctx)
 	if err := hs.Shutdown(sctx); err != nil {
 		_ = hs.Close()
 		return fmt.Errorf("server: shutdown: %w", err)
@@ -282,12 +302,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // closeSockets disconnects every socket (running its disconnect handlers)
 // and closes the engine, which ends long-polling requests and websockets.
-func (s *Server) closeSockets() {
+// It gives up when ctx ends: whatever a connection does, shutdown keeps to
+// ShutdownTimeout (the listener's Close then cuts what is left).
+func (s *Server) closeSockets(ctx context.Context) {
 	before := s.deps.Sockets.Open()
 	done := make(chan struct{})
-	s.io.Close(func(error) { close(done) })
-	<-done
-	s.log.Info("sockets closed", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	go s.io.Close(func(error) { close(done) })
+	select {
+	case <-done:
+		s.log.Info("sockets closed", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	case <-ctx.Done():
+		s.log.Warn("sockets not all closed within the shutdown timeout", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	}
 }
 
 // Draining reports whether shutdown has begun.

@@ -47,6 +47,8 @@ type Config struct {
 	HandshakeLimit    int
 	HandshakeWindow   time.Duration
 	TrustedProxies    []netip.Prefix
+	MaxUnread         int64         // -1: no bound
+	MaxUnreadAge      time.Duration // -1: no bound
 	ShutdownTimeout   time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
@@ -228,6 +230,35 @@ var settings = []setting{
 			return errors.New("must be at least 1KB")
 		}
 		c.MaxBuffer = n
+		return nil
+	}},
+	{"PRESENCE_MAX_UNREAD", "1MB", "outbound bytes a socket's client may leave unread before it is disconnected (bytes, or with KB/MB suffix; 0: no bound)", func(c *Config, v string) error {
+		if v == "0" {
+			c.MaxUnread = -1
+			return nil
+		}
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		if n < 64<<10 {
+			return errors.New("must be at least 64KB, or 0 for no bound")
+		}
+		c.MaxUnread = n
+		return nil
+	}},
+	{"PRESENCE_MAX_UNREAD_AGE", "30s", "longest a socket's outbound data may wait unread before it is disconnected, whatever the client sends; also each websocket write's deadline (0: no bound)", func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return errors.New("must be a duration such as 30s")
+		case d == 0:
+			c.MaxUnreadAge = -1
+		case d < time.Second:
+			return errors.New("must be at least 1s, or 0 for no bound")
+		default:
+			c.MaxUnreadAge = d
+		}
 		return nil
 	}},
 	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", func(c *Config, v string) error {

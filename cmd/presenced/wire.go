@@ -278,6 +278,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		HandshakeLimit:  cfg.HandshakeLimit,
 		HandshakeWindow: cfg.HandshakeWindow,
 		TrustedProxies:  cfg.TrustedProxies,
+		MaxUnread:       cfg.MaxUnread,
+		MaxUnreadAge:    cfg.MaxUnreadAge,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Adapter:         ioAdapter,
 	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes()})
