@@ -16,7 +16,7 @@ test-go:
 	$(GO) test -race -count=1 ./...
 
 e2e-deps:
-	cd e2e && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
+	cd e2e && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
 test-e2e: build e2e-deps
 	cd e2e && PRESENCED_BIN=$(CURDIR)/$(BIN) npm test

@@ -53,6 +53,9 @@ type Config struct {
 	// 2m. Neither applies to a websocket once upgraded.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// Parser is the Socket.IO parser every client uses: "json" (default)
+	// or "msgpack" (socket.io-msgpack-parser, MsgpackParser).
+	Parser string
 	// Adapter, when set, carries rooms across nodes (cluster mode).
 	Adapter socket.AdapterConstructor
 	// LibraryWebsocket selects the Socket.IO library's own websocket
@@ -145,6 +148,12 @@ func (s *Server) newSocketIO() *socket.Server {
 	opts.SetPath("/socket.io")
 	if s.cfg.Adapter != nil {
 		opts.SetAdapter(s.cfg.Adapter)
+	}
+	if s.cfg.Parser == "msgpack" {
+		// Every packet is then a binary message: our websocket transport
+		// hands them all to the library (it takes only text EVENTs of the
+		// JSON parser directly).
+		opts.SetParser(MsgpackParser{})
 	}
 	// The origin allow-list is enforced by our middleware in front of the
 	// engine, for every transport (middleware.go: a refused origin never

@@ -47,6 +47,7 @@ type Config struct {
 	HandshakeLimit    int
 	HandshakeWindow   time.Duration
 	TrustedProxies    []netip.Prefix
+	Parser            string        // json | msgpack
 	MaxUnread         int64         // -1: no bound
 	MaxUnreadAge      time.Duration // -1: no bound
 	ShutdownTimeout   time.Duration
@@ -260,6 +261,14 @@ var settings = []setting{
 			c.MaxUnreadAge = d
 		}
 		return nil
+	}},
+	{"PRESENCE_PARSER", "json", "Socket.IO parser: json (the default parser) or msgpack (socket.io-msgpack-parser, as in socket.io.msgpack.min.js); every client of the server must use the same", func(c *Config, v string) error {
+		switch v {
+		case "json", "msgpack":
+			c.Parser = v
+			return nil
+		}
+		return errors.New("must be json or msgpack")
 	}},
 	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)

@@ -278,6 +278,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		HandshakeLimit:  cfg.HandshakeLimit,
 		HandshakeWindow: cfg.HandshakeWindow,
 		TrustedProxies:  cfg.TrustedProxies,
+		Parser:          cfg.Parser,
 		MaxUnread:       cfg.MaxUnread,
 		MaxUnreadAge:    cfg.MaxUnreadAge,
 		ShutdownTimeout: cfg.ShutdownTimeout,
