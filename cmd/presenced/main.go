@@ -162,6 +162,11 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 			log.Warn("presence drain failed", "err", err)
 		}
 	}
+	// The disconnect work's events (leaves, offline statuses) reach the
+	// rooms and the last-seen buffer before anything below stops.
+	if err := a.events.Close(fctx); err != nil {
+		log.Warn("presence events not all delivered at shutdown", "err", err)
+	}
 	stopBG()
 	<-engineDone
 	<-pipelineDone
