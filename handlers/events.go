@@ -241,24 +241,9 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	}
 	return map[string]any{
 		"conversationId": conv,
-		"online":         members(res.Online),
+		"online":         h.rooms.Members(ctx, res.Online),
 		"typing":         res.Typing,
 	}, nil
-}
-
-// MemberPayload is a roster entry.
-type MemberPayload struct {
-	UserID string `json:"userId"`
-	Status string `json:"status"`
-	Since  string `json:"since"`
-}
-
-func members(ms []presence.Member) []MemberPayload {
-	out := make([]MemberPayload, len(ms))
-	for i, m := range ms {
-		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: Timestamp(m.Since)}
-	}
-	return out
 }
 
 func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any, error) {

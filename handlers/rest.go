@@ -88,6 +88,12 @@ type RESTDeps struct {
 	// (presence.CachedMembership) it is called after the member list of a
 	// conversation is replaced.
 	Membership presence.Membership
+	// Settings gives rosters the users' last-seen settings (times only for
+	// everyone, CONTRACT §1); nil: a cache over Store.
+	Settings Settings
+	// PrivacyChanged, when set, is told of a user's new setting once it is
+	// saved (and Settings updated): the other nodes' caches learn it.
+	PrivacyChanged func(ctx context.Context, userID string, v store.Visibility)
 	// Evict removes users' sockets from a conversation on every node
 	// (called after SetMembers with the removed users). nil: not called.
 	Evict func(ctx context.Context, conversationID string, userIDs []string) error
@@ -116,6 +122,9 @@ func NewREST(d RESTDeps) *REST {
 	}
 	if a.d.Membership == nil && d.Store != nil {
 		a.d.Membership = d.Store
+	}
+	if a.d.Settings == nil && d.Store != nil {
+		a.d.Settings = lastseen.NewSettings(d.Store, lastseen.SettingsConfig{})
 	}
 	if d.ServiceToken != "" {
 		a.svcHash = sha256.Sum256([]byte(d.ServiceToken))
@@ -554,7 +563,7 @@ func (a *REST) conversationPresence(w http.ResponseWriter, r *http.Request) {
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{
 		"conversationId": conv,
-		"online":         members(res.Online),
+		"online":         rosterPayload(r.Context(), a.d.Settings, res.Online),
 		"typing":         typing,
 	})
 }
@@ -592,9 +601,18 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := store.Visibility(s)
-	if err := a.d.Store.SetPrivacy(r.Context(), viewerOf(r.Context()), v); err != nil {
+	user := viewerOf(r.Context())
+	if err := a.d.Store.SetPrivacy(r.Context(), user, v); err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if a.d.Settings != nil {
+		a.d.Settings.Set(user, v)
+	}
+	if a.d.PrivacyChanged != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+		a.d.PrivacyChanged(ctx, user, v)
+		cancel()
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }

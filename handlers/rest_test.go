@@ -460,9 +460,22 @@ func TestConversationPresence(t *testing.T) {
 	if err := e.eng.TypingStart(ctx, "s-bob", "c1"); err != nil {
 		t.Fatal(err)
 	}
+	// since is rounded down to the minute, and null for a user whose
+	// last-seen setting is not everyone (CONTRACT §1), whoever asks.
 	wantJSON(t, e.as("carol", "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
-		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:30.500Z"},`+
-		`{"userId":"bob","status":"online","since":"2026-11-09T12:00:32.500Z"}],"typing":["bob"]}`)
+		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:00.000Z"},`+
+		`{"userId":"bob","status":"online","since":"2026-11-09T12:00:00.000Z"}],"typing":["bob"]}`)
+	wantJSON(t, e.as("bob", "PUT", "/v1/me/privacy", `{"lastSeen":"nobody"}`), 200, `{"lastSeen":"nobody"}`)
+	wantJSON(t, e.as("alice", "PUT", "/v1/me/privacy", `{"lastSeen":"contacts"}`), 200, `{"lastSeen":"contacts"}`)
+	for _, viewer := range []string{"carol", "bob"} {
+		wantJSON(t, e.as(viewer, "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
+			`{"userId":"alice","status":"online","since":null},`+
+			`{"userId":"bob","status":"online","since":null}],"typing":["bob"]}`)
+	}
+	wantJSON(t, e.as("alice", "PUT", "/v1/me/privacy", `{"lastSeen":"everyone"}`), 200, `{"lastSeen":"everyone"}`)
+	wantJSON(t, e.as("carol", "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
+		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:00.000Z"},`+
+		`{"userId":"bob","status":"online","since":null}],"typing":["bob"]}`)
 
 	// not a member: 403, whether the conversation exists or not
 	wantError(t, e.as("mallory", "GET", "/v1/conversations/c1/presence", ""), 403, "forbidden")

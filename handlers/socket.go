@@ -316,6 +316,7 @@ func (h *Sockets) ListenEvictions() {
 	if io == nil {
 		return
 	}
+	_ = io.Sockets().On(privacyEvent, h.onPrivacy)
 	_ = io.Sockets().On(evictEvent, func(args ...any) {
 		if len(args) < 2 {
 			return
