@@ -62,7 +62,7 @@ func TestRoomTime(t *testing.T) {
 		{"", true, at, str("2026-11-30T11:47:00.000Z")}, // the default is everyone
 		{store.Contacts, true, at, nil},
 		{store.Nobody, true, at, nil},
-		{"bogus", true, at, nil},        // an unknown value hides
+		{"bogus", true, at, nil},         // an unknown value hides
 		{store.Everyone, false, at, nil}, // not known in time: hidden
 		{store.Everyone, true, time.Time{}, nil},
 		{store.Everyone, true, at.In(time.FixedZone("x", 5*3600)), str("2026-11-30T11:47:00.000Z")},
