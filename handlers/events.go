@@ -220,6 +220,7 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	if err != nil {
 		return nil, err
 	}
+	epoch := h.epochs.of(conv).Load()
 	ok, err := h.membership.IsMember(ctx, conv, c.UserID)
 	if err != nil {
 		return nil, err
@@ -238,6 +239,13 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 			c.sock.Leave(room)
 		}
 		return nil, err
+	}
+	if h.epochs.of(conv).Load() != epoch {
+		// The membership changed while this join ran: an eviction may
+		// have missed it.
+		if err := h.recheckMember(ctx, c, conv); err != nil {
+			return nil, err
+		}
 	}
 	return map[string]any{
 		"conversationId": conv,

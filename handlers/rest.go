@@ -94,8 +94,9 @@ type RESTDeps struct {
 	// PrivacyChanged, when set, is told of a user's new setting once it is
 	// saved (and Settings updated): the other nodes' caches learn it.
 	PrivacyChanged func(ctx context.Context, userID string, v store.Visibility)
-	// Evict removes users' sockets from a conversation on every node
-	// (called after SetMembers with the removed users). nil: not called.
+	// Evict is called after every SetMembers with the removed users (maybe
+	// none): every node forgets its cached membership of the conversation
+	// and removes those users' sockets from it. nil: not called.
 	Evict func(ctx context.Context, conversationID string, userIDs []string) error
 	// RateLimit is the requests allowed per RateWindow per user, for the
 	// service token, and per client address for unauthenticated requests;
@@ -668,7 +669,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	if removed == nil {
 		removed = []string{}
 	}
-	if len(removed) > 0 && a.d.Evict != nil {
+	if a.d.Evict != nil {
 		// The member list is saved either way; a failed eviction leaves
 		// the removed users' sockets in the room until they leave, and a
 		// retry of this request would find nothing to remove.
