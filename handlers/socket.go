@@ -140,7 +140,7 @@ type Conn struct {
 	mu     sync.Mutex
 	typing *rateLimiter
 	states map[string]*stateSlot // conversation → throttled `state`
-	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
+	subs   map[string]subState   // presence subscriptions: user → what was last sent
 	// arrivals are the arrival times of known events not handled yet, in
 	// order (load shedding of events that waited too long).
 	arrivals []time.Time

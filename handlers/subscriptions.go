@@ -28,6 +28,17 @@ type Subscriptions struct {
 
 	mu     sync.Mutex
 	byUser map[string]map[*Conn]struct{} // watched user → local subscribers
+
+	// emit sends to a socket; nil: the socket's own Emit (tests set it).
+	emit func(c *Conn, event string, payload any) error
+}
+
+// subState is what a socket was last told of a subscribed user: the
+// filtered presence's JSON, and whether it was hidden. The zero value is
+// a subscription whose ack has not been built yet.
+type subState struct {
+	json   string
+	hidden bool
 }
 
 // NewSubscriptions creates the registry.
@@ -37,9 +48,9 @@ func NewSubscriptions(bus presence.StatusBus, viewers Viewers, log *slog.Logger)
 
 // Replace sets a socket's subscription set (empty unsubscribes).
 func (s *Subscriptions) Replace(c *Conn, ids []string) {
-	want := make(map[string]string, len(ids))
+	want := make(map[string]subState, len(ids))
 	for _, id := range ids {
-		want[id] = ""
+		want[id] = subState{}
 	}
 	var watch, unwatch []string
 	s.mu.Lock()
@@ -88,18 +99,27 @@ func (s *Subscriptions) Replace(c *Conn, ids []string) {
 // Drop removes a closing socket's subscriptions.
 func (s *Subscriptions) Drop(c *Conn) { s.Replace(c, nil) }
 
-// remember records what a socket was last told of a user, so that an
-// update that would tell it nothing new (a hidden user going offline) is
-// not sent: its timing alone would leak what the privacy filter hides.
+// remember decides whether a socket is told of p, and records it as last
+// sent if so. An update that would tell the socket nothing new is not
+// sent, nor is a hidden one unless the socket last saw the user visible:
+// a hidden user's changes must not be observable (CONTRACT §3), and the
+// mere timing of an update would reveal one (a hidden user coming online
+// moves its bucket to "recently"). A subscription whose ack is still being
+// built (the socket has seen nothing yet) gets no hidden update either:
+// the ack carries the hidden presence.
 func remember(c *Conn, p lastseen.Presence) bool {
 	b, _ := json.Marshal(p)
+	hidden := p.Status == lastseen.StatusHidden
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.subs[p.UserID]
-	if !ok || prev == string(b) {
+	if !ok || prev.json == string(b) {
 		return false
 	}
-	c.subs[p.UserID] = string(b)
+	if hidden && (prev.hidden || prev.json == "") {
+		return false
+	}
+	c.subs[p.UserID] = subState{json: string(b), hidden: hidden}
 	return true
 }
 
@@ -133,11 +153,18 @@ func (s *Subscriptions) Deliver(ctx context.Context, e presence.Event) {
 	}
 	for i, c := range conns {
 		if i < len(ps) && remember(c, ps[i]) {
-			if err := c.sock.Emit("presence:update", ps[i]); err != nil {
+			if err := s.send(c, "presence:update", ps[i]); err != nil {
 				s.log.Debug("presence update emit failed", "sid", c.sid, "err", err)
 			}
 		}
 	}
+}
+
+func (s *Subscriptions) send(c *Conn, event string, payload any) error {
+	if s.emit != nil {
+		return s.emit(c, event, payload)
+	}
+	return c.sock.Emit(event, payload)
 }
 
 // seed records the presences a subscribe ack returned as last sent.
@@ -147,7 +174,7 @@ func seed(c *Conn, ps []lastseen.Presence) {
 	for _, p := range ps {
 		if _, ok := c.subs[p.UserID]; ok {
 			b, _ := json.Marshal(p)
-			c.subs[p.UserID] = string(b)
+			c.subs[p.UserID] = subState{json: string(b), hidden: p.Status == lastseen.StatusHidden}
 		}
 	}
 }
