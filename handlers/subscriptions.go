@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 )
@@ -21,10 +23,18 @@ type Viewers interface {
 // Subscriptions keeps this node's presence subscriptions (Slack's
 // presence_sub model): each socket's set of watched users, the node's index
 // from watched user to sockets, and the node's interest on the StatusBus.
+//
+// Status changes are delivered asynchronously (Deliver queues, Run's
+// workers deliver): filtering a change for its viewers reads the store, and
+// a slow store must not stall the bus's reader, which carries every other
+// user's changes. The queue holds one change per user, the latest (only
+// the latest status matters), and at most one worker delivers a user's
+// changes at a time, so each user's changes go out in order.
 type Subscriptions struct {
 	bus     presence.StatusBus
 	viewers Viewers
 	log     *slog.Logger
+	queue   statusQueue
 
 	mu     sync.Mutex
 	byUser map[string]map[*Conn]struct{} // watched user → local subscribers
@@ -43,7 +53,158 @@ type subState struct {
 
 // NewSubscriptions creates the registry.
 func NewSubscriptions(bus presence.StatusBus, viewers Viewers, log *slog.Logger) *Subscriptions {
-	return &Subscriptions{bus: bus, viewers: viewers, log: log, byUser: map[string]map[*Conn]struct{}{}}
+	s := &Subscriptions{bus: bus, viewers: viewers, log: log, byUser: map[string]map[*Conn]struct{}{}}
+	s.queue.init(DeliveryWorkers, MaxQueuedStatus)
+	return s
+}
+
+// Delivery of status changes (see Subscriptions).
+const (
+	// DeliveryWorkers deliver status changes concurrently (different
+	// users only).
+	DeliveryWorkers = 4
+	// MaxQueuedStatus bounds the users with a change waiting to be
+	// delivered; a change of another user beyond it is dropped (and
+	// counted): its subscribers miss that change, not the next.
+	MaxQueuedStatus = 10_000
+)
+
+// statusQueue holds the latest undelivered change of each user.
+type statusQueue struct {
+	workers, max int
+
+	mu     sync.Mutex
+	latest map[string]presence.Event // user → newest change no worker has taken
+	ready  []string                  // users in latest and not busy, in arrival order
+	busy   map[string]bool           // users a worker is delivering to
+	wake   chan struct{}
+
+	coalesced, dropped prometheus.Counter
+	queued             prometheus.GaugeFunc
+}
+
+func (q *statusQueue) init(workers, max int) {
+	q.workers, q.max = workers, max
+	q.latest = map[string]presence.Event{}
+	q.busy = map[string]bool{}
+	q.wake = make(chan struct{}, 1)
+	q.coalesced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "presenced_status_updates_coalesced_total",
+		Help: "Status changes replaced by a newer change of the same user before they were delivered to subscribers.",
+	})
+	q.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "presenced_status_updates_dropped_total",
+		Help: "Status changes not delivered to subscribers because the delivery queue was full.",
+	})
+	q.queued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "presenced_status_updates_queued",
+		Help: "Users with a status change waiting to be delivered to subscribers.",
+	}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(len(q.latest)) })
+}
+
+func (q *statusQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *statusQueue) push(e presence.Event) {
+	q.mu.Lock()
+	if _, ok := q.latest[e.UserID]; ok {
+		q.latest[e.UserID] = e
+		q.mu.Unlock()
+		q.coalesced.Inc()
+		return
+	}
+	if len(q.latest) >= q.max {
+		q.mu.Unlock()
+		q.dropped.Inc()
+		return
+	}
+	q.latest[e.UserID] = e
+	if !q.busy[e.UserID] {
+		q.ready = append(q.ready, e.UserID)
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+// take hands a worker the next user's latest change.
+func (q *statusQueue) take() (presence.Event, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.ready) == 0 {
+		return presence.Event{}, false
+	}
+	u := q.ready[0]
+	q.ready = q.ready[1:]
+	if len(q.ready) == 0 {
+		q.ready = nil
+	} else {
+		q.signal() // another worker may take the next
+	}
+	e := q.latest[u]
+	delete(q.latest, u)
+	q.busy[u] = true
+	return e, true
+}
+
+// done ends a worker's delivery to a user; a change that came meanwhile
+// is ready now.
+func (q *statusQueue) done(user string) {
+	q.mu.Lock()
+	delete(q.busy, user)
+	_, more := q.latest[user]
+	if more {
+		q.ready = append(q.ready, user)
+	}
+	q.mu.Unlock()
+	if more {
+		q.signal()
+	}
+}
+
+// Collectors returns the delivery queue's Prometheus collectors, for the
+// owner of the registry to register.
+func (s *Subscriptions) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.queue.coalesced, s.queue.dropped, s.queue.queued}
+}
+
+// Deliver queues a status change for this node's subscribers of the user
+// (the StatusBus's callback); it never waits.
+func (s *Subscriptions) Deliver(_ context.Context, e presence.Event) {
+	s.mu.Lock()
+	_, watched := s.byUser[e.UserID]
+	s.mu.Unlock()
+	if watched {
+		s.queue.push(e)
+	}
+}
+
+// Run delivers queued status changes until ctx ends.
+func (s *Subscriptions) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range s.queue.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				e, ok := s.queue.take()
+				if !ok {
+					select {
+					case <-s.queue.wake:
+						continue
+					case <-ctx.Done():
+						return
+					}
+				}
+				s.deliverNow(ctx, e)
+				s.queue.done(e.UserID)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Replace sets a socket's subscription set (empty unsubscribes).
@@ -123,9 +284,9 @@ func remember(c *Conn, p lastseen.Presence) bool {
 	return true
 }
 
-// Deliver pushes a status change to this node's subscribers of the user,
-// each filtered for its viewer.
-func (s *Subscriptions) Deliver(ctx context.Context, e presence.Event) {
+// deliverNow pushes a status change to this node's subscribers of the
+// user, each filtered for its viewer.
+func (s *Subscriptions) deliverNow(ctx context.Context, e presence.Event) {
 	s.mu.Lock()
 	set := s.byUser[e.UserID]
 	conns := make([]*Conn, 0, len(set))

@@ -219,6 +219,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		a.bus = presence.NewLocalBus()
 	}
 	a.subs = handlers.NewSubscriptions(a.bus, reader, log.With("component", "subscriptions"))
+	a.metrics.Registry.MustRegister(a.subs.Collectors()...)
 	a.rooms.OnStatus(func(ctx context.Context, e presence.Event) {
 		if err := a.bus.Publish(ctx, e); err != nil {
 			log.Warn("status change not published", "user_id", e.UserID, "err", err)
