@@ -559,8 +559,8 @@ func checkJoinAck(raw json.RawMessage, err error, conv string) string {
 		OK             bool   `json:"ok"`
 		ConversationID string `json:"conversationId"`
 		Online         []struct {
-			UserID string `json:"userId"`
-			Status string `json:"status"`
+			UserID string  `json:"userId"`
+			Status string  `json:"status"`
 			Since  *string `json:"since"` // null unless the user's last-seen setting is everyone
 		} `json:"online"`
 		Typing []string `json:"typing"`
