@@ -58,9 +58,13 @@ func ackOf(args []any) ([]any, socket.Ack) {
 	return args, nil
 }
 
-// PrivacyChanged makes every other node's settings cache learn a user's
-// new last-seen setting (this node's REST handler has updated its own).
+// PrivacyChanged makes every node's subscribers of a user see the user as
+// the new setting shows them, at once, and every other node's settings
+// cache learn it (this node's REST handler has updated its own).
 func (h *Sockets) PrivacyChanged(ctx context.Context, userID string, v store.Visibility) {
+	if h.subs != nil {
+		h.subs.Refresh(userID)
+	}
 	if err := h.tellNodes(ctx, privacyEvent, userID, string(v)); err != nil {
 		h.log.Warn("privacy change not confirmed by every node", "user_id", userID, "err", err)
 	}
@@ -74,6 +78,9 @@ func (h *Sockets) onPrivacy(raw ...any) {
 		v, _ := args[1].(string)
 		if s := h.rooms.settings; s != nil && user != "" && store.Visibility(v).Valid() {
 			s.Set(user, store.Visibility(v))
+		}
+		if h.subs != nil && user != "" {
+			h.subs.Refresh(user)
 		}
 	}
 	if ack != nil {

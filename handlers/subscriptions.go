@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -301,13 +302,19 @@ func (s *Subscriptions) deliverNow(ctx context.Context, e presence.Event) {
 	for i, c := range conns {
 		viewers[i] = c.UserID
 	}
-	up := presence.UserPresence{UserID: e.UserID, Status: e.Status, LastSeen: e.LastSeen}
-	if e.Status != presence.Offline {
-		up.Since = e.At
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ps, err := s.viewers.PresencesFor(ctx, up, viewers)
+	var ps []lastseen.Presence
+	var err error
+	if e.Kind == refreshEvent {
+		ps, err = s.current(ctx, e.UserID, viewers)
+	} else {
+		up := presence.UserPresence{UserID: e.UserID, Status: e.Status, LastSeen: e.LastSeen}
+		if e.Status != presence.Offline {
+			up.Since = e.At
+		}
+		ps, err = s.viewers.PresencesFor(ctx, up, viewers)
+	}
 	if err != nil {
 		s.log.Warn("presence update not delivered", "user_id", e.UserID, "err", err)
 		return
@@ -319,6 +326,41 @@ func (s *Subscriptions) deliverNow(ctx context.Context, e presence.Event) {
 			}
 		}
 	}
+}
+
+// refreshEvent is a queued "the user's privacy changed": subscribers are
+// sent the user's current presence, filtered anew, if it differs from what
+// they last saw. So a user who hides is shown hidden at once, and their
+// next status change is not the moment their subscribers see them go
+// hidden.
+const refreshEvent presence.EventKind = -1
+
+// Refresh queues a refresh of a user's subscribers on this node (their
+// last-seen setting changed).
+func (s *Subscriptions) Refresh(userID string) {
+	s.Deliver(context.Background(), presence.Event{Kind: refreshEvent, UserID: userID})
+}
+
+// current reads a user's presence as each viewer may see it now.
+func (s *Subscriptions) current(ctx context.Context, user string, viewers []string) ([]lastseen.Presence, error) {
+	seen := map[string]lastseen.Presence{}
+	out := make([]lastseen.Presence, len(viewers))
+	for i, v := range viewers {
+		p, ok := seen[v]
+		if !ok {
+			ps, err := s.viewers.Presences(ctx, v, []string{user})
+			if err != nil {
+				return nil, err
+			}
+			if len(ps) != 1 {
+				return nil, fmt.Errorf("subscriptions: %d presences for 1 user", len(ps))
+			}
+			p = ps[0]
+			seen[v] = p
+		}
+		out[i] = p
+	}
+	return out, nil
 }
 
 func (s *Subscriptions) send(c *Conn, event string, payload any) error {

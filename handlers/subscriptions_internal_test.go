@@ -292,3 +292,45 @@ func testCounter(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// A user who hides is shown hidden to subscribers when the setting
+// changes, so that their next status change is not the moment subscribers
+// see them go hidden (it would tell when that change happened); and one
+// who shows again is shown at once.
+func TestPrivacyChangeRefreshesSubscribers(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tr := &truth{users: map[string]presence.UserPresence{"h": {UserID: "h", Status: presence.Online, Since: now}},
+		settings: map[string]store.Visibility{}, now: now}
+	s, got := recordingSubs(tr)
+	v := &Conn{UserID: "v", sid: "s1"}
+	if ack := subscribeNow(t, s, tr, v, "h"); ack[0].Status != "online" {
+		t.Fatalf("ack: %+v", ack)
+	}
+	ctx := context.Background()
+	tr.mu.Lock()
+	tr.settings["h"] = store.Nobody
+	tr.mu.Unlock()
+	s.Refresh("h")
+	if e, ok := s.queue.take(); ok {
+		s.deliverNow(ctx, e)
+		s.queue.done(e.UserID)
+	}
+	if g := got(); len(g) != 1 || g[0].p.Status != lastseen.StatusHidden {
+		t.Fatalf("updates %+v, want one hidden, sent at the privacy change", g)
+	}
+	s.deliverNow(ctx, statusEvent("h", presence.Offline, now.Add(time.Minute)))
+	if g := got(); len(g) != 1 {
+		t.Fatalf("updates %+v, want none at the hidden user's status change", g)
+	}
+	tr.mu.Lock()
+	tr.settings["h"] = store.Everyone
+	tr.mu.Unlock()
+	s.Refresh("h")
+	if e, ok := s.queue.take(); ok {
+		s.deliverNow(ctx, e)
+		s.queue.done(e.UserID)
+	}
+	if g := got(); len(g) != 2 || g[1].p.Status != "offline" {
+		t.Fatalf("updates %+v, want h shown offline at once", g)
+	}
+}

@@ -73,5 +73,28 @@ for (const kind of TOPOLOGIES) {
       }
       t.diagnostic(`${acks.length} acks during the churn`);
     });
+
+    it('a user who hides through the other node is shown hidden at once; their disconnect then tells nothing', { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, tag: '33b', args: ['--flap-grace', '300ms'] });
+      const H = uid('H');
+      const V = uid('V');
+      const h = await connectUser(topo.url2, H, { t });
+      const v = await connectUser(topo.url1, V, { t });
+      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [H] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const mark = v.rec.mark();
+      const res = await request(`${topo.url2}/v1/me/privacy`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${tokenFor(H, SECRET)}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ lastSeen: 'nobody' }),
+      });
+      assert.equal(res.status, 200, res.body);
+      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === H, timeoutMs: 3000 });
+      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
+      const mark2 = v.rec.mark();
+      h.socket.disconnect();
+      const after = await v.rec.quiet('presence:update', 1500, { since: mark2 });
+      assert.deepEqual(after.map((e) => e.payload), [], 'no update when the hidden user goes offline');
+    });
   });
 }
