@@ -674,7 +674,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 		// the removed users' sockets in the room until they leave, and a
 		// retry of this request would find nothing to remove.
 		if err := a.d.Evict(ctx, conv, removed); err != nil {
-			a.log.Error("evicting removed members failed", "conversation_id", conv, "users", len(removed), "err", err)
+			a.log.Error("membership change not applied on every node", "conversation_id", conv, "removed", len(removed), "err", err)
 		}
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{
