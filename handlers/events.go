@@ -220,6 +220,7 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	if err != nil {
 		return nil, err
 	}
+	epoch := h.epochs.of(conv).Load()
 	ok, err := h.membership.IsMember(ctx, conv, c.UserID)
 	if err != nil {
 		return nil, err
@@ -239,26 +240,18 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 		}
 		return nil, err
 	}
+	if h.epochs.of(conv).Load() != epoch {
+		// The membership changed while this join ran: an eviction may
+		// have missed it.
+		if err := h.recheckMember(ctx, c, conv); err != nil {
+			return nil, err
+		}
+	}
 	return map[string]any{
 		"conversationId": conv,
-		"online":         members(res.Online),
+		"online":         h.rooms.Members(ctx, res.Online),
 		"typing":         res.Typing,
 	}, nil
-}
-
-// MemberPayload is a roster entry.
-type MemberPayload struct {
-	UserID string `json:"userId"`
-	Status string `json:"status"`
-	Since  string `json:"since"`
-}
-
-func members(ms []presence.Member) []MemberPayload {
-	out := make([]MemberPayload, len(ms))
-	for i, m := range ms {
-		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: Timestamp(m.Since)}
-	}
-	return out
 }
 
 func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any, error) {

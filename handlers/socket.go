@@ -90,6 +90,7 @@ type Sockets struct {
 	viewers    Viewers
 	subs       *Subscriptions
 	now        func() time.Time
+	epochs     memberEpochs // membership changes by conversation (cluster.go)
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
 
@@ -139,7 +140,7 @@ type Conn struct {
 	mu     sync.Mutex
 	typing *rateLimiter
 	states map[string]*stateSlot // conversation → throttled `state`
-	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
+	subs   map[string]subState   // presence subscriptions: user → what was last sent
 	// arrivals are the arrival times of known events not handled yet, in
 	// order (load shedding of events that waited too long).
 	arrivals []time.Time
@@ -304,83 +305,4 @@ func firstString(args []any) (string, bool) {
 	}
 	s, ok := args[0].(string)
 	return s, ok
-}
-
-// evictEvent is the server-side event that asks every node to remove
-// users' sockets from a conversation.
-const evictEvent = "presenced:evict"
-
-// ListenEvictions makes this node act on evictions asked by other nodes.
-func (h *Sockets) ListenEvictions() {
-	io := h.rooms.io.Load()
-	if io == nil {
-		return
-	}
-	_ = io.Sockets().On(evictEvent, func(args ...any) {
-		if len(args) < 2 {
-			return
-		}
-		conv, _ := args[0].(string)
-		raw, _ := args[1].([]any)
-		users := make([]string, 0, len(raw))
-		for _, u := range raw {
-			if s, ok := u.(string); ok {
-				users = append(users, s)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
-		defer cancel()
-		h.evictLocal(ctx, conv, users)
-	})
-}
-
-// Evict removes users' sockets from a conversation on every node (they
-// were removed from its members): each leaves the room and the roster,
-// which announces presence:leave with reason "left".
-func (h *Sockets) Evict(ctx context.Context, conv string, users []string) error {
-	if len(users) == 0 {
-		return nil
-	}
-	if io := h.rooms.io.Load(); io != nil {
-		list := make([]any, len(users))
-		for i, u := range users {
-			list[i] = u
-		}
-		// Fails on a single node (no cluster adapter): nobody else to tell.
-		if err := io.Sockets().ServerSideEmit(evictEvent, conv, list); err != nil {
-			h.log.Debug("eviction not sent to other nodes", "conversation_id", conv, "err", err)
-		}
-	}
-	h.evictLocal(ctx, conv, users)
-	return nil
-}
-
-func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
-	io := h.rooms.io.Load()
-	if io == nil {
-		return
-	}
-	nsp := io.Sockets()
-	room := ConversationRoom(conv)
-	for _, u := range users {
-		sids, ok := nsp.Adapter().Rooms().Load(UserRoom(u))
-		if !ok {
-			continue
-		}
-		for _, sid := range sids.Keys() {
-			s, ok := nsp.Sockets().Load(sid)
-			if !ok || !s.Rooms().Has(room) {
-				continue
-			}
-			c, ok := s.Data().(*Conn)
-			if !ok {
-				continue
-			}
-			h.clearState(c, conv)
-			s.Leave(room)
-			if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
-				h.log.Warn("eviction failed", "sid", c.sid, "conversation_id", conv, "err", err)
-			}
-		}
-	}
 }

@@ -136,8 +136,10 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	// shutdown's disconnect work needs them; then they stop in order.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	subsDone := make(chan struct{})
 	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
+	go func() { defer close(subsDone); a.subs.Run(bg) }()
 	go func() {
 		defer close(busDone)
 		for bg.Err() == nil {
@@ -171,6 +173,7 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	<-engineDone
 	<-pipelineDone
 	<-busDone
+	<-subsDone
 	if err := a.pipeline.Flush(fctx); err != nil {
 		log.Error("last-seen flush at shutdown failed", "err", err)
 	}

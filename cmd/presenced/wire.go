@@ -221,12 +221,15 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	}
 
 	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: st})
+	settings := lastseen.NewSettings(st, lastseen.SettingsConfig{})
+	a.rooms.UseSettings(settings)
 	if a.rdb != nil {
 		a.bus = presence.NewRedisBus(a.rdb, cfg.RedisPrefix, log.With("component", "statusbus"))
 	} else {
 		a.bus = presence.NewLocalBus()
 	}
 	a.subs = handlers.NewSubscriptions(a.bus, reader, log.With("component", "subscriptions"))
+	a.metrics.Registry.MustRegister(a.subs.Collectors()...)
 	a.rooms.OnStatus(func(ctx context.Context, e presence.Event) {
 		if err := a.bus.Publish(ctx, e); err != nil {
 			log.Warn("status change not published", "user_id", e.UserID, "err", err)
@@ -273,6 +276,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Rosters:      a.engine,
 		Store:        st,
 		Membership:   membership,
+		Settings:     settings,
+		PrivacyChanged: func(ctx context.Context, user string, v store.Visibility) {
+			a.sockets.PrivacyChanged(ctx, user, v)
+		},
 		Evict: func(ctx context.Context, conv string, users []string) error {
 			return a.sockets.Evict(ctx, conv, users)
 		},
