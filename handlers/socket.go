@@ -24,9 +24,9 @@ type SessionConfig struct {
 	HeartbeatInterval time.Duration // default 15s
 	HeartbeatJitter   time.Duration // default 5s
 	TypingTTL         time.Duration // default 5s
-	// TypingRate and TypingBurst limit typing events per socket (default 5/s, burst 10).
-	TypingRate  float64
-	TypingBurst int
+	// Limits are the per-socket event limits (limits.go; zero values: the
+	// contract's defaults).
+	Limits EventLimits
 	// StateInterval is the least time between two `state` broadcasts of one
 	// socket (default 100ms: at most 10/s, coalesced to the latest).
 	StateInterval time.Duration
@@ -47,12 +47,7 @@ func (c SessionConfig) withDefaults() SessionConfig {
 	if c.TypingTTL <= 0 {
 		c.TypingTTL = 5 * time.Second
 	}
-	if c.TypingRate <= 0 {
-		c.TypingRate = 5
-	}
-	if c.TypingBurst <= 0 {
-		c.TypingBurst = 10
-	}
+	c.Limits = c.Limits.withDefaults()
 	if c.StateInterval <= 0 {
 		c.StateInterval = 100 * time.Millisecond
 	}
@@ -93,16 +88,21 @@ type Sockets struct {
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
 
-	handlers map[string]handler // events by name
-	okStats  map[string]okStats // events by name: their "ok" metrics, resolved once
-	opCtx    opContexts         // the contexts bounding events' work (opctx.go)
-	direct   sync.Map           // Engine.IO connection id → *Conn (direct.go)
+	handlers map[string]handler   // events by name
+	stats    map[string]eventInfo // events by name: their class and metrics, resolved once
+	limits   limitTable           // each class's limit
+	other    eventInfo            // unknown events
+	opCtx    opContexts           // the contexts bounding events' work (opctx.go)
+	direct   sync.Map             // Engine.IO connection id → *Conn (direct.go)
 }
 
-// okStats are an event's metrics for the "ok" outcome.
-type okStats struct {
+// eventInfo is what serve needs of an event besides its handler: its
+// limit class, and its metrics for the "ok" and "rate_limited" outcomes.
+type eventInfo struct {
+	class    limitClass
 	count    prometheus.Counter
 	duration prometheus.Observer
+	limited  prometheus.Counter
 }
 
 // NewSockets builds the socket handlers.
@@ -117,10 +117,17 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	}
 	h.opCtx.timeout = h.cfg.OpTimeout
 	h.handlers = h.events()
-	h.okStats = make(map[string]okStats, len(h.handlers))
+	h.limits = h.cfg.Limits.table()
+	h.stats = make(map[string]eventInfo, len(h.handlers))
 	for name := range h.handlers {
-		h.okStats[name] = okStats{h.metrics.Events.WithLabelValues(name, "ok"), h.metrics.EventDuration.WithLabelValues(name)}
+		h.stats[name] = eventInfo{
+			class:    classOf(name),
+			count:    h.metrics.Events.WithLabelValues(name, "ok"),
+			duration: h.metrics.EventDuration.WithLabelValues(name),
+			limited:  h.metrics.EventsRateLimited.WithLabelValues(name),
+		}
 	}
+	h.other = eventInfo{class: classOther, limited: h.metrics.EventsRateLimited.WithLabelValues("unknown")}
 	return h
 }
 
@@ -136,8 +143,9 @@ type Conn struct {
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
 
+	limits socketLimits // the event limits' buckets (limits.go)
+
 	mu     sync.Mutex
-	typing *rateLimiter
 	states map[string]*stateSlot // conversation → throttled `state`
 	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
 	// arrivals are the arrival times of known events not handled yet, in

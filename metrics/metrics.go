@@ -30,6 +30,9 @@ type Metrics struct {
 	EventDuration    *prometheus.HistogramVec // event
 	Disconnects      *prometheus.CounterVec   // reason
 
+	EventsRateLimited *prometheus.CounterVec // event
+	SocketsRefused    prometheus.Counter     // handshakes over the sockets-per-user cap
+
 	AdapterPublished     prometheus.Counter
 	AdapterPublishFailed prometheus.Counter
 	AdapterReceived      prometheus.Counter
@@ -62,6 +65,14 @@ func New() *Metrics {
 			Name: "presenced_disconnects_total",
 			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
 		}, []string{"reason"}),
+		EventsRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_events_rate_limited_total",
+			Help: "Client events refused with rate_limited (over the socket's limit for the event), by event name (\"unknown\" for unknown events).",
+		}, []string{"event"}),
+		SocketsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_sockets_refused_total",
+			Help: "Handshakes refused because the user already had PRESENCE_MAX_SOCKETS_PER_USER sockets in the cluster.",
+		}),
 		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_adapter_published_total",
 			Help: "Messages the cluster adapter published to Redis.",
@@ -77,6 +88,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(
 		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
+		m.EventsRateLimited, m.SocketsRefused,
 		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

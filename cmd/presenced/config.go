@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/handlers"
 )
 
 // Config is the validated configuration of one process (CONTRACT §4).
@@ -44,6 +46,7 @@ type Config struct {
 	MaxBuffer         int64
 	AllowEIO3         bool
 	HandshakeLimit    int
+	EventLimits       handlers.EventLimits
 	HandshakeWindow   time.Duration
 	ShutdownTimeout   time.Duration
 	LogFormat         string // text | json
@@ -244,6 +247,12 @@ var settings = []setting{
 		c.HandshakeLimit, c.HandshakeWindow = n, d
 		return nil
 	}},
+	eventLimit("PRESENCE_TYPING_LIMIT", "5/1s:10", "typing:start and typing:stop", func(l *handlers.EventLimits) *handlers.Limit { return &l.Typing }),
+	eventLimit("PRESENCE_JOIN_LIMIT", "20/1s:200", "conversation:join and conversation:leave together", func(l *handlers.EventLimits) *handlers.Limit { return &l.Join }),
+	eventLimit("PRESENCE_QUERY_LIMIT", "5/1s:10", "presence:query and presence:subscribe together", func(l *handlers.EventLimits) *handlers.Limit { return &l.Query }),
+	eventLimit("PRESENCE_STATE_LIMIT", "30/1s:60", "state:set (its broadcasts are coalesced to 10/s)", func(l *handlers.EventLimits) *handlers.Limit { return &l.State }),
+	eventLimit("PRESENCE_HEARTBEAT_LIMIT", "10/1s:20", "heartbeat", func(l *handlers.EventLimits) *handlers.Limit { return &l.Heartbeat }),
+	eventLimit("PRESENCE_EVENT_LIMIT", "20/1s:50", "any other client event", func(l *handlers.EventLimits) *handlers.Limit { return &l.Other }),
 	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
 	{"PRESENCE_LOG_FORMAT", "", "text or json (default: text on a terminal, else json)", func(c *Config, v string) error {
 		switch v {
@@ -387,6 +396,48 @@ func parseLimit(v string) (int, time.Duration, error) {
 		return 0, 0, errors.New("the window must be a duration of at least 1s")
 	}
 	return count, d, nil
+}
+
+// eventLimit is the setting of one class of per-socket event limits.
+func eventLimit(env, def, events string, dst func(*handlers.EventLimits) *handlers.Limit) setting {
+	help := events + " per socket, as N/duration:burst (token bucket; burst defaults to N); 0 lifts the limit (load tests)"
+	return setting{env, def, help, func(c *Config, v string) error {
+		l, err := parseBucket(v)
+		if err != nil {
+			return err
+		}
+		*dst(&c.EventLimits) = l
+		return nil
+	}}
+}
+
+// parseBucket reads "N/duration[:burst]" ("5/1s:10" or "5/s:10": 5 per
+// second sustained, 10 at once), or "0" / "off" for no limit.
+func parseBucket(v string) (handlers.Limit, error) {
+	if v == "0" || v == "off" {
+		return handlers.NoLimit, nil
+	}
+	const form = "must be N/duration:burst (such as 5/1s:10), or 0 for no limit"
+	rate, burst, hasBurst := strings.Cut(v, ":")
+	n, w, ok := strings.Cut(rate, "/")
+	count, err := strconv.Atoi(n)
+	if !ok || err != nil || count <= 0 {
+		return handlers.Limit{}, errors.New(form)
+	}
+	if w == "ms" || w == "s" || w == "m" || w == "h" {
+		w = "1" + w // "5/s"
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Millisecond {
+		return handlers.Limit{}, errors.New("the window must be a duration of at least 1ms (such as 1s)")
+	}
+	b := count
+	if hasBurst {
+		if b, err = strconv.Atoi(burst); err != nil || b < 1 || b > 1000000 {
+			return handlers.Limit{}, errors.New("the burst must be a whole number from 1 to 1000000")
+		}
+	}
+	return handlers.Limit{Rate: float64(count) / d.Seconds(), Burst: b}, nil
 }
 
 func redact(raw string) string {

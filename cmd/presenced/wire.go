@@ -228,6 +228,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatJitter:   cfg.HeartbeatJitter,
 		TypingTTL:         cfg.TypingTTL,
+		Limits:            cfg.EventLimits,
 	}, handlers.SocketDeps{
 		Log:           log.With("component", "sockets"),
 		Metrics:       a.metrics,
