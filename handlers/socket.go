@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
+	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 )
@@ -146,6 +147,7 @@ type Conn struct {
 	limits socketLimits // the event limits' buckets (limits.go)
 
 	mu     sync.Mutex
+	expiry *time.Timer           // closes the connection when the token expires
 	states map[string]*stateSlot // conversation → throttled `state`
 	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
 	// arrivals are the arrival times of known events not handled yet, in
@@ -216,18 +218,59 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // the instant it sees the CONNECT packet, and the library delivers them on
 // another goroutine, possibly before the "connection" listeners would run.
 // Each listener waits for Connect's work (the ready gate) before acting.
-func (h *Sockets) Prepare(s *socket.Socket, userID string) {
-	c := &Conn{UserID: userID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
+//
+// A token with an exp ends the connection when it expires (expire).
+func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
+	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
 	s.SetData(c)
 	h.register(s, c)
 	h.direct.Store(c.engineID, c)
+	if !claims.ExpiresAt.IsZero() {
+		h.expireAt(c, claims.ExpiresAt)
+	}
 	// Also on the connection's close: a socket that never completes the
 	// library's connect gets no disconnect work.
-	_ = s.Conn().Once("close", func(...any) { h.direct.CompareAndDelete(c.engineID, c) })
+	_ = s.Conn().Once("close", func(...any) {
+		h.direct.CompareAndDelete(c.engineID, c)
+		c.stopExpiry()
+	})
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
 	})
+	return nil
+}
+
+// expireAt closes the socket's Engine.IO connection when its token
+// expires. The transport is closed without a Socket.IO DISCONNECT packet:
+// to socket.io-client that is a lost connection, so it reconnects by
+// itself, and an `auth` callback can hand it a fresh token (README). A
+// DISCONNECT would mean "the server sent you away" and stop reconnection.
+//
+// A token accepted after its exp (within auth.Leeway) is given the rest
+// of the leeway rather than being closed at once: the client would only
+// reconnect with the same token.
+func (h *Sockets) expireAt(c *Conn, exp time.Time) {
+	wait := time.Until(exp)
+	if wait <= 0 {
+		wait = time.Until(exp.Add(auth.Leeway))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expiry = time.AfterFunc(max(wait, 0), func() {
+		h.log.Debug("token expired: closing the connection", "sid", c.sid, "user_id", c.UserID)
+		h.metrics.TokensExpired.Inc()
+		c.sock.Conn().Close(false)
+	})
+}
+
+// stopExpiry stops the expiry timer of a socket that is gone.
+func (c *Conn) stopExpiry() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
 }
 
 // Connect is called for every socket that passed authentication, after the
@@ -285,6 +328,7 @@ func (h *Sockets) disconnect(c *Conn, reason string) {
 	}
 	c.closed.Do(func() {
 		h.direct.CompareAndDelete(c.engineID, c)
+		c.stopExpiry()
 		h.open.Add(-1)
 		h.metrics.SocketsConnected.Dec()
 		h.metrics.Disconnects.WithLabelValues(reason).Inc()

@@ -32,6 +32,7 @@ type Metrics struct {
 
 	EventsRateLimited *prometheus.CounterVec // event
 	SocketsRefused    prometheus.Counter     // handshakes over the sockets-per-user cap
+	TokensExpired     prometheus.Counter     // connections closed at their token's exp
 
 	AdapterPublished     prometheus.Counter
 	AdapterPublishFailed prometheus.Counter
@@ -73,6 +74,10 @@ func New() *Metrics {
 			Name: "presenced_sockets_refused_total",
 			Help: "Handshakes refused because the user already had PRESENCE_MAX_SOCKETS_PER_USER sockets in the cluster.",
 		}),
+		TokensExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_tokens_expired_total",
+			Help: "Connections closed because their token expired (the client reconnects with a fresh token).",
+		}),
 		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_adapter_published_total",
 			Help: "Messages the cluster adapter published to Redis.",
@@ -88,7 +93,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(
 		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
-		m.EventsRateLimited, m.SocketsRefused,
+		m.EventsRateLimited, m.SocketsRefused, m.TokensExpired,
 		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

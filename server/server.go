@@ -157,8 +157,15 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		}))
 		return
 	}
+	if err := s.deps.Sockets.Prepare(sock, claims); err != nil {
+		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
+		next(socket.NewExtendedError("unauthorized", map[string]any{
+			"code":   "unauthorized",
+			"reason": handlers.RefusalReason(err),
+		}))
+		return
+	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
-	s.deps.Sockets.Prepare(sock, claims.UserID)
 	guardPongRace(sock.Conn())
 	next(nil)
 }

@@ -19,6 +19,8 @@ type Config struct {
 	Addr              string
 	JWTSecret         string
 	JWKSURL           string
+	JWTAudience       []string // accepted aud values; empty: not checked
+	JWTIssuer         string   // required iss; empty: not checked
 	ServiceToken      string
 	CORSOrigins       []string
 	RedisURL          string
@@ -105,6 +107,16 @@ var settings = []setting{
 		c.JWKSURL = v
 		return nil
 	}},
+	{"PRESENCE_JWT_AUDIENCE", "", "required aud of client tokens (comma-separated: any one of them); unset: aud is not checked", func(c *Config, v string) error {
+		c.JWTAudience = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.JWTAudience = append(c.JWTAudience, a)
+			}
+		}
+		return nil
+	}},
+	{"PRESENCE_JWT_ISSUER", "", "required iss of client tokens; unset: iss is not checked", str(func(c *Config) *string { return &c.JWTIssuer })},
 	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
 		c.CORSOrigins = nil
