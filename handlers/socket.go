@@ -25,6 +25,9 @@ type SessionConfig struct {
 	HeartbeatInterval time.Duration // default 15s
 	HeartbeatJitter   time.Duration // default 5s
 	TypingTTL         time.Duration // default 5s
+	// MaxSocketsPerUser caps a user's sockets across the cluster (default
+	// 20; negative: no cap). Needs SocketDeps.Admission.
+	MaxSocketsPerUser int
 	// Limits are the per-socket event limits (limits.go; zero values: the
 	// contract's defaults).
 	Limits EventLimits
@@ -49,6 +52,9 @@ func (c SessionConfig) withDefaults() SessionConfig {
 		c.TypingTTL = 5 * time.Second
 	}
 	c.Limits = c.Limits.withDefaults()
+	if c.MaxSocketsPerUser == 0 {
+		c.MaxSocketsPerUser = 20
+	}
 	if c.StateInterval <= 0 {
 		c.StateInterval = 100 * time.Millisecond
 	}
@@ -69,6 +75,8 @@ type SocketDeps struct {
 	// presence:subscribe. Without them those events answer "unavailable".
 	Viewers       Viewers
 	Subscriptions *Subscriptions
+	// Admission, when set, enforces MaxSocketsPerUser at the handshake.
+	Admission presence.Admission
 	// Activity, when set, is told of each heartbeat (the last-seen
 	// pipeline coarsens these).
 	Activity func(ctx context.Context, userID string, at time.Time)
@@ -83,6 +91,7 @@ type Sockets struct {
 	membership presence.Membership
 	rooms      *Rooms
 	activity   func(ctx context.Context, userID string, at time.Time)
+	admission  presence.Admission
 	viewers    Viewers
 	subs       *Subscriptions
 	now        func() time.Time
@@ -113,7 +122,7 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	}
 	h := &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
-		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
+		membership: d.Membership, rooms: d.Rooms, activity: d.Activity, admission: d.Admission,
 		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
 	}
 	h.opCtx.timeout = h.cfg.OpTimeout
@@ -141,6 +150,7 @@ type Conn struct {
 	sock     *socket.Socket
 
 	ready     chan struct{} // closed once Connect's work is done
+	reserved  bool          // holds an Admission reservation until Connect
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
 
@@ -222,6 +232,9 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // A token with an exp ends the connection when it expires (expire).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
+	if err := h.admit(c); err != nil {
+		return err
+	}
 	s.SetData(c)
 	h.register(s, c)
 	h.direct.Store(c.engineID, c)
@@ -233,12 +246,58 @@ func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	_ = s.Conn().Once("close", func(...any) {
 		h.direct.CompareAndDelete(c.engineID, c)
 		c.stopExpiry()
+		select {
+		case <-c.ready:
+		default: // closed before Connect: its place is free at once
+			h.release(c)
+		}
 	})
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
 	})
 	return nil
+}
+
+// errTooManySockets refuses a handshake over MaxSocketsPerUser.
+var errTooManySockets = errorf(CodeUnauthorized, "too many connections")
+
+// admit reserves the socket's place among its user's sockets
+// (MaxSocketsPerUser, cluster-wide). When the count cannot be read (the
+// backend is down) the socket is let in: the cap guards against abuse and
+// is not worth refusing every user during an outage.
+func (h *Sockets) admit(c *Conn) error {
+	if h.admission == nil || h.cfg.MaxSocketsPerUser < 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	ok, err := h.admission.Admit(ctx, c.UserID, c.sid, h.cfg.MaxSocketsPerUser)
+	switch {
+	case err != nil:
+		h.log.Warn("socket count unavailable; admitting", "sid", c.sid, "user_id", c.UserID, "err", err)
+	case !ok:
+		h.metrics.SocketsRefused.Inc()
+		h.log.Debug("too many sockets", "user_id", c.UserID, "max", h.cfg.MaxSocketsPerUser)
+		return errTooManySockets
+	default:
+		c.reserved = true
+	}
+	return nil
+}
+
+// release ends the socket's reservation: the engine counts it now, or it
+// is gone. Only one of Connect and the close hook calls it for a socket.
+func (h *Sockets) release(c *Conn) {
+	if !c.reserved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	if err := h.admission.Release(ctx, c.UserID, c.sid); err != nil {
+		// it lapses by itself (presence.ReservationTTL)
+		h.log.Debug("reservation not released", "sid", c.sid, "user_id", c.UserID, "err", err)
+	}
 }
 
 // expireAt closes the socket's Engine.IO connection when its token
@@ -292,6 +351,7 @@ func (h *Sockets) Connect(s *socket.Socket) {
 	} else {
 		c.connected.Store(true)
 	}
+	h.release(c)
 	close(c.ready)
 	// The socket may have closed meanwhile; its disconnect work then runs
 	// here (once), after the engine knew it.

@@ -36,6 +36,7 @@ type Config struct {
 	FlapGrace         time.Duration
 	AwayAfter         time.Duration
 	MaxConversations  int
+	MaxSocketsPerUser int    // 0: no cap
 	Membership        string // store | open
 	RedisPrefix       string
 	RedisSharded      bool
@@ -199,6 +200,14 @@ var settings = []setting{
 			return errors.New("must be a whole number from 1 to 100000")
 		}
 		c.MaxConversations = n
+		return nil
+	}},
+	{"PRESENCE_MAX_SOCKETS_PER_USER", "20", "sockets one user may have open across the cluster; beyond, connect_error unauthorized (too many connections); 0 = no cap", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100000 {
+			return errors.New("must be a whole number from 0 (no cap) to 100000")
+		}
+		c.MaxSocketsPerUser = n
 		return nil
 	}},
 	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode", func(c *Config, v string) error {
