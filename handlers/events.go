@@ -242,12 +242,12 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	// Into the room first, so that nothing said after the roster snapshot
 	// is missed; out again if the engine refuses.
 	room := ConversationRoom(conv)
-	already := c.sock.Rooms().Has(room)
-	c.sock.Join(room)
+	already := c.rooms.Rooms().Has(room)
+	c.rooms.Join(room)
 	res, err := h.engine.Join(ctx, c.sid, conv)
 	if err != nil {
 		if !already {
-			c.sock.Leave(room)
+			c.rooms.Leave(room)
 		}
 		return nil, err
 	}
@@ -281,11 +281,11 @@ func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any
 	h.clearState(c, conv)
 	// Out of the room first: the leaving socket is not told of its own leave.
 	room := ConversationRoom(conv)
-	was := c.sock.Rooms().Has(room)
-	c.sock.Leave(room)
+	was := c.rooms.Rooms().Has(room)
+	c.rooms.Leave(room)
 	if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
 		if was {
-			c.sock.Join(room)
+			c.rooms.Join(room)
 		}
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (map[string]
 			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", len(b), MaxStateBytes)
 		}
 	}
-	if !c.sock.Rooms().Has(ConversationRoom(conv)) {
+	if !c.rooms.Rooms().Has(ConversationRoom(conv)) {
 		return nil, presence.ErrNotJoined
 	}
 	if err := h.engine.Touch(ctx, c.sid); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/metrics"
@@ -148,6 +149,7 @@ type Conn struct {
 	sid      string
 	engineID string // the Engine.IO connection's id
 	sock     *socket.Socket
+	rooms    roomSet // the socket's rooms: sock, or a fake in tests
 
 	ready     chan struct{} // closed once Connect's work is done
 	reserved  bool          // holds an Admission reservation until Connect
@@ -171,6 +173,15 @@ type Conn struct {
 	// after a direct event held the reader too long (direct.go).
 	slowUntil atomic.Int64
 }
+
+// roomSet is what the event handlers do with a socket's rooms.
+type roomSet interface {
+	Rooms() *types.Set[socket.Room]
+	Join(...socket.Room)
+	Leave(socket.Room)
+}
+
+var _ roomSet = (*socket.Socket)(nil)
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
 func UserRoom(userID string) socket.Room { return socket.Room("user:" + userID) }
@@ -231,7 +242,7 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 //
 // A token with an exp ends the connection when it expires (expire).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
-	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
+	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: s, ready: make(chan struct{})}
 	if err := h.admit(c); err != nil {
 		return err
 	}
