@@ -240,7 +240,8 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // another goroutine, possibly before the "connection" listeners would run.
 // Each listener waits for Connect's work (the ready gate) before acting.
 //
-// A token with an exp ends the connection when it expires (expire).
+// A token with an exp ends the connection when it expires (expireAt); a
+// user with MaxSocketsPerUser sockets is refused (admit).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: s, ready: make(chan struct{})}
 	if err := h.admit(c); err != nil {
@@ -298,7 +299,9 @@ func (h *Sockets) admit(c *Conn) error {
 }
 
 // release ends the socket's reservation: the engine counts it now, or it
-// is gone. Only one of Connect and the close hook calls it for a socket.
+// is gone. Connect calls it, or the close hook of a socket closed before
+// Connect; should both run, the second call does nothing (Release is
+// idempotent).
 func (h *Sockets) release(c *Conn) {
 	if !c.reserved {
 		return
