@@ -311,10 +311,11 @@ func (a *REST) limited(w http.ResponseWriter, r *http.Request, key string) bool 
 	return a.limiter.RespondOnLimit(w, r, key)
 }
 
-// clientIP is the address requests failing authentication are limited by:
-// the one resolved by chi's ClientIPFrom* middleware when the server
-// installs one, else the connection's remote address.
-func clientIP(r *http.Request) string {
+// ClientIP is the address per-IP limits and logs name: the one resolved
+// from X-Forwarded-For by chi's ClientIPFromXFF when the request came
+// through a trusted proxy (PRESENCE_TRUSTED_PROXIES), else the
+// connection's remote address.
+func ClientIP(r *http.Request) string {
 	if ip := middleware.GetClientIP(r.Context()); ip != "" {
 		return httprate.CanonicalizeIP(ip)
 	}
@@ -327,7 +328,7 @@ func clientIP(r *http.Request) string {
 
 // refuse answers 401, unless the client address is over its limit (429).
 func (a *REST) refuse(w http.ResponseWriter, r *http.Request, reason string, given bool) {
-	if a.limited(w, r, "ip:"+clientIP(r)) {
+	if a.limited(w, r, "ip:"+ClientIP(r)) {
 		return
 	}
 	a.unauthorized(w, reason, given)

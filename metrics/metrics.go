@@ -29,6 +29,8 @@ type Metrics struct {
 	Events           *prometheus.CounterVec   // event, outcome
 	EventDuration    *prometheus.HistogramVec // event
 	Disconnects      *prometheus.CounterVec   // reason
+	// SlowConsumerDisconnects counts sockets closed for data they did not read.
+	SlowConsumerDisconnects prometheus.Counter
 
 	EventsRateLimited *prometheus.CounterVec // event
 	SocketsRefused    prometheus.Counter     // handshakes over the sockets-per-user cap
@@ -66,6 +68,10 @@ func New() *Metrics {
 			Name: "presenced_disconnects_total",
 			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
 		}, []string{"reason"}),
+		SlowConsumerDisconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_slow_consumer_disconnects_total",
+			Help: "Sockets disconnected because their client left too much outbound data unread, or unread too long.",
+		}),
 		EventsRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "presenced_events_rate_limited_total",
 			Help: "Client events refused with rate_limited (over the socket's limit for the event), by event name (\"unknown\" for unknown events).",
@@ -92,7 +98,7 @@ func New() *Metrics {
 		}),
 	}
 	reg.MustRegister(
-		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects,
+		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects, m.SlowConsumerDisconnects,
 		m.EventsRateLimited, m.SocketsRefused, m.TokensExpired,
 		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/httprate"
 
+	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
 )
 
@@ -104,7 +105,7 @@ func (s *Server) limitHandshakes(next http.Handler) http.Handler {
 		return next
 	}
 	limited := httprate.Limit(s.cfg.HandshakeLimit, s.cfg.HandshakeWindow,
-		httprate.WithKeyFuncs(httprate.KeyByIP),
+		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return handlers.ClientIP(r), nil }),
 		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
 			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
 			if w.Header().Get("Retry-After") == "" {
@@ -125,8 +126,16 @@ func (s *Server) limitHandshakes(next http.Handler) http.Handler {
 // capPollingBody refuses long-polling POST bodies over MaxBuffer with 413.
 // The engine checks Content-Length but silently truncates a body sent
 // without one (chunked), so such a body is read here, bounded, first.
+//
+// A long-polling GET gets a write deadline: the poll may wait up to the
+// ping interval for data, and its client then has MaxUnreadAge to take
+// it. A client that never reads its response no longer holds the
+// handler (and the data it was given) forever.
 func (s *Server) capPollingBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && s.cfg.MaxUnreadAge > 0 && r.URL.Query().Get("transport") == "polling" {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.PingInterval + s.cfg.MaxUnreadAge))
+		}
 		if r.Method == http.MethodPost {
 			if r.ContentLength > s.cfg.MaxBuffer {
 				writeError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")

@@ -35,11 +35,25 @@ import (
 // library's own websocket transport.
 const pongGuard = 50 * time.Millisecond
 
-func guardPongRace(conn engine.Socket) {
+// watchConn installs, on one engine connection, the ping-race guard above
+// and the outbound accounting of g (outbound.go): one listener per event
+// for both.
+func watchConn(conn engine.Socket, g *outboundGuard) {
 	var pingAt atomic.Int64
 	_ = conn.On("packetCreate", func(args ...any) {
-		if p, ok := firstPacket(args); ok && p.Type == packet.PING {
-			pingAt.Store(time.Now().UnixNano())
+		if p, ok := firstPacket(args); ok {
+			now := time.Now().UnixNano()
+			if p.Type == packet.PING {
+				pingAt.Store(now)
+			}
+			g.created(p, now)
+		}
+	})
+	_ = conn.On("flush", func(args ...any) {
+		if len(args) > 0 {
+			if ps, ok := args[0].([]*packet.Packet); ok {
+				g.flushed(ps)
+			}
 		}
 	})
 	_ = conn.On("packet", func(args ...any) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,25 @@ type Config struct {
 	HandshakeLimit  int           // handshakes per HandshakeWindow per IP; 0 disables
 	HandshakeWindow time.Duration // default 10s
 	ShutdownTimeout time.Duration // default 20s
+	// MaxUnread bounds the bytes a socket's client has not taken yet; over
+	// it the socket is disconnected (default 1 MiB, negative: no bound).
+	// MaxUnreadAge does the same for data that has waited that long
+	// (default 30s, negative: no bound); it is also each websocket write's
+	// deadline.
+	MaxUnread    int64
+	MaxUnreadAge time.Duration
+	// TrustedProxies are the load balancers whose X-Forwarded-For is
+	// believed (per-IP limits, logs); from anyone else it is ignored.
+	TrustedProxies []netip.Prefix
+	// ReadHeaderTimeout bounds how long a client may take to send a
+	// request's headers (slow-header clients), default 10s; IdleTimeout how
+	// long a keep-alive connection may wait for its next request, default
+	// 2m. Neither applies to a websocket once upgraded.
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	// Parser is the Socket.IO parser every client uses: "json" (default)
+	// or "msgpack" (socket.io-msgpack-parser, MsgpackParser).
+	Parser string
 	// Adapter, when set, carries rooms across nodes (cluster mode).
 	Adapter socket.AdapterConstructor
 	// LibraryWebsocket selects the Socket.IO library's own websocket
@@ -58,6 +78,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 20 * time.Second
+	}
+	if c.MaxUnread == 0 {
+		c.MaxUnread = 1 << 20
+	}
+	if c.MaxUnreadAge == 0 {
+		c.MaxUnreadAge = 30 * time.Second
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 2 * time.Minute
 	}
 	return c
 }
@@ -117,6 +149,12 @@ func (s *Server) newSocketIO() *socket.Server {
 	if s.cfg.Adapter != nil {
 		opts.SetAdapter(s.cfg.Adapter)
 	}
+	if s.cfg.Parser == "msgpack" {
+		// Every packet is then a binary message: our websocket transport
+		// hands them all to the library (it takes only text EVENTs of the
+		// JSON parser directly).
+		opts.SetParser(MsgpackParser{})
+	}
 	// The origin allow-list is enforced by our middleware in front of the
 	// engine, for every transport (middleware.go: a refused origin never
 	// reaches the engine). The engine is told to accept whatever reaches it:
@@ -124,7 +162,7 @@ func (s *Server) newSocketIO() *socket.Server {
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
 	if !s.cfg.LibraryWebsocket {
-		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer}))
+		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer, writeWait: max(s.cfg.MaxUnreadAge, 0)}))
 	}
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)
@@ -166,13 +204,28 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
-	guardPongRace(sock.Conn())
+	conn, user := sock.Conn(), claims.UserID
+	watchConn(conn, &outboundGuard{maxBytes: s.cfg.MaxUnread, maxWait: s.cfg.MaxUnreadAge, trip: func(why string, pending int64) {
+		s.deps.Metrics.SlowConsumerDisconnects.Inc()
+		s.log.Warn("slow consumer disconnected", "user_id", user, "sid", string(sock.Id()), "why", why, "unread_bytes", pending)
+		conn.Close(true)
+	}})
 	next(nil)
 }
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
+	if len(s.cfg.TrustedProxies) > 0 {
+		// The client is the first address, from the right, that is not a
+		// trusted proxy; a peer that is not one is the client itself, and
+		// its X-Forwarded-For is ignored (handlers.ClientIP reads it).
+		trusted := make([]string, len(s.cfg.TrustedProxies))
+		for i, p := range s.cfg.TrustedProxies {
+			trusted[i] = p.String()
+		}
+		r.Use(middleware.ClientIPFromXFF(trusted...))
+	}
 
 	ioHandler := s.io.ServeHandler(nil)
 	r.Group(func(r chi.Router) {
@@ -211,7 +264,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	for _, c := range s.deps.Ready {
 		if err := c.Check(ctx); err != nil {
-			checks[c.Name] = err.Error()
+			// The probe is public: its answer names no address, user or
+			// driver message; the log has the error.
+			s.log.Warn("readiness check failed", "check", c.Name, "err", err)
+			checks[c.Name] = "unavailable"
 			status = http.StatusServiceUnavailable
 		} else {
 			checks[c.Name] = "ok"
@@ -230,7 +286,8 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.router,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	errc := make(chan error, 1)
@@ -239,7 +296,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	select {
 	case err := <-errc:
-		s.closeSockets()
+		cctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		s.closeSockets(cctx)
 		return fmt.Errorf("server: %w", err)
 	case <-ctx.Done():
 	}
@@ -248,7 +307,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	s.draining.Store(true)
-	s.closeSockets()
+	s.closeSockets(sctx)
 	if err := hs.Shutdown(sctx); err != nil {
 		_ = hs.Close()
 		return fmt.Errorf("server: shutdown: %w", err)
@@ -259,12 +318,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // closeSockets disconnects every socket (running its disconnect handlers)
 // and closes the engine, which ends long-polling requests and websockets.
-func (s *Server) closeSockets() {
+// It gives up when ctx ends: whatever a connection does, shutdown keeps to
+// ShutdownTimeout (the listener's Close then cuts what is left).
+func (s *Server) closeSockets(ctx context.Context) {
 	before := s.deps.Sockets.Open()
 	done := make(chan struct{})
-	s.io.Close(func(error) { close(done) })
-	<-done
-	s.log.Info("sockets closed", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	go s.io.Close(func(error) { close(done) })
+	select {
+	case <-done:
+		s.log.Info("sockets closed", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	case <-ctx.Done():
+		s.log.Warn("sockets not all closed within the shutdown timeout", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
+	}
 }
 
 // Draining reports whether shutdown has begun.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -297,7 +298,7 @@ func TestPollingBodyCap(t *testing.T) {
 }
 
 func TestHealthAndReadiness(t *testing.T) {
-	failing := errors.New("connection refused")
+	failing := errors.New("dial tcp 10.1.2.3:6379: connection refused")
 	ok := newTestServer(t, server.Config{}, server.Check{Name: "store", Check: func(context.Context) error { return nil }})
 	bad := newTestServer(t, server.Config{}, server.Check{Name: "redis", Check: func(context.Context) error { return failing }})
 
@@ -307,7 +308,9 @@ func TestHealthAndReadiness(t *testing.T) {
 	if resp, body := do(t, "GET", ok.URL+"/readyz", "", nil); resp.StatusCode != 200 || !strings.Contains(body, `"store":"ok"`) {
 		t.Errorf("readyz ok: %d %q", resp.StatusCode, body)
 	}
-	if resp, body := do(t, "GET", bad.URL+"/readyz", "", nil); resp.StatusCode != 503 || !strings.Contains(body, "connection refused") {
+	// the public probe names the failing check, never the error (an
+	// internal address here)
+	if resp, body := do(t, "GET", bad.URL+"/readyz", "", nil); resp.StatusCode != 503 || !strings.Contains(body, `"redis":"unavailable"`) || strings.Contains(body, "10.1.2.3") || strings.Contains(body, "refused") {
 		t.Errorf("readyz failing: %d %q", resp.StatusCode, body)
 	}
 	resp, body := do(t, "GET", ok.URL+"/metrics", "", nil)
@@ -363,5 +366,76 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.SocketsConnected); got != 0 {
 		t.Errorf("sockets gauge after shutdown: %v", got)
+	}
+}
+
+// X-Forwarded-For counts for the per-IP handshake limit only from a
+// trusted proxy: the test client (127.0.0.1) is one for the first server
+// and not for the second.
+func TestHandshakeLimitTrustsOnlyConfiguredProxies(t *testing.T) {
+	xff := func(ip string) map[string]string { return map[string]string{"X-Forwarded-For": ip} }
+	behind := newTestServer(t, server.Config{HandshakeLimit: 1, HandshakeWindow: time.Minute, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	handshake(t, behind.URL, xff("203.0.113.1"))
+	handshake(t, behind.URL, xff("203.0.113.2"))              // another client behind the proxy
+	handshake(t, behind.URL, xff("203.0.113.9, 203.0.113.3")) // the right-most untrusted one counts
+	if resp, _ := do(t, "GET", behind.URL+"/socket.io/?EIO=4&transport=polling", "", xff("203.0.113.1")); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("second handshake of 203.0.113.1: %d, want 429", resp.StatusCode)
+	}
+
+	direct := newTestServer(t, server.Config{HandshakeLimit: 1, HandshakeWindow: time.Minute})
+	handshake(t, direct.URL, xff("203.0.113.1"))
+	// a client that is not a trusted proxy cannot pick a fresh address
+	if resp, _ := do(t, "GET", direct.URL+"/socket.io/?EIO=4&transport=polling", "", xff("203.0.113.2")); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("spoofed X-Forwarded-For from an untrusted peer: %d, want 429", resp.StatusCode)
+	}
+}
+
+// A client that sends its headers too slowly, or keeps an idle keep-alive
+// connection, is disconnected.
+func TestHTTPTimeouts(t *testing.T) {
+	v, _ := auth.NewHS256([]byte(secret))
+	m := metrics.New()
+	srv, err := server.New(server.Config{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond},
+		server.Deps{Log: slog.New(slog.DiscardHandler), Metrics: m, Verifier: v, Sockets: newSockets(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	defer func() { cancel(); <-done }()
+
+	closedWithin := func(c net.Conn, d time.Duration) bool {
+		_ = c.SetReadDeadline(time.Now().Add(d))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				var ne net.Error
+				return !(errors.As(err, &ne) && ne.Timeout())
+			}
+		}
+	}
+	slow, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	_, _ = slow.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")) // never ends its headers
+	if !closedWithin(slow, 3*time.Second) {
+		t.Error("a client with unfinished headers was not disconnected")
+	}
+
+	idle, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	_, _ = idle.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if !closedWithin(idle, 3*time.Second) {
+		t.Error("an idle keep-alive connection was not closed")
 	}
 }

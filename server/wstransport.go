@@ -48,6 +48,9 @@ type wsBuilder struct {
 	pool     *directPool
 	pongHold time.Duration // see holdPong
 	limit    int64         // the engine's maxHttpBufferSize
+	// writeWait is each write's deadline (0: none): a client that stops
+	// reading fails the write instead of holding the writer forever.
+	writeWait time.Duration
 }
 
 // wsPongHold is how long after its PING an early PONG is held on our
@@ -58,7 +61,7 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 }
 
 func (b *wsBuilder) New(ctx *types.HttpContext) transports.Transport {
-	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold}
+	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait}
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
@@ -71,16 +74,17 @@ func (*wsBuilder) UpgradesTo() []string  { return nil }
 type wsTransport struct {
 	transports.Transport
 
-	conn     *types.WebSocketConn
-	idle     time.Duration
-	direct   directEvents
-	pool     *directPool
-	pongHold time.Duration
-	frames   frameReader // the reader's
-	job      []byte      // the message a pool worker is handling (wspool.go)
-	jobDone  chan bool
-	slot     handlers.DirectSlot // the reader's cache for direct
-	idFn     func() string       // engineID, made once
+	conn      *types.WebSocketConn
+	idle      time.Duration
+	direct    directEvents
+	pool      *directPool
+	pongHold  time.Duration
+	writeWait time.Duration
+	frames    frameReader // the reader's
+	job       []byte      // the message a pool worker is handling (wspool.go)
+	jobDone   chan bool
+	slot      handlers.DirectSlot // the reader's cache for direct
+	idFn      func() string       // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
@@ -263,6 +267,9 @@ func (w *wsTransport) writeLocked(mt int, data []byte, compress bool) error {
 		compress = false
 	}
 	w.conn.EnableWriteCompression(compress)
+	if w.writeWait > 0 {
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.writeWait))
+	}
 	return w.conn.WriteMessage(mt, data)
 }
 

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -51,6 +52,10 @@ type Config struct {
 	HandshakeLimit    int
 	EventLimits       handlers.EventLimits
 	HandshakeWindow   time.Duration
+	TrustedProxies    []netip.Prefix
+	Parser            string        // json | msgpack
+	MaxUnread         int64         // -1: no bound
+	MaxUnreadAge      time.Duration // -1: no bound
 	ShutdownTimeout   time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
@@ -71,8 +76,12 @@ type setting struct {
 	apply func(c *Config, v string) error
 }
 
-func (s setting) flag() string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s.env, "PRESENCE_")), "_", "-")
+func (s setting) flag() string { return settingFlag(s.env) }
+
+// settingFlag is an environment variable's flag: its name in kebab case,
+// without PRESENCE_.
+func settingFlag(env string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "PRESENCE_")), "_", "-")
 }
 
 func str(dst func(*Config) *string) func(*Config, string) error {
@@ -248,6 +257,43 @@ var settings = []setting{
 		c.MaxBuffer = n
 		return nil
 	}},
+	{"PRESENCE_MAX_UNREAD", "1MB", "outbound bytes a socket's client may leave unread before it is disconnected (bytes, or with KB/MB suffix; 0: no bound)", func(c *Config, v string) error {
+		if v == "0" {
+			c.MaxUnread = -1
+			return nil
+		}
+		n, err := parseSize(v)
+		if err != nil {
+			return err
+		}
+		if n < 64<<10 {
+			return errors.New("must be at least 64KB, or 0 for no bound")
+		}
+		c.MaxUnread = n
+		return nil
+	}},
+	{"PRESENCE_MAX_UNREAD_AGE", "30s", "longest a socket's outbound data may wait unread before it is disconnected, whatever the client sends; also each websocket write's deadline (0: no bound)", func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			return errors.New("must be a duration such as 30s")
+		case d == 0:
+			c.MaxUnreadAge = -1
+		case d < time.Second:
+			return errors.New("must be at least 1s, or 0 for no bound")
+		default:
+			c.MaxUnreadAge = d
+		}
+		return nil
+	}},
+	{"PRESENCE_PARSER", "json", "Socket.IO parser: json (the default parser) or msgpack (socket.io-msgpack-parser, as in socket.io.msgpack.min.js); every client of the server must use the same", func(c *Config, v string) error {
+		switch v {
+		case "json", "msgpack":
+			c.Parser = v
+			return nil
+		}
+		return errors.New("must be json or msgpack")
+	}},
 	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -274,6 +320,25 @@ var settings = []setting{
 	eventLimit("PRESENCE_STATE_LIMIT", "30/1s:60", "state:set (its broadcasts are coalesced to 10/s)", func(l *handlers.EventLimits) *handlers.Limit { return &l.State }),
 	eventLimit("PRESENCE_HEARTBEAT_LIMIT", "10/1s:20", "heartbeat", func(l *handlers.EventLimits) *handlers.Limit { return &l.Heartbeat }),
 	eventLimit("PRESENCE_EVENT_LIMIT", "20/1s:50", "any other client event", func(l *handlers.EventLimits) *handlers.Limit { return &l.Other }),
+	{"PRESENCE_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of load balancers whose X-Forwarded-For is believed for per-IP limits and logs; from anyone else the header is ignored", func(c *Config, v string) error {
+		c.TrustedProxies = nil
+		for _, part := range strings.Split(v, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				a, aerr := netip.ParseAddr(part)
+				if aerr != nil {
+					return fmt.Errorf("%q is neither a CIDR nor an IP address", part)
+				}
+				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+			}
+			c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+		}
+		return nil
+	}},
 	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
 	{"PRESENCE_LOG_FORMAT", "", "text or json (default: text on a terminal, else json)", func(c *Config, v string) error {
 		switch v {
@@ -313,7 +378,7 @@ var errUsage = errors.New("usage")
 // parseConfig reads every setting from its flag, else its environment
 // variable, else its default, and validates the whole.
 // extra registers a subcommand's own flags.
-func parseConfig(name string, args []string, getenv func(string) string, usageOut io.Writer, extra func(*flag.FlagSet)) (Config, []string, error) {
+func parseConfig(name string, args []string, lookupEnv func(string) (string, bool), usageOut io.Writer, extra func(*flag.FlagSet)) (Config, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	if extra != nil {
@@ -332,13 +397,16 @@ func parseConfig(name string, args []string, getenv func(string) string, usageOu
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := checkPresentButEmpty(lookupEnv, vals, set); err != nil {
+		return Config{}, nil, err
+	}
 
 	var c Config
 	for _, s := range settings {
 		v := s.def
 		if set[s.flag()] {
 			v = *vals[s.env]
-		} else if e, ok := lookup(getenv, s.env); ok {
+		} else if e, ok := lookup(lookupEnv, s.env); ok {
 			v = e
 		}
 		if err := s.apply(&c, strings.TrimSpace(v)); err != nil {
@@ -358,9 +426,31 @@ func parseConfig(name string, args []string, getenv func(string) string, usageOu
 	return c, fs.Args(), nil
 }
 
-func lookup(getenv func(string) string, key string) (string, bool) {
-	v := getenv(key)
-	return v, v != ""
+// lookup reads an environment variable; an empty one counts as unset,
+// except for the four that choose dev mode (checkPresentButEmpty).
+func lookup(lookupEnv func(string) (string, bool), key string) (string, bool) {
+	v, ok := lookupEnv(key)
+	return v, ok && v != ""
+}
+
+// devModeVars choose dev mode by their absence (CONTRACT §4).
+var devModeVars = []string{"PRESENCE_JWT_SECRET", "PRESENCE_JWKS_URL", "REDIS_URL", "DATABASE_URL"}
+
+// checkPresentButEmpty refuses a dev-mode variable (or its flag) that is
+// present but empty: a deployment whose secret failed to render must not
+// start an open, zero-configuration node (CONTRACT §4).
+func checkPresentButEmpty(lookupEnv func(string) (string, bool), flags map[string]*string, set map[string]bool) error {
+	for _, name := range devModeVars {
+		flag := settingFlag(name)
+		v, present := lookupEnv(name)
+		if set[flag] {
+			v, present = *flags[name], true
+		}
+		if present && strings.TrimSpace(v) == "" {
+			return &ConfigError{Setting: fmt.Sprintf("%s (--%s)", name, flag), Value: "", Err: errors.New("is present but empty; unset it to run in dev mode, or give it a value")}
+		}
+	}
+	return nil
 }
 
 // finish derives dev mode and checks settings against each other.
@@ -527,8 +617,9 @@ Settings:
 	}
 	fmt.Fprint(w, `
 Dev mode: with none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL and
-DATABASE_URL set, the server runs one node in memory with a generated secret
-kept beside PRESENCE_DATA, and prints how to mint a token.
+DATABASE_URL present, the server runs one node in memory with a generated
+secret kept beside PRESENCE_DATA, and prints how to mint a token. One of them
+present but empty is a configuration error (exit 2), never dev mode.
 
 Exit codes: 0 after a clean shutdown, 1 on a runtime error, 2 on bad configuration.
 `)

@@ -15,12 +15,12 @@ import (
 	"github.com/presenced/presenced/auth"
 )
 
-func env(kv ...string) func(string) string {
+func env(kv ...string) func(string) (string, bool) {
 	m := map[string]string{}
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i]] = kv[i+1]
 	}
-	return func(k string) string { return m[k] }
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 func TestParseConfigDefaults(t *testing.T) {
@@ -139,6 +139,14 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad flush batch", []string{"--lastseen-flush-batch", "0"}, nil, "PRESENCE_LASTSEEN_FLUSH_BATCH"},
 		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
+		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/8,lb.internal"}, nil, "PRESENCE_TRUSTED_PROXIES"},
+		// present but empty: a configuration error, never dev mode (CONTRACT §4)
+		{"empty secret", nil, []string{"PRESENCE_JWT_SECRET", ""}, "PRESENCE_JWT_SECRET"},
+		{"blank secret", nil, []string{"PRESENCE_JWT_SECRET", "  "}, "PRESENCE_JWT_SECRET"},
+		{"empty jwks url", nil, []string{"PRESENCE_JWKS_URL", ""}, "PRESENCE_JWKS_URL"},
+		{"empty redis url", nil, []string{"REDIS_URL", ""}, "REDIS_URL"},
+		{"empty database url", nil, []string{"DATABASE_URL", ""}, "DATABASE_URL"},
+		{"empty secret flag", []string{"--jwt-secret", ""}, nil, "PRESENCE_JWT_SECRET"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,6 +162,31 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Errorf("exit code %d, want 2", got)
 			}
 		})
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	c, _, err := parseConfig("serve", []string{"--trusted-proxies", " 10.0.0.0/8, 192.168.1.7 ,::1,fd00::1/64"}, env(), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.TrustedProxies {
+		got = append(got, p.String())
+	}
+	if want := []string{"10.0.0.0/8", "192.168.1.7/32", "::1/128", "fd00::/64"}; !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// An empty value of any other setting still means its default.
+func TestEmptyOtherSettingIsDefault(t *testing.T) {
+	c, _, err := parseConfig("serve", nil, env("PRESENCE_TYPING_TTL", "", "PRESENCE_ADDR", ""), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.DevMode || c.Addr != ":3000" {
+		t.Fatalf("dev %v addr %q", c.DevMode, c.Addr)
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
 }
@@ -52,23 +52,23 @@ var errBadUsage = errors.New("bad usage (see presenced --help)")
 
 // run is the whole program: it parses the command line and the environment
 // and runs the chosen subcommand until ctx ends.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, args, getenv, stdout, stderr)
+		return serve(ctx, args, lookupEnv, stdout, stderr)
 	case "token":
-		return token(args, getenv, stdout, stderr)
+		return token(args, lookupEnv, stdout, stderr)
 	case "healthcheck":
-		return healthcheck(args, getenv, stdout)
+		return healthcheck(args, lookupEnv, stdout)
 	case "help":
 		printUsage(stdout)
 		return nil
 	case "migrate":
-		return migrate(ctx, args, getenv, stdout, stderr)
+		return migrate(ctx, args, lookupEnv, stdout, stderr)
 	default:
 		return fmt.Errorf("%w: unknown command %q", errBadUsage, cmd)
 	}
@@ -100,8 +100,8 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, rest, err := parseConfig("serve", args, getenv, stdout, nil)
+func serve(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
+	cfg, rest, err := parseConfig("serve", args, lookupEnv, stdout, nil)
 	if err != nil {
 		return err
 	}
@@ -161,6 +161,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if err := d.Drain(fctx); err != nil {
 			log.Warn("presence drain failed", "err", err)
 		}
+	}
+	// The disconnect work's events (leaves, offline statuses) reach the
+	// rooms and the last-seen buffer before anything below stops.
+	if err := a.events.Close(fctx); err != nil {
+		log.Warn("presence events not all delivered at shutdown", "err", err)
 	}
 	stopBG()
 	<-engineDone
@@ -297,13 +302,13 @@ func displayAddr(a net.Addr) string {
 }
 
 // token prints a token for <userId> on stdout, and nothing else there.
-func token(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	var user string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		user, args = args[0], args[1:]
 	}
 	var validFor time.Duration
-	cfg, rest, err := parseConfig("token", args, getenv, stdout, func(fs *flag.FlagSet) {
+	cfg, rest, err := parseConfig("token", args, lookupEnv, stdout, func(fs *flag.FlagSet) {
 		fs.DurationVar(&validFor, "valid-for", 24*time.Hour, "token lifetime")
 	})
 	if err != nil {
@@ -341,8 +346,8 @@ func token(args []string, getenv func(string) string, stdout, stderr io.Writer) 
 
 // healthcheck GETs this node's /healthz on the loopback address of
 // PRESENCE_ADDR (for container health checks: the image has no curl).
-func healthcheck(args []string, getenv func(string) string, stdout io.Writer) error {
-	cfg, _, err := parseConfig("healthcheck", args, getenv, stdout, nil)
+func healthcheck(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) error {
+	cfg, _, err := parseConfig("healthcheck", args, lookupEnv, stdout, nil)
 	if err != nil {
 		return err
 	}
@@ -365,7 +370,7 @@ func healthcheck(args []string, getenv func(string) string, stdout io.Writer) er
 
 // migrate applies the schema (up, the default) or shows its state (status)
 // on the configured store: DATABASE_URL, else the embedded file.
-func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func migrate(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) error {
 	action := "up"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		action, args = args[0], args[1:]
@@ -373,7 +378,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if action != "up" && action != "status" {
 		return fmt.Errorf("%w: usage: presenced migrate [up|status]", errBadUsage)
 	}
-	cfg, rest, err := parseConfig("migrate", args, getenv, stdout, nil)
+	cfg, rest, err := parseConfig("migrate", args, lookupEnv, stdout, nil)
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,7 @@ type app struct {
 	rdb      redis.UniversalClient
 	engine   presence.Engine
 	pipeline *lastseen.Pipeline
+	events   *presence.AsyncSink // the engine's events, delivered off the operations' path
 	rooms    *handlers.Rooms
 	sockets  *handlers.Sockets
 	bus      presence.StatusBus
@@ -194,11 +195,20 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.pipeline = lastseen.NewPipeline(buf, st, lcfg)
 	a.metrics.Registry.MustRegister(a.pipeline.Collectors()...)
 
+	// Room fan-out, status publication and last-seen records run after
+	// the operation that caused them has answered (a join's ack does not
+	// wait for them), in order per conversation and per user.
 	roomSink := a.rooms.Sink()
-	pcfg.Sink = func(ctx context.Context, ev []presence.Event) {
+	a.events = presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
 		roomSink(ctx, ev)
 		a.pipeline.HandleEvents(ctx, ev)
-	}
+	}, 0, 0)
+	a.closers = append(a.closers, func() error { // when serve did not run
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.events.Close(ctx)
+	})
+	pcfg.Sink = a.events.Sink()
 	var admission presence.Admission
 	if a.rdb != nil {
 		re := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
@@ -284,6 +294,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		CORSOrigins:     cfg.CORSOrigins,
 		HandshakeLimit:  cfg.HandshakeLimit,
 		HandshakeWindow: cfg.HandshakeWindow,
+		TrustedProxies:  cfg.TrustedProxies,
+		Parser:          cfg.Parser,
+		MaxUnread:       cfg.MaxUnread,
+		MaxUnreadAge:    cfg.MaxUnreadAge,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Adapter:         ioAdapter,
 	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes()})
