@@ -191,14 +191,14 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 // dev mode the generated secret (whose file it returns).
 func newVerifier(ctx context.Context, cfg Config, log *slog.Logger) (auth.Verifier, string, error) {
 	if cfg.JWKSURL != "" {
-		v, err := auth.NewJWKS(ctx, auth.JWKSConfig{URL: cfg.JWKSURL, Log: log.With("component", "jwks")})
+		v, err := auth.NewJWKS(ctx, auth.JWKSConfig{URL: cfg.JWKSURL, Log: log.With("component", "jwks")}, cfg.tokenOptions()...)
 		return v, "", err
 	}
 	secret, file, err := secretFor(cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	v, err := auth.NewHS256(secret)
+	v, err := auth.NewHS256(secret, cfg.tokenOptions()...)
 	return v, file, err
 }
 
@@ -283,7 +283,13 @@ func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return auth.SignHS256(secret, user, validFor, time.Now())
+	return auth.SignHS256(secret, user, validFor, time.Now(), cfg.tokenOptions()...)
+}
+
+// tokenOptions are the token requirements of PRESENCE_JWT_AUDIENCE and
+// PRESENCE_JWT_ISSUER (none when unset).
+func (c Config) tokenOptions() []auth.Option {
+	return []auth.Option{auth.WithAudience(c.JWTAudience...), auth.WithIssuer(c.JWTIssuer)}
 }
 
 // displayAddr turns a listen address into one a browser can open.
@@ -330,7 +336,7 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if err != nil {
 		return err
 	}
-	t, err := auth.SignHS256(secret, user, validFor, time.Now())
+	t, err := auth.SignHS256(secret, user, validFor, time.Now(), cfg.tokenOptions()...)
 	if err != nil {
 		return err
 	}

@@ -209,10 +209,14 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		return a.events.Close(ctx)
 	})
 	pcfg.Sink = a.events.Sink()
+	var admission presence.Admission
 	if a.rdb != nil {
-		a.engine = presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+		re := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+		a.engine, admission = re, re // the sockets-per-user cap is cluster-wide
 	} else {
-		a.engine = presence.NewMemoryEngine(presence.NewMemory(), pcfg)
+		mem := presence.NewMemory()
+		a.engine = presence.NewMemoryEngine(mem, pcfg)
+		admission = presence.NewMemoryAdmission(mem, nil)
 	}
 
 	var membership presence.Membership = presence.Open{}
@@ -241,7 +245,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatJitter:   cfg.HeartbeatJitter,
 		TypingTTL:         cfg.TypingTTL,
+		Limits:            cfg.EventLimits,
+		MaxSocketsPerUser: maxSockets(cfg.MaxSocketsPerUser),
 	}, handlers.SocketDeps{
+		Admission:     admission,
 		Log:           log.With("component", "sockets"),
 		Metrics:       a.metrics,
 		Engine:        a.engine,
@@ -316,4 +323,13 @@ func (a *app) close() {
 		}
 	}
 	a.closers = nil
+}
+
+// maxSockets maps PRESENCE_MAX_SOCKETS_PER_USER (0: no cap) to the
+// handlers' setting (0: the default, negative: no cap).
+func maxSockets(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
