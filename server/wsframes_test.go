@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -233,6 +234,75 @@ func TestFrameReaderFillBounded(t *testing.T) {
 	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, 1<<62 + 5} {
 		if err := f.fill(n); !errors.Is(err, errProtocol) {
 			t.Errorf("fill(%d): %v", n, err)
+		}
+	}
+}
+
+// allocatedBy reports the bytes fn allocates.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A frame's declared length is memory the reader grows into as the bytes
+// arrive, not at once: a 14-byte header declaring a message of the limit's
+// size used to cost a buffer of that size per connection, whether or not
+// anything followed.
+func TestFrameReaderGrowsAsBytesArrive(t *testing.T) {
+	const limit = 16 << 20
+	in := []byte{0x81, 0x80 | 127}
+	in = binary.BigEndian.AppendUint64(in, limit-1)
+	in = append(in, 1, 2, 3, 4)
+	in = append(in, bytes.Repeat([]byte{'x'}, 1000)...) // then the connection ends
+	f := &frameReader{conn: &scriptConn{data: in, chunk: 4096}, ctl: &ctlLog{}, limit: limit}
+	var err error
+	got := allocatedBy(func() { _, _, err = f.next() })
+	var ce *ws.CloseError
+	if !errors.As(err, &ce) || ce.Code != ws.CloseAbnormalClosure {
+		t.Fatalf("cut message: %v, want close 1006", err)
+	}
+	if got > 64<<10 {
+		t.Fatalf("%d bytes read allocated %d bytes", len(in), got)
+	}
+	// and a message of that size still arrives whole
+	msg := bytes.Repeat([]byte("0123456789abcdef"), (limit-16)/16)
+	f = &frameReader{conn: &scriptConn{data: frame(true, opBinary, msg, false), chunk: 64 << 10}, ctl: &ctlLog{}, limit: limit}
+	if mt, got, err := f.next(); err != nil || mt != ws.BinaryMessage || !bytes.Equal(got, msg) {
+		t.Fatalf("large message: %d bytes, %v", len(got), err)
+	}
+}
+
+// After a large message, the buffer kept for the next one is small even
+// when the last read brought in the next frame's first bytes (the large
+// buffer was kept as long as reads kept overlapping frames).
+func TestFrameReaderShrinksAfterLargeMessage(t *testing.T) {
+	mid := bytes.Repeat([]byte("0123456789"), 300)
+	big := bytes.Repeat([]byte("0123456789"), 500)
+	small := []byte(`42["heartbeat",{"active":true}]`)
+	var in []byte
+	in = append(in, frame(true, opText, mid, false)...)
+	in = append(in, frame(true, opText, big, false)...)
+	for range 3 {
+		in = append(in, frame(true, opText, small, false)...)
+	}
+	for _, chunk := range []int{7, 100, 1000, 1 << 20} {
+		f, _ := newFrames(in, chunk)
+		for _, want := range [][]byte{mid, big} {
+			if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, want) {
+				t.Fatalf("chunk %d: large message: %d bytes, %v", chunk, len(msg), err)
+			}
+		}
+		for i := range 3 {
+			if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, small) {
+				t.Fatalf("chunk %d: message %d: %q, %v", chunk, i, msg, err)
+			}
+			if cap(f.buf) > frameBufKeep {
+				t.Fatalf("chunk %d: a buffer of %d bytes kept after the large message", chunk, cap(f.buf))
+			}
 		}
 	}
 }
