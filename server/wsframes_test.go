@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,26 +285,114 @@ func TestFrameReaderShrinksAfterLargeMessage(t *testing.T) {
 	mid := bytes.Repeat([]byte("0123456789"), 300)
 	big := bytes.Repeat([]byte("0123456789"), 500)
 	small := []byte(`42["heartbeat",{"active":true}]`)
-	var in []byte
-	in = append(in, frame(true, opText, mid, false)...)
-	in = append(in, frame(true, opText, big, false)...)
-	for range 3 {
-		in = append(in, frame(true, opText, small, false)...)
-	}
-	for _, chunk := range []int{7, 100, 1000, 1 << 20} {
-		f, _ := newFrames(in, chunk)
-		for _, want := range [][]byte{mid, big} {
-			if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, want) {
-				t.Fatalf("chunk %d: large message: %d bytes, %v", chunk, len(msg), err)
+	smalls := bytes.Repeat(frame(true, opText, small, false), 3)
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		large [][]byte
+	}{
+		// a large message in a buffer grown for an earlier one
+		{"after a smaller one", slices.Concat(frame(true, opText, mid, false), frame(true, opText, big, false), smalls), [][]byte{mid, big}},
+		// a fragment read into the buffer grown for the first
+		{"fragmented", slices.Concat(frame(false, opText, big[:4500], false), frame(true, opContinuation, big[4500:], false), smalls), [][]byte{big}},
+	} {
+		for _, chunk := range []int{7, 100, 1000, 1 << 20} {
+			f, _ := newFrames(tc.in, chunk)
+			for _, want := range tc.large {
+				if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, want) {
+					t.Fatalf("%s, chunk %d: large message: %d bytes, %v", tc.name, chunk, len(msg), err)
+				}
+			}
+			for i := range 3 {
+				if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, small) {
+					t.Fatalf("%s, chunk %d: message %d: %q, %v", tc.name, chunk, i, msg, err)
+				}
+				if cap(f.buf) > frameBufKeep {
+					t.Fatalf("%s, chunk %d: a buffer of %d bytes kept after the large message", tc.name, chunk, cap(f.buf))
+				}
 			}
 		}
-		for i := range 3 {
-			if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, small) {
-				t.Fatalf("chunk %d: message %d: %q, %v", chunk, i, msg, err)
-			}
-			if cap(f.buf) > frameBufKeep {
-				t.Fatalf("chunk %d: a buffer of %d bytes kept after the large message", chunk, cap(f.buf))
-			}
+	}
+}
+
+// fuzzFrameLimit is the fuzzed reader's limit: above frameBufKeep, so that
+// buffers grown for a large message, and released after it, are exercised.
+const fuzzFrameLimit = 6000
+
+type readFrames struct {
+	msgs  []string // type and bytes of each message
+	ctl   []string // control frames written
+	err   string   // how the reader ended
+	wrong string   // a bound the reader broke
+}
+
+// readAllFrames runs a reader over in, served chunk bytes per read, until
+// it fails, checking its bounds after every message.
+func readAllFrames(in []byte, chunk int) readFrames {
+	l := &ctlLog{}
+	f := &frameReader{conn: &scriptConn{data: in, chunk: chunk}, ctl: l, limit: fuzzFrameLimit}
+	var out readFrames
+	for {
+		mt, msg, err := f.next()
+		if err != nil {
+			out.ctl, out.err = l.frames, err.Error()
+			return out
+		}
+		// a message is 6 bytes of input at least (2 of header, 4 of mask)
+		switch {
+		case len(out.msgs) >= len(in)/6:
+			out.wrong = fmt.Sprintf("more messages than %d bytes can hold", len(in))
+		case len(msg) > fuzzFrameLimit:
+			out.wrong = fmt.Sprintf("a message of %d bytes, over the limit", len(msg))
+		case cap(f.buf) > max(fuzzFrameLimit, frameBufKeep):
+			out.wrong = fmt.Sprintf("a buffer of %d bytes for a message of %d", cap(f.buf), len(msg))
+		}
+		if out.wrong != "" {
+			return out
+		}
+		out.msgs = append(out.msgs, string(rune('0'+mt))+":"+string(msg))
+		// between messages (as next starts): what is kept stays small,
+		// as what a read brings in beyond a message is less than a chunk
+		f.release()
+		if cap(f.buf) > frameBufKeep || cap(f.frag) > frameBufKeep {
+			out.wrong = fmt.Sprintf("buffers of %d and %d bytes kept between messages (reads of %d bytes)", cap(f.buf), cap(f.frag), chunk)
+			return out
 		}
 	}
+}
+
+// FuzzFrameReader feeds bytes to the frame reader, in small reads: it must
+// neither panic nor hang, keep its limit and its buffers' bounds, and read
+// the same messages, write the same control frames and end the same way
+// whatever the size of the reads. testdata/fuzz/FuzzFrameReader holds the
+// edge cases: 64-bit lengths (2^63-1, 2^63, 2^64-1, just over the limit),
+// fragments with control frames between them, bad CLOSE frames.
+func FuzzFrameReader(f *testing.F) {
+	hb := []byte(`42["heartbeat",{"active":true}]`)
+	f.Add(byte(3), bytes.Join([][]byte{frame(true, opText, hb, false), frame(true, opText, hb, false), frame(true, opBinary, []byte{0, 1}, false)}, nil))
+	f.Add(byte(7), bytes.Join([][]byte{
+		frame(false, opText, []byte(`42["a`), false), frame(true, opPing, []byte("p"), false),
+		frame(true, opContinuation, []byte(`"]`), false), frame(true, opClose, []byte{0x03, 0xe8}, false),
+	}, nil))
+	f.Add(byte(63), frame(true, opText, bytes.Repeat([]byte("x"), fuzzFrameLimit+1), false))
+	f.Fuzz(func(t *testing.T, chunk byte, in []byte) {
+		done := make(chan [2]readFrames, 1)
+		go func() {
+			done <- [2]readFrames{readAllFrames(in, int(chunk%64)+1), readAllFrames(in, len(in)+1)}
+		}()
+		select {
+		case got := <-done:
+			small, whole := got[0], got[1]
+			for _, r := range got {
+				if r.wrong != "" {
+					t.Fatal(r.wrong)
+				}
+			}
+			if !slices.Equal(small.msgs, whole.msgs) || !slices.Equal(small.ctl, whole.ctl) || small.err != whole.err {
+				t.Fatalf("reads of %d bytes: %q %q %s\nall at once: %q %q %s", chunk%64+1, small.msgs, small.ctl, small.err, whole.msgs, whole.ctl, whole.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d bytes not read within 10 s", len(in))
+		}
+	})
 }
