@@ -1,3 +1,19 @@
+// Kept hand-written after a comparison with github.com/gobwas/ws v1.5.0
+// (2026-12-01, Go 1.26.8, 2 shared cores under load, medians of 5 runs of
+// 1,000 masked heartbeat frames 42["heartbeat",{"active":true}] read from
+// an in-memory connection in 4 KB reads): this reader 80 ns/op, gobwas's
+// ReadHeaderBuffer on a bufio.Reader with Cipher 121 ns/op, its
+// wsutil.Reader 200 ns/op; all three 0 allocs/op. The comparison
+// (wsframes_gobwas_test.go, build tag compare_gobwas) needs gobwas, which
+// go.mod does not require, so it runs against a copy of go.mod:
+//
+//	cp go.mod /tmp/cmp.mod && cp go.sum /tmp/cmp.sum &&
+//	go get -modfile=/tmp/cmp.mod github.com/gobwas/ws@v1.5.0 &&
+//	go test -modfile=/tmp/cmp.mod -tags compare_gobwas -run Gobwas -bench FrameReader -count 5 ./server/
+//
+// (go mod tidy reads files of every build tag: it would add gobwas to
+// go.mod, as a test dependency only.)
+
 package server
 
 import (

@@ -181,6 +181,38 @@ func TestFrameReaderDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// loopConn serves data over and over, at most 4096 bytes per read (a
+// socket's read).
+type loopConn struct {
+	scriptConn
+	all []byte
+}
+
+func (c *loopConn) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		c.data = c.all
+	}
+	return c.scriptConn.Read(p)
+}
+
+func heartbeats() []byte {
+	return bytes.Repeat(frame(true, opText, []byte(`42["heartbeat",{"active":true}]`), false), 1000)
+}
+
+// BenchmarkFrameReader reads small masked text frames, heartbeats, from
+// an in-memory connection (wsframes_gobwas_test.go compares gobwas/ws).
+func BenchmarkFrameReader(b *testing.B) {
+	all := heartbeats()
+	f := &frameReader{conn: &loopConn{scriptConn: scriptConn{chunk: 4096}, all: all}, ctl: &ctlLog{}, limit: 100 << 10}
+	b.SetBytes(int64(len(all) / 1000))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := f.next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // A declared length that would overflow when added to the fragment so far
 // is refused at once (the reader used to wrap negative, pass the limit
 // check, and spin on an empty read forever).
