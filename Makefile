@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin/presenced
 
-.PHONY: build test test-go test-e2e test-compose vet e2e-deps clean
+.PHONY: build test test-go test-fuzz test-e2e test-compose vet e2e-deps clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/presenced
@@ -14,6 +14,10 @@ vet:
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+# Every fuzz target, briefly (FUZZTIME=30s for longer runs).
+test-fuzz:
+	GO=$(GO) ./scripts/fuzz-all.sh
 
 e2e-deps:
 	cd e2e && { [ -d node_modules ] || npm ci --no-audit --no-fund; }
@@ -26,7 +30,7 @@ test-compose:
 	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config -q
 	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config | grep -c 'healthcheck:' | grep -qx 3
 
-test: vet e2e-deps test-go test-compose test-e2e
+test: vet e2e-deps test-go test-fuzz test-compose test-e2e
 
 clean:
 	rm -rf bin
