@@ -61,6 +61,20 @@ func (o obj) MarshalJSON() ([]byte, error) { return appendJSON(nil, o) }
 
 var errUnsupported = errors.New("adapter: value cannot be encoded")
 
+// errTooLong: msgpack lengths have 32 bits. A longer string, binary, array
+// or map would go out with its length cut to the low 32 bits, which a
+// reader takes for a short value followed by garbage.
+var errTooLong = fmt.Errorf("%w: a string, binary, array or map of 2^32 or more", errUnsupported)
+
+// checkLength refuses what a msgpack length cannot count, before anything
+// of it is written.
+func checkLength(n int) error {
+	if uint64(n) > math.MaxUint32 {
+		return errTooLong
+	}
+	return nil
+}
+
 // encodeMsgpack returns the notepack-compatible encoding of v.
 func encodeMsgpack(v any) ([]byte, error) {
 	return appendMsgpack(make([]byte, 0, 128), v)
@@ -76,7 +90,7 @@ func appendMsgpack(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, 0xc2), nil
 	case string:
-		return appendMsgpackString(b, v), nil
+		return appendMsgpackString(b, v)
 	case int:
 		return appendMsgpackInt(b, int64(v)), nil
 	case int8:
@@ -104,28 +118,36 @@ func appendMsgpack(b []byte, v any) ([]byte, error) {
 	case json.Number:
 		return appendMsgpackNumber(b, v)
 	case []byte:
-		return appendMsgpackBin(b, v), nil
+		return appendMsgpackBin(b, v)
 	case *types.StringBuffer:
 		if v == nil || v.Buffer == nil {
 			return append(b, 0xc0), nil
 		}
-		return appendMsgpackString(b, v.String()), nil
+		return appendMsgpackString(b, v.String())
 	case types.BufferInterface:
 		if isNilPointer(v) {
 			return append(b, 0xc0), nil
 		}
-		return appendMsgpackBin(b, v.Bytes()), nil
+		return appendMsgpackBin(b, v.Bytes())
 	case obj:
+		if err := checkLength(len(v)); err != nil {
+			return b, err
+		}
 		b = appendMsgpackMapHeader(b, len(v))
 		var err error
 		for _, e := range v {
-			b = appendMsgpackString(b, e.k)
+			if b, err = appendMsgpackString(b, e.k); err != nil {
+				return b, err
+			}
 			if b, err = appendMsgpack(b, e.v); err != nil {
 				return b, err
 			}
 		}
 		return b, nil
 	case []any:
+		if err := checkLength(len(v)); err != nil {
+			return b, err
+		}
 		b = appendMsgpackArrayHeader(b, len(v))
 		var err error
 		for _, e := range v {
@@ -135,9 +157,15 @@ func appendMsgpack(b []byte, v any) ([]byte, error) {
 		}
 		return b, nil
 	case []string:
+		if err := checkLength(len(v)); err != nil {
+			return b, err
+		}
 		b = appendMsgpackArrayHeader(b, len(v))
+		var err error
 		for _, e := range v {
-			b = appendMsgpackString(b, e)
+			if b, err = appendMsgpackString(b, e); err != nil {
+				return b, err
+			}
 		}
 		return b, nil
 	case map[string]any:
@@ -149,10 +177,15 @@ func appendMsgpack(b []byte, v any) ([]byte, error) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
+		if err := checkLength(len(keys)); err != nil {
+			return b, err
+		}
 		b = appendMsgpackMapHeader(b, len(keys))
 		var err error
 		for _, k := range keys {
-			b = appendMsgpackString(b, k)
+			if b, err = appendMsgpackString(b, k); err != nil {
+				return b, err
+			}
 			if b, err = appendMsgpack(b, v[k]); err != nil {
 				return b, err
 			}
@@ -164,7 +197,7 @@ func appendMsgpack(b []byte, v any) ([]byte, error) {
 		if err != nil {
 			return b, fmt.Errorf("adapter: read binary argument: %w", err)
 		}
-		return appendMsgpackBin(b, data), nil
+		return appendMsgpackBin(b, data)
 	}
 	if isFunc(v) {
 		return append(b, 0xc0), nil
@@ -186,8 +219,11 @@ func isNilPointer(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-func appendMsgpackString(b []byte, s string) []byte {
+func appendMsgpackString(b []byte, s string) ([]byte, error) {
 	n := len(s)
+	if err := checkLength(n); err != nil {
+		return b, err
+	}
 	switch {
 	case n < 0x20:
 		b = append(b, 0xa0|byte(n))
@@ -199,11 +235,14 @@ func appendMsgpackString(b []byte, s string) []byte {
 		b = append(b, 0xdb)
 		b = binary.BigEndian.AppendUint32(b, uint32(n))
 	}
-	return append(b, s...)
+	return append(b, s...), nil
 }
 
-func appendMsgpackBin(b []byte, p []byte) []byte {
+func appendMsgpackBin(b []byte, p []byte) ([]byte, error) {
 	n := len(p)
+	if err := checkLength(n); err != nil {
+		return b, err
+	}
 	switch {
 	case n < 0x100:
 		b = append(b, 0xc4, byte(n))
@@ -213,7 +252,7 @@ func appendMsgpackBin(b []byte, p []byte) []byte {
 		b = append(b, 0xc6)
 		b = binary.BigEndian.AppendUint32(b, uint32(n))
 	}
-	return append(b, p...)
+	return append(b, p...), nil
 }
 
 func appendMsgpackArrayHeader(b []byte, n int) []byte {
