@@ -667,7 +667,12 @@ func (d *msgpackDecoder) mapOf(n int, depth int) (any, error) {
 	return m, nil
 }
 
-// keyString renders a map key the way a JavaScript object key would be.
+// keyString renders a map key the way a JavaScript object key would be
+// (String(key)): an array joins its elements with commas (null as
+// nothing), binary is its bytes as text, and a map is "[object Object]".
+// A map is not printed whole: maps nested as each other's keys would
+// print the innermost key again at every level (10 KB under 500 levels
+// allocated 7 MB).
 func keyString(k any) string {
 	switch k := k.(type) {
 	case string:
@@ -678,9 +683,38 @@ func keyString(k any) string {
 		return "null"
 	case bool:
 		return strconv.FormatBool(k)
-	default:
-		return fmt.Sprint(k)
 	}
+	return string(appendKeyString(nil, k, true))
+}
+
+// appendKeyString appends keyString(k); top is false inside an array.
+func appendKeyString(b []byte, k any, top bool) []byte {
+	switch k := k.(type) {
+	case string:
+		return append(b, k...)
+	case float64:
+		return strconv.AppendFloat(b, k, 'f', -1, 64)
+	case nil:
+		if top {
+			return append(b, "null"...)
+		}
+		return b
+	case bool:
+		return strconv.AppendBool(b, k)
+	case []byte:
+		return append(b, k...)
+	case []any:
+		for i, e := range k {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendKeyString(b, e, false)
+		}
+		return b
+	case map[string]any:
+		return append(b, "[object Object]"...)
+	}
+	return fmt.Append(b, k)
 }
 
 // ext reads an extension of n data bytes. The timestamp type (-1) becomes

@@ -298,3 +298,41 @@ func FuzzMsgpackRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// A map key that is itself a map is "[object Object]", as in JavaScript:
+// it used to be printed whole (fmt), so maps nested as each other's keys
+// printed the innermost key once per level (a 10 KB key under 500 levels:
+// 11 KB of input, more than 10 MB allocated).
+func TestMsgpackKeysOfKeysBounded(t *testing.T) {
+	const depth, size = 500, 10000
+	in := bytes.Repeat([]byte{0x81}, depth)
+	in = append(in, 0xda, size>>8, size&0xff)
+	in = append(in, bytes.Repeat([]byte{'k'}, size)...)
+	in = append(in, bytes.Repeat([]byte{0xc0}, depth)...)
+	var v any
+	var err error
+	got := allocatedBy(func() { v, err = decodeMsgpack(in) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := v.(map[string]any); !ok || len(m) != 1 || !has(m, "[object Object]") {
+		t.Errorf("decoded %.80v", v)
+	}
+	if limit := uint64(64 * len(in)); got > limit {
+		t.Errorf("%d bytes of input allocated %d bytes (more than %d)", len(in), got, limit)
+	}
+	// keys of other kinds, as String(key) gives them in JavaScript
+	for _, tc := range []struct {
+		key  []byte
+		want string
+	}{
+		{[]byte{0x93, 0x01, 0xc0, 0x92, 0xa1, 'a', 0x80}, "1,,a,[object Object]"},
+		{[]byte{0xc4, 2, 'h', 'i'}, "hi"},
+		{[]byte{0xc0}, "null"}, {[]byte{0xc3}, "true"}, {[]byte{0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}, "1.5"}, {[]byte{0x90}, ""},
+	} {
+		v, err := decodeMsgpack(append(append([]byte{0x81}, tc.key...), 0xc0))
+		if m, ok := v.(map[string]any); err != nil || !ok || !has(m, tc.want) {
+			t.Errorf("key % x: %#v %v, want the key %q", tc.key, v, err, tc.want)
+		}
+	}
+}
