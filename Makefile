@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin/presenced
 
-.PHONY: build test test-go test-e2e test-compose vet e2e-deps clean
+.PHONY: build test test-go test-fuzz test-e2e test-compose vet e2e-deps clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/presenced
@@ -14,6 +14,10 @@ vet:
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+# Every fuzz target, briefly (FUZZTIME=30s for longer runs).
+test-fuzz:
+	GO=$(GO) ./scripts/fuzz-all.sh
 
 e2e-deps:
 	cd e2e && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
@@ -32,7 +36,7 @@ test-compose:
 	PRESENCE_LB_BIND=127.0.0.1:3000 PRESENCE_LB_MONITOR=127.0.0.1:8404 PRESENCE_NODE1=127.0.0.1:1 PRESENCE_NODE2=127.0.0.1:2 PRESENCE_NODE3=127.0.0.1:3 \
 		haproxy -c -q -f deploy/haproxy.cfg                            # the balancer config parses
 
-test: vet e2e-deps test-go test-compose test-e2e
+test: vet e2e-deps test-go test-fuzz test-compose test-e2e
 
 clean:
 	rm -rf bin
