@@ -43,7 +43,7 @@ describe('token expiry', { timeout: 60000 }, () => {
       await waitFor(socket, 'disconnect', { timeoutMs: 8000 });
       const drop = disconnects[0];
       const expMs = minted[0] * 1000;
-      assert.ok(drop.at >= expMs - 200 && drop.at <= expMs + 2000, `dropped at exp: ${drop.at - expMs} ms after it`);
+      assert.ok(drop.at >= expMs - 200 && drop.at <= expMs + 4000, `dropped at exp: ${drop.at - expMs} ms after it`);
       // Not "io server disconnect" (a DISCONNECT packet would stop reconnection).
       assert.equal(drop.reason, 'transport close', `disconnect reason: ${drop.reason}`);
       if (sessions.length < 2) await waitFor(socket, 'session', { timeoutMs: 8000 });
