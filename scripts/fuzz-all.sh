@@ -65,10 +65,24 @@ for t in "${targets[@]}"; do
 		importpath=$($GO list "$dir/")
 	fi
 	echo "fuzz-all: $name in $dir/ for $FUZZTIME"
+	corpus="$dir/testdata/fuzz/$name"
+	before=$(ls "$corpus" 2>/dev/null | sort || true)
+	out="$bin/out.txt"
 	if ! (cd "$dir" && "$exe" -test.run '^$' -test.fuzz "^${name}\$" -test.fuzztime "$FUZZTIME" \
-		-test.fuzzcachedir "$cache/$importpath" -test.timeout 10m -test.paniconexit0); then
-		echo "fuzz-all: FAIL $name in $dir/ ($passed of $count passed before it, $((SECONDS - start)) s; the input is in $dir/testdata/fuzz/$name/)"
-		exit 1
+		-test.fuzzcachedir "$cache/$importpath" -test.timeout 10m -test.paniconexit0) >"$out" 2>&1; then
+		cat "$out"
+		after=$(ls "$corpus" 2>/dev/null | sort || true)
+		# Go's own coordinator can report its -fuzztime deadline as a
+		# failure on a loaded machine (golang/go#75804, fixed in Go 1.27):
+		# a bare "context deadline exceeded" and no failing input written.
+		if [ "$before" = "$after" ] && grep -qx '    context deadline exceeded' "$out" && ! grep -q 'Failing input written' "$out"; then
+			echo "fuzz-all: $name stopped on Go's fuzztime deadline race (golang/go#75804), no failing input: not a finding"
+		else
+			echo "fuzz-all: FAIL $name in $dir/ ($passed of $count passed before it, $((SECONDS - start)) s; the input is in $corpus/)"
+			exit 1
+		fi
+	else
+		tail -n 3 "$out"
 	fi
 	passed=$((passed + 1))
 done
