@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -265,7 +266,7 @@ func TestFrameReaderHugeLengthsRefused(t *testing.T) {
 // fill refuses a count no frame can need, rather than trusting it.
 func TestFrameReaderFillBounded(t *testing.T) {
 	f, _ := newFrames(nil, 4096)
-	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, 1<<62 + 5} {
+	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, math.MaxInt} {
 		if err := f.fill(n); !errors.Is(err, errProtocol) {
 			t.Errorf("fill(%d): %v", n, err)
 		}
@@ -427,4 +428,20 @@ func FuzzFrameReader(f *testing.F) {
 			t.Fatalf("%d bytes not read within 10 s", len(in))
 		}
 	})
+}
+
+// With a limit above what an int holds (32-bit platforms), a declared
+// length there is refused: int(n) used to keep its low 32 bits, and 2^32+3
+// read as a 3-byte message, the rest of the stream taken for frames. (On
+// 64 bits the length is within the limit, and the connection ends first.)
+func TestFrameReaderLengthBeyondInt(t *testing.T) {
+	in := []byte{0x81, 0x80 | 127}
+	in = binary.BigEndian.AppendUint64(in, 1<<32+3)
+	in = append(in, 0, 0, 0, 0)
+	in = append(in, "abc"...)
+	in = append(in, frame(true, opText, []byte(`42["heartbeat"]`), false)...)
+	f := &frameReader{conn: &scriptConn{data: in, chunk: 4096}, ctl: &ctlLog{}, limit: 1 << 40}
+	if mt, msg, err := f.next(); err == nil {
+		t.Fatalf("read a message %d %q out of a frame of 2^32+3 bytes", mt, msg)
+	}
 }
