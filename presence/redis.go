@@ -175,12 +175,13 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
 	e.local[s.ID] = rs
 	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
+	reg := registry(rs)     // under mu: a Join may already write rs.convs
 	e.mu.Unlock()
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
 	pipe.ZAddNX(ctx, e.kNodes, redis.Z{Score: float64(ms(now)), Member: e.cfg.NodeID})
-	pipe.HSet(ctx, e.kNode, s.ID, registry(rs))
+	pipe.HSet(ctx, e.kNode, s.ID, reg)
 	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, ms(now), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		// The scripts may have run although the reply was lost: the
@@ -230,7 +231,11 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, at time.Time) (batch, error) {
 	deadline := now.Add(e.cfg.FlapGrace)
+	// s.convs is written under mu by a Leave, Join or undoJoin of the same
+	// socket that may still be running.
+	e.mu.Lock()
 	convs := sortedKeys(s.convs)
+	e.mu.Unlock()
 	pipe := e.rdb.Pipeline()
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
