@@ -116,6 +116,7 @@ func refreshFleet(t *testing.T, rdb redis.UniversalClient, rcfg presence.RedisCo
 	clock.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMilli())
 	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
 	eng := presence.NewRedisEngine(rdb, cfg, rcfg)
+	presence.SetRedisClock(eng, cfg.Now)
 	for i := range sockets {
 		sid := fmt.Sprintf("s%d", i)
 		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
@@ -267,6 +268,7 @@ func TestRedisActivityGroupCommit(t *testing.T) {
 	clock.Store(time.Now().UnixMilli())
 	now := func() time.Time { return time.UnixMilli(clock.Load()) }
 	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: 45 * time.Second, AwayAfter: time.Minute, Now: now}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, now)
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
 
@@ -136,7 +137,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// shutdown's disconnect work needs them; then they stop in order.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
+	// The engine ends early only if another live node holds this node's id
+	// (found at the first connection to Redis): the server stops then.
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	var engineErr error
+	go func() {
+		defer close(engineDone)
+		if engineErr = a.engine.Run(bg); engineErr != nil {
+			log.Error("presence engine stopped; shutting down", "err", engineErr)
+			stopServe()
+		}
+	}()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	go func() {
 		defer close(busDone)
@@ -151,7 +163,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	}()
 
-	serveErr := a.srv.Serve(ctx, ln)
+	serveErr := a.srv.Serve(sctx, ln)
 
 	fctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -171,6 +183,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	if err := a.engine.Close(); err != nil {
 		log.Warn("presence close failed", "err", err)
+	}
+	if errors.Is(engineErr, presence.ErrNodeIDTaken) {
+		return nodeIDTaken(cfg)
 	}
 	if serveErr != nil {
 		return serveErr
