@@ -41,6 +41,10 @@ var ErrNodeIDTaken = errors.New("presence: the node id is held by another live n
 // has not lapsed yet, or this instance is being reaped); try again later.
 var errLeaseWait = errors.New("presence: waiting to claim the node lease")
 
+// timerClaim is how long a node that claimed due timers has to fire and
+// acknowledge them before they are due again (for another node, if it died).
+const timerClaim = 5 * time.Second
+
 // reapClaim is how long a reaper holds a dead instance before another node
 // may take the reap over; the reaper extends it as it goes.
 const reapClaim = 15 * time.Second
@@ -58,7 +62,7 @@ type RedisEngine struct {
 	rcfg RedisConfig
 	log  *slog.Logger
 
-	kUsers, kDue, kLease, kHolder, kReap, kNode string
+	kUsers, kDue, kClaimed, kLease, kHolder, kReap, kNode string
 
 	token     string           // this process's instance token
 	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
@@ -109,7 +113,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	p := rcfg.Prefix
 	e := &RedisEngine{
 		rdb: rdb, cfg: cfg, rcfg: rcfg, log: rcfg.Log,
-		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
+		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
@@ -174,7 +178,7 @@ func unavailable(op string, err error) error {
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
 var scripts = []*redis.Script{convJoin, convRoster, convLeave, convGrace, typingStart, typingStop,
-	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, popDue,
+	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue,
 	nodeLease, nodeRelease, claimDead, reapHeld}
 
 // exec runs a pipeline. Scripts in pipelines go as EVALSHA, which fails
@@ -1121,32 +1125,40 @@ func (e *RedisEngine) reapNode(ctx context.Context, item string, deadline int64,
 }
 
 // runDue runs the timers that are due: typing expiry, grace ends, away.
+// Timers are claimed, fired, then acknowledged: a node that dies (or loses
+// a reply) between the two leaves them claimed, and they fire again, on
+// any node, once the claim runs out. Firing is idempotent: each script
+// checks that its moment has come and its work is not done yet, and only
+// a change it makes is announced.
 func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
 	for range 10 { // at most 10 × 200 timers per tick
-		items, err := popDue.Run(ctx, e.rdb, []string{e.kDue}, e.clk(), 200).StringSlice()
-		if err != nil {
+		raw, err := claimDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, e.clk(), 200, timerClaim.Milliseconds()).Slice()
+		if err != nil || len(raw) == 0 {
 			return unavailable("timers", err)
 		}
+		claim, items := raw[0], raw[1:]
 		if len(items) == 0 {
 			return nil
 		}
 		var b batch
-		var failed []string
-		for _, it := range items {
-			ev, err := e.fire(ctx, it, now)
+		var failed int
+		ack := []any{claim, e.clk()}
+		for _, x := range items {
+			it, _ := x.(string)
+			ev, wait, err := e.fire(ctx, it, now)
 			b = append(b, ev...)
 			if err != nil {
-				failed = append(failed, it)
+				failed++
+				wait = time.Second.Milliseconds() // retried in 1s
 			}
+			ack = append(ack, it, wait)
 		}
 		e.emit(ctx, b)
-		if len(failed) > 0 {
-			pipe := e.rdb.Pipeline()
-			for _, it := range failed {
-				dueIn.Run(ctx, pipe, []string{e.kDue}, it, time.Second.Milliseconds(), 1, e.clk())
-			}
-			_ = e.exec(ctx, pipe)
-			return unavailable("timers", errors.New("some timers failed; retried in 1s"))
+		if err := ackDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, ack...).Err(); err != nil {
+			return unavailable("timers ack", err) // they fire again when the claim runs out
+		}
+		if failed > 0 {
+			return unavailable("timers", fmt.Errorf("%d timers failed; retried in 1s", failed))
 		}
 		if len(items) < 200 {
 			return nil
@@ -1155,29 +1167,28 @@ func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// fire runs one timer. A timer that finds its moment not come yet (the
+// fire runs one timer and returns its events, and how long until it must
+// run again (0: done). A timer that finds its moment not come yet (the
 // timer's clock and the data's are different Redis servers, or a failover
-// moved the clock) is put back for the time that remains.
-func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (batch, error) {
+// moved the clock) runs again when the time that remains has passed.
+func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b batch, wait int64, err error) {
 	f := strings.Split(item, "\t")
-	var b batch
-	var wait int64
 	switch {
 	case f[0] == "t" && len(f) == 2:
 		k := e.conv(f[1])
 		raw, err := typingExpire.Run(ctx, e.rdb, []string{k.ty, k.tyo}, e.clk()).Slice()
 		if err != nil || len(raw) != 2 {
-			return nil, unavailable("typing expiry", err)
+			return nil, 0, unavailable("typing expiry", err)
 		}
 		for _, u := range strs(raw[0]) {
 			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: u, At: now, Typing: false})
 		}
-		wait = toInt(raw[1])
+		return b, toInt(raw[1]), nil
 	case f[0] == "g" && len(f) == 3:
 		k := e.conv(f[1])
 		v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, f[2], e.clk()).Int64Slice()
 		if err != nil || len(v) != 4 {
-			return nil, unavailable("grace", err)
+			return nil, 0, unavailable("grace", err)
 		}
 		if v[2] == 1 {
 			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: f[2], At: now, Typing: false})
@@ -1185,35 +1196,28 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (bat
 		if v[0] == 1 {
 			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: fromMs(v[1]), Reason: ReasonDisconnected})
 		}
-		wait = v[3]
+		return b, v[3], nil
 	case f[0] == "u" && len(f) == 2:
 		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, f[1], e.clk()).Int64Slice()
 		if err != nil || len(v) != 3 {
-			return nil, unavailable("grace", err)
+			return nil, 0, unavailable("grace", err)
 		}
 		if v[0] == 1 {
 			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: fromMs(v[1])})
 		}
-		wait = v[2]
+		return b, v[2], nil
 	case f[0] == "a" && len(f) == 2:
 		v, err := userAway.Run(ctx, e.rdb, []string{e.kUsers}, f[1], e.clk(), e.cfg.AwayAfter.Milliseconds()).Int64Slice()
 		if err != nil || len(v) != 2 {
-			return nil, unavailable("away", err)
+			return nil, 0, unavailable("away", err)
 		}
 		if v[0] == 1 {
 			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Away})
 		}
-		wait = v[1]
-	default:
-		e.log.Warn("unknown timer dropped", "timer", item)
-		return nil, nil
+		return b, v[1], nil
 	}
-	if wait > 0 {
-		if err := dueIn.Run(ctx, e.rdb, []string{e.kDue}, item, wait, 1, e.clk()).Err(); err != nil {
-			return b, unavailable("timers", err)
-		}
-	}
-	return b, nil
+	e.log.Warn("unknown timer dropped", "timer", item)
+	return nil, 0, nil
 }
 
 // Run implements Engine. It ends early, with ErrNodeIDTaken, if another

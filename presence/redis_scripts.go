@@ -17,6 +17,7 @@ import "github.com/redis/go-redis/v9"
 //   P:{g}:usk:U  SET of U's sockets (n above is its size)
 //   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
 //                of U in C, "u\tU" grace of U, "a\tU" away check of U)
+//   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
 //   P:{g}:lease  ZSET node → lease expiry ms
 //   P:{g}:holder HASH node → "token|since|last": the instance holding the
 //                node id (a random token per process), since when its lease
@@ -318,12 +319,47 @@ if ARGV[3] == '1' then return redis.call('ZADD', KEYS[1], 'LT', at, ARGV[1]) end
 return redis.call('ZADD', KEYS[1], at, ARGV[1])
 `)
 
-// popDue claims due timers: whoever pops one owns it.
-// KEYS due; ARGV clock limit → members
-var popDue = redis.NewScript(clockLib + `
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', clock(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
-if #items > 0 then redis.call('ZREM', KEYS[1], unpack(items)) end
-return items
+// claimDue claims due timers for the caller: each moves from the due set
+// to the claimed set until claimMs from now; claims that ran out (their
+// node died before acknowledging them) are claimed again. A timer
+// scheduled anew while claimed is simply due again.
+// KEYS due claimed; ARGV clock limit claimMs → {claimScore, members…}
+var claimDue = redis.NewScript(clockLib + `
+local due, claimed = KEYS[1], KEYS[2]
+local now, limit = clock(ARGV[1]), tonumber(ARGV[2])
+local at = now + tonumber(ARGV[3])
+local out = {at}
+local seen = {}
+for _, it in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', due, it)
+  redis.call('ZADD', claimed, at, it)
+  seen[it] = true
+  table.insert(out, it)
+end
+for _, it in ipairs(redis.call('ZRANGEBYSCORE', claimed, '-inf', now, 'LIMIT', 0, limit)) do
+  if not seen[it] then
+    redis.call('ZADD', claimed, at, it)
+    table.insert(out, it)
+  end
+end
+return out
+`)
+
+// ackDue acknowledges fired timers: each leaves the claimed set (unless
+// another node claimed it meanwhile), and one with more to do is due again
+// waitMs from now (or earlier, if it was scheduled anew).
+// KEYS due claimed; ARGV claimScore clock member waitMs [member waitMs …]
+var ackDue = redis.NewScript(clockLib + `
+local due, claimed = KEYS[1], KEYS[2]
+local claim = tonumber(ARGV[1])
+local now = clock(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local m, wait = ARGV[i], tonumber(ARGV[i + 1])
+  local cur = redis.call('ZSCORE', claimed, m)
+  if cur and tonumber(cur) == claim then redis.call('ZREM', claimed, m) end
+  if wait > 0 then redis.call('ZADD', due, 'LT', now + wait, m) end
+end
+return 1
 `)
 
 // holderLib reads and writes the holder record "token|since|last".
