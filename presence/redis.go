@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -22,16 +21,13 @@ import (
 // RedisConfig configures the Redis backend. Zero values mean the defaults.
 type RedisConfig struct {
 	Prefix string // key prefix, default "presence"
-	// RefreshEvery is how often a node re-scores its live sockets (default
-	// TTL/3; the work is spread over the period, see refreshSlices);
-	// LeaseEvery how often it renews its lease (default 1s, at most a
-	// third of the lease).
-	RefreshEvery time.Duration
-	LeaseEvery   time.Duration
-	// RefreshBatch is the number of commands per pipelined round trip of
-	// the refresh (default 1000).
-	RefreshBatch int
-	Log          *slog.Logger
+	// ReconcileEvery is how often a node compares its entries in Redis with
+	// its sockets and removes those of sockets it no longer has (default
+	// TTL/2: such a ghost lives less than TTL); LeaseEvery how often it
+	// renews its lease (default 1s, at most a third of the lease).
+	ReconcileEvery time.Duration
+	LeaseEvery     time.Duration
+	Log            *slog.Logger
 }
 
 // ErrNodeIDTaken: another live instance holds this node's id.
@@ -74,12 +70,12 @@ type RedisEngine struct {
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
 	reaped     prometheus.Counter
 
-	mu        sync.Mutex
-	local     map[string]*rSocket  // this node's sockets
-	lastAct   map[string]time.Time // user → when this node next sends the user's activity
-	pending   map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
-	lastRef   time.Time            // the refresh schedule: the last slice's time
-	nextSlice uint                 // and the slice due next
+	mu      sync.Mutex
+	local   map[string]*rSocket  // this node's sockets
+	lastAct map[string]time.Time // user → when this node next sends the user's activity
+	pending map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
+	leaving map[string]struct{}  // disconnected sockets whose removal is under way
+	lastRec time.Time            // the last reconciliation
 
 	act activityBatcher // group commit of activity records (redis_activity.go)
 }
@@ -97,14 +93,11 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	if rcfg.Prefix == "" {
 		rcfg.Prefix = "presence"
 	}
-	if rcfg.RefreshEvery <= 0 {
-		rcfg.RefreshEvery = cfg.TTL / 3
+	if rcfg.ReconcileEvery <= 0 {
+		rcfg.ReconcileEvery = cfg.TTL / 2
 	}
 	if rcfg.LeaseEvery <= 0 {
 		rcfg.LeaseEvery = min(time.Second, cfg.LeaseTTL/3)
-	}
-	if rcfg.RefreshBatch <= 0 {
-		rcfg.RefreshBatch = 1000
 	}
 	if rcfg.Log == nil {
 		rcfg.Log = slog.New(slog.DiscardHandler)
@@ -116,6 +109,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
+		leaving: map[string]struct{}{},
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",
 			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
@@ -217,8 +211,6 @@ func (e *RedisEngine) emit(ctx context.Context, b batch) {
 	}
 }
 
-func (e *RedisEngine) keyTTL() int64 { return (3 * e.cfg.TTL).Milliseconds() }
-
 // registry is a socket's line in this node's registry.
 func registry(s *rSocket) string {
 	var b strings.Builder
@@ -267,7 +259,19 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	if n, _ := came.Int(); n == 1 {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}
+	e.cleanIfGone(rs)
 	return nil
+}
+
+// cleanIfGone queues the removal of a socket that disconnected while an
+// operation of it was under way: the disconnect's removal may have run in
+// Redis before that operation's writes, which would be left behind.
+func (e *RedisEngine) cleanIfGone(s *rSocket) {
+	e.mu.Lock()
+	if _, live := e.local[s.id]; !live {
+		e.pending[s.id] = s
+	}
+	e.mu.Unlock()
 }
 
 // Disconnect implements Engine.
@@ -276,6 +280,7 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	s, ok := e.local[socketID]
 	if ok {
 		delete(e.local, socketID)
+		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
 	}
 	e.mu.Unlock()
 	if !ok {
@@ -284,14 +289,14 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	now := e.cfg.Now()
 	b, err := e.removeSocket(ctx, s, now)
 	e.emit(ctx, b)
+	e.mu.Lock()
+	delete(e.leaving, socketID)
 	if err != nil {
 		// keep it for Tick to retry: no entry is left behind for good
-		e.mu.Lock()
 		e.pending[socketID] = s
-		e.mu.Unlock()
-		return err
 	}
-	return nil
+	e.mu.Unlock()
+	return err
 }
 
 // removeSocket removes a disconnected socket of this node: its leaves and
@@ -398,7 +403,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
-	join := convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, socketID, s.user, e.clk(), e.keyTTL())
+	join := convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, socketID, s.user, e.clk())
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		if !already {
@@ -415,6 +420,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
+	e.cleanIfGone(s)
 	if len(raw) != 4 {
 		return JoinResult{}, unavailable("join", errors.New("unexpected script reply"))
 	}
@@ -579,9 +585,9 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	return nil
 }
 
-// Heartbeat implements Engine. A live socket's entries are re-scored by
-// the node's batched refresh (every TTL/3) and its liveness is the node's
-// lease, so a heartbeat only has to record activity, and that at most once
+// Heartbeat implements Engine. A live socket's entries live as long as its
+// node's lease (nothing re-scores them), so a heartbeat only has to record
+// activity, and that at most once
 // per activityEvery per user from this node: most heartbeats cost no Redis
 // round trip at all, and none costs more than one whatever the number of
 // conversations.
@@ -624,15 +630,6 @@ func (e *RedisEngine) forgetActivity(user string) {
 	e.mu.Lock()
 	delete(e.lastAct, user)
 	e.mu.Unlock()
-}
-
-// refreshConv re-scores a socket's entries in a conversation (only if they
-// exist: XX) and extends the keys' lifetime.
-func (e *RedisEngine) refreshConv(ctx context.Context, pipe redis.Pipeliner, conv, sid, user string, now time.Time) {
-	k := e.conv(conv)
-	score := float64(ms(now))
-	pipe.ZAddArgs(ctx, k.sk, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: score, Member: sid}}})
-	pipe.ZAddArgs(ctx, k.on, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: score, Member: user}}})
 }
 
 // Touch implements Engine.
@@ -808,11 +805,11 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 			}
 		}
 	}
-	lastRef, next := e.lastRef, e.nextSlice
-	if due := e.dueSlices(now); due != 0 {
-		if err := e.refresh(ctx, now, due); err != nil {
+	if e.held.Load() && now.Sub(e.lastRec) >= e.rcfg.ReconcileEvery {
+		if err := e.reconcile(ctx, now); err != nil {
 			errs = append(errs, err)
-			e.lastRef, e.nextSlice = lastRef, next // due again next tick
+		} else {
+			e.lastRec = now
 		}
 	}
 	if err := e.retryPending(ctx, now); err != nil {
@@ -925,7 +922,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
-			joins[i] = convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, s.id, s.user, e.clk(), e.keyTTL())
+			joins[i] = convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, s.id, s.user, e.clk())
 		}
 		if err := e.exec(ctx, pipe); err != nil {
 			e.emit(ctx, b)
@@ -944,84 +941,110 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 	return nil
 }
 
-// The refresh is spread over its period: conversation c is re-scored in
-// slice sliceOf(c), and one of refreshSlices slices is due every
-// RefreshEvery/refreshSlices. Each entry is still re-scored every
-// RefreshEvery, but a node with many sockets sends a fifteenth of the
-// commands each second instead of all of them at once (a burst of
-// commands, garbage and engine-lock time that showed in the heartbeats'
-// tail latency).
-const refreshSlices = 15
-
-const allSlices = 1<<refreshSlices - 1
-
-func sliceOf(conv string) uint {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(conv); i++ {
-		h ^= uint32(conv[i])
-		h *= 16777619
-	}
-	return uint(h % refreshSlices)
-}
-
-// dueSlices returns the slices due at now (a bit per slice) and moves the
-// schedule past them. A node far behind (its first tick, a long pause)
-// refreshes every slice at once and starts the schedule again from now.
-func (e *RedisEngine) dueSlices(now time.Time) uint32 {
-	period := max(e.rcfg.RefreshEvery/refreshSlices, time.Millisecond)
-	var due uint32
-	for n := 0; n < refreshSlices && now.Sub(e.lastRef) >= period; n++ {
-		due |= 1 << e.nextSlice
-		e.nextSlice = (e.nextSlice + 1) % refreshSlices
-		e.lastRef = e.lastRef.Add(period)
-	}
-	if now.Sub(e.lastRef) >= period {
-		e.lastRef = now
-	}
-	return due
-}
-
-// refresh re-scores the local sockets' entries in the conversations of the
-// due slices, many per round trip.
-func (e *RedisEngine) refresh(ctx context.Context, now time.Time, due uint32) error {
-	type item struct{ sid, user, conv string }
+// reconcile compares this node's entries in Redis (its registry) with its
+// sockets, a chunk at a time: a socket the node no longer has (its leave
+// or disconnect never reached Redis: a lost reply, a race with a join) is
+// removed, as timed out now; a conversation a live socket no longer has is
+// left. Cost: one HSCAN per thousand sockets per ReconcileEvery, plus the
+// removals; nothing per user per period.
+func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
-	if due&1 != 0 {
-		for u, next := range e.lastAct {
-			if !now.Before(next) {
-				delete(e.lastAct, u)
-			}
-		}
-	}
-	// held under mu: sized for no regrowth
-	items := make([]item, 0, 3*len(e.local)*bits.OnesCount32(due)/refreshSlices+16)
-	for _, s := range e.local {
-		for c := range s.convs {
-			if due == allSlices || due&(1<<sliceOf(c)) != 0 {
-				items = append(items, item{s.id, s.user, c})
-			}
+	for u, next := range e.lastAct {
+		if !now.Before(next) {
+			delete(e.lastAct, u)
 		}
 	}
 	e.mu.Unlock()
-	per := max(1, e.rcfg.RefreshBatch/2)
-	expired := map[string]bool{}
-	for start := 0; start < len(items); start += per {
-		pipe := e.rdb.Pipeline()
-		for _, it := range items[start:min(start+per, len(items))] {
-			e.refreshConv(ctx, pipe, it.conv, it.sid, it.user, now)
-			if !expired[it.conv] {
-				expired[it.conv] = true
-				k := e.conv(it.conv)
-				for _, key := range []string{k.on, k.sk, k.su, k.m} {
-					pipe.PExpire(ctx, key, 3*e.cfg.TTL)
+	var cursor uint64
+	for {
+		kv, next, err := e.rdb.HScan(ctx, e.kNode, cursor, "", 1000).Result()
+		if err != nil {
+			return unavailable("reconcile", err)
+		}
+		var ghosts, stale []*rSocket
+		var regs []string
+		e.mu.Lock()
+		for i := 0; i+1 < len(kv); i += 2 {
+			sid, f := kv[i], strings.Split(kv[i+1], "\t")
+			s, live := e.local[sid]
+			if !live {
+				_, pending := e.pending[sid]
+				_, leaving := e.leaving[sid]
+				if !pending && !leaving {
+					ghosts = append(ghosts, &rSocket{id: sid, user: f[0], convs: setOf(f[1:])})
+				}
+				continue
+			}
+			var gone map[string]struct{}
+			for _, c := range f[1:] {
+				if _, in := s.convs[c]; !in {
+					if gone == nil {
+						gone = map[string]struct{}{}
+					}
+					gone[c] = struct{}{}
 				}
 			}
+			if gone != nil {
+				stale = append(stale, &rSocket{id: sid, user: s.user, convs: gone})
+				regs = append(regs, registry(s))
+			}
 		}
-		if err := e.exec(ctx, pipe); err != nil {
-			return unavailable("refresh", err)
+		e.mu.Unlock()
+		for _, g := range ghosts {
+			e.log.Warn("removing an entry of a socket this node no longer has", "sid", g.id, "user_id", g.user)
+			b, err := e.removeFrom(ctx, e.kNode, g, now, "timeout", time.Time{})
+			e.emit(ctx, b)
+			if err != nil {
+				return err
+			}
+		}
+		for i, s := range stale {
+			if err := e.leaveStale(ctx, s, regs[i], now); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// leaveStale takes a live socket out of conversations it no longer has
+// and corrects its registry line.
+func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, now time.Time) error {
+	convs := sortedKeys(s.convs)
+	pipe := e.rdb.Pipeline()
+	leaves := make([]*redis.Cmd, len(convs))
+	for i, c := range convs {
+		k := e.conv(c)
+		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, s.id, s.user, e.clk(), "left", 0, "")
+	}
+	pipe.HSet(ctx, e.kNode, s.id, reg)
+	if err := e.exec(ctx, pipe); err != nil {
+		return unavailable("reconcile", err)
+	}
+	var b batch
+	for i, c := range convs {
+		if v, _ := leaves[i].Int64Slice(); len(v) == 3 {
+			if v[0] == 1 {
+				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
+			}
+			if v[1] == 1 {
+				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: now, Reason: ReasonLeft})
+			}
 		}
 	}
+	e.emit(ctx, b)
 	return nil
+}
+
+func setOf(keys []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	return m
 }
 
 // retryPending retries the cleanup of sockets whose disconnect failed.

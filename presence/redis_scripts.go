@@ -6,8 +6,8 @@ import "github.com/redis/go-redis/v9"
 // that each script's keys share a slot):
 //
 // per conversation C, slot {c:C}
-//   P:{c:C}:on   ZSET user → last refresh ms        who is online
-//   P:{c:C}:sk   ZSET socket → last refresh ms      their sockets
+//   P:{c:C}:on   ZSET user → join ms                who is online
+//   P:{c:C}:sk   ZSET socket → join ms              their sockets
 //   P:{c:C}:su   HASH socket → user
 //   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
@@ -32,7 +32,10 @@ import "github.com/redis/go-redis/v9"
 // replace it with a fake clock through the clock argument ("" in
 // production).
 //
-// Every conversation key expires 3×TTL after its last write or refresh.
+// Keys do not expire: a live node's entries live as long as its lease (no
+// periodic re-scoring: idle users cost Redis nothing); a dead node's are
+// reaped; a live node removes its own stale ones (reconcile); timers end
+// graces and typing.
 
 // clockLib reads Redis's clock in ms, or the fake one a test passes.
 // Scripts that call TIME and then write are replicated by their effects
@@ -46,11 +49,11 @@ end
 `
 
 // convJoin adds a socket to a conversation.
-// KEYS on sk su m ty; ARGV sid user clock keyTTLms
+// KEYS on sk su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
 var convJoin = redis.NewScript(clockLib + rosterLib + `
 local on, sk, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local sid, user, now, kttl = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
+local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local first = 0
 if redis.call('HEXISTS', su, sid) == 0 then
   redis.call('HSET', su, sid, user)
@@ -65,7 +68,6 @@ if redis.call('HEXISTS', su, sid) == 0 then
   end
   redis.call('ZADD', on, 'GT', now, user) -- GT still adds a new member
 end
-for _, k in ipairs({on, sk, su, m}) do redis.call('PEXPIRE', k, kttl) end
 local users, since, typing = roster(on, m, ty, now)
 return {first, users, since, typing}
 `)
