@@ -8,6 +8,8 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { runCli, startServer, SECRET } from '../lib/server.js';
+import { metric } from '../lib/http.js';
+import { sleep, waitUntil } from '../lib/client.js';
 import {
   REDIS_URL, uid, joinUser, startTopology, clusterDatabase,
 } from '../lib/presence.js';
@@ -44,6 +46,12 @@ describe('unique node ids [cluster]', { timeout: 90000 }, () => {
     const left = await a.rec.wait('presence:leave', { since: markA, pred: (p) => p.userId === B, timeoutMs: 15000 });
     assert.equal(left.payload.reason, 'timeout');
     t.diagnostic(`B evicted ${left.at - t1} ms after the crash`);
+    // one node reaped the crashed process, once (counted once its reap is
+    // done, just after the events)
+    const reaped = async () => (await metric(topo.url2, 'presenced_nodes_reaped_total')) + (await metric(again.url, 'presenced_nodes_reaped_total'));
+    await waitUntil(async () => (await reaped()) >= 1, { timeoutMs: 3000, message: "a reap counted" });
+    await sleep(1000);
+    assert.equal(await reaped(), 1, 'presenced_nodes_reaped_total over the live nodes');
     // the restarted node serves
     const d = await joinUser(again.url, uid('D'), c, { t });
     assert.ok(d.joinAck.online.some((m) => m.userId === A));
