@@ -305,8 +305,8 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 	return e.removeFrom(ctx, e.kNode, s, now, "grace", time.Time{})
 }
 
-// removeFrom removes a socket from its conversations and user in one
-// pipelined round trip, then schedules the grace timers. mode "grace" or
+// removeFrom removes a socket from its conversations and user, and
+// schedules the grace timers, in one pipelined round trip. mode "grace" or
 // "timeout" (then lastProof, if set, is the socket's last proof of life).
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
 	at := ""
@@ -325,6 +325,13 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		k := e.conv(c)
 		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
 			s.id, s.user, e.clk(), mode, grace, at)
+		if mode == "grace" {
+			// The grace's timer goes in the same round trip, whether or
+			// not this was the user's last socket there (if not, it finds
+			// nothing to do): a retry after a failure, whose leave finds
+			// the socket gone, still leaves the timer scheduled.
+			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
+		}
 	}
 	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at)
 	pipe.HDel(ctx, regKey, s.id)
@@ -332,7 +339,6 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		return nil, unavailable("disconnect", err)
 	}
 	var b batch
-	var due []string
 	for i, c := range convs {
 		v, _ := leaves[i].Int64Slice()
 		if len(v) < 3 {
@@ -343,21 +349,10 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		}
 		if v[1] == 1 {
 			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: fromMs(v[2]), Reason: reasonOf(mode)})
-		} else if mode == "grace" {
-			due = append(due, "g\t"+c+"\t"+s.user)
 		}
 	}
 	if v, _ := user.Int64Slice(); len(v) == 2 && v[0] == 1 {
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: fromMs(v[1])})
-	}
-	if len(due) > 0 {
-		pipe := e.rdb.Pipeline()
-		for _, d := range due {
-			dueIn.Run(ctx, pipe, []string{e.kDue}, d, grace, 0, e.clk())
-		}
-		if err := e.exec(ctx, pipe); err != nil {
-			return b, unavailable("schedule grace", err)
-		}
 	}
 	return b, nil
 }

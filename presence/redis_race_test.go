@@ -12,7 +12,8 @@ import (
 )
 
 // delayHook holds back pipelines by the role in their context: "slow" ones
-// go after a pause, "fail" ones fail after a pause without reaching Redis.
+// go after a pause, "fail" ones fail after a pause without reaching Redis,
+// "lost" ones run but their reply is lost.
 // (Sleeps, not channels: the race detector must see no ordering between
 // the two operations but the engine's own.)
 type delayHook struct{}
@@ -29,6 +30,9 @@ func (delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 		case "fail":
 			time.Sleep(80 * time.Millisecond)
 			return errors.New("injected failure")
+		case "lost": // the commands run; their reply is lost
+			_ = next(ctx, cmds)
+			return errors.New("injected lost reply")
 		}
 		return next(ctx, cmds)
 	}

@@ -90,3 +90,41 @@ func TestRedisTimerClaimedByDeadNode(t *testing.T) {
 		t.Fatalf("roster %v after the grace", got)
 	}
 }
+
+// A disconnect whose reply was lost (its leave ran in Redis) is retried;
+// the retry finds the socket gone, and the flap grace's timer must still
+// be there to end the grace (else the user stays in the roster for good).
+func TestRedisDisconnectReplyLost(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, clock.Now)
+	if err := eng.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Join(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	rec.Take()
+	rdb.AddHook(delayHook{})
+	if err := eng.Disconnect(context.WithValue(ctx, roleKey{}, "lost"), "a1"); err == nil {
+		t.Fatal("disconnect with a lost reply succeeded")
+	}
+	for range 8 { // the retry, then the grace's end
+		clock.Advance(500 * time.Millisecond)
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rec.Take()
+	slices.Sort(got)
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if got := rosterUsers(t, eng, "c1"); len(got) != 0 {
+		t.Fatalf("roster %v after the grace", got)
+	}
+}
