@@ -419,7 +419,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	if len(raw) != 4 {
 		return JoinResult{}, unavailable("join", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]), now)
+	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]))
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:
@@ -445,7 +445,7 @@ func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 }
 
 // rosterOf completes a roster with each member's status (one HMGET).
-func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string, now time.Time) (JoinResult, error) {
+func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string) (JoinResult, error) {
 	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
 	if res.Typing == nil {
 		res.Typing = []string{}
@@ -466,7 +466,7 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 		if recs == nil {
 			st = Online
 		} else if r, ok := parseUser(recs[i]); ok {
-			st = r.status(now, e.cfg.AwayAfter)
+			st = r.status()
 			if st == Offline {
 				st = Away
 			}
@@ -509,11 +509,14 @@ func parseUser(v any) (userRec, bool) {
 	return r, true
 }
 
-func (r userRec) status(now time.Time, awayAfter time.Duration) Status {
+// status is the record's: its away timer (on Redis's clock, like the
+// activity it follows) turns it away, activity back online. The node's
+// clock is not compared with the activity's time.
+func (r userRec) status() Status {
 	if r.n == 0 && r.grace == 0 {
 		return Offline
 	}
-	if ms(now)-r.act >= awayAfter.Milliseconds() {
+	if r.st == "away" {
 		return Away
 	}
 	return Online
@@ -709,7 +712,6 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 
 // Roster implements Engine.
 func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, error) {
-	now := e.cfg.Now()
 	k := e.conv(conv)
 	raw, err := convRoster.Run(ctx, e.rdb, []string{k.on, k.m, k.ty}, e.clk()).Slice()
 	if err != nil {
@@ -718,7 +720,7 @@ func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, erro
 	if len(raw) != 3 {
 		return JoinResult{}, unavailable("roster", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]), now)
+	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]))
 }
 
 // Users implements Engine: one HMGET whatever the number of ids.
@@ -726,12 +728,11 @@ func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, 
 	if len(ids) == 0 {
 		return []UserPresence{}, nil
 	}
-	now := e.cfg.Now()
 	recs, err := e.rdb.HMGet(ctx, e.kUsers, ids...).Result()
 	if err != nil {
 		return nil, unavailable("users", err)
 	}
-	return e.usersFrom(ids, recs, now), nil
+	return e.usersFrom(ids, recs), nil
 }
 
 // QueueUsers queues the read of Users on a pipeline of the same Redis, so
@@ -741,18 +742,17 @@ func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids 
 	if len(ids) == 0 {
 		return func() ([]UserPresence, error) { return []UserPresence{}, nil }
 	}
-	now := e.cfg.Now()
 	cmd := pipe.HMGet(ctx, e.kUsers, ids...)
 	return func() ([]UserPresence, error) {
 		recs, err := cmd.Result()
 		if err != nil {
 			return nil, unavailable("users", err)
 		}
-		return e.usersFrom(ids, recs, now), nil
+		return e.usersFrom(ids, recs), nil
 	}
 }
 
-func (e *RedisEngine) usersFrom(ids []string, recs []any, now time.Time) []UserPresence {
+func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
 	out := make([]UserPresence, len(ids))
 	for i, id := range ids {
 		out[i] = UserPresence{UserID: id, Status: Offline}
@@ -763,7 +763,7 @@ func (e *RedisEngine) usersFrom(ids []string, recs []any, now time.Time) []UserP
 		if !ok {
 			continue
 		}
-		out[i].Status = r.status(now, e.cfg.AwayAfter)
+		out[i].Status = r.status()
 		if out[i].Status != Offline {
 			out[i].Since = fromMs(r.act)
 		}

@@ -397,3 +397,29 @@ func TestRedisNodeIDUnique(t *testing.T) {
 		t.Fatalf("claim after a clean stop: %v after %s", err, time.Since(t0))
 	}
 }
+
+// A user's status is the one the timers on Redis's clock keep: a node
+// whose clock runs 6 s ahead does not call a user away early.
+func TestRedisStatusClockSkew(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	node := func(id string, skew time.Duration) *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: id, AwayAfter: 5 * time.Second,
+			Now: func() time.Time { return time.Now().Add(skew) }}, presence.RedisConfig{Prefix: prefix})
+	}
+	n1, n2 := node("n1", 0), node("n2", 6*time.Second)
+	if err := n1.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	for i, eng := range []*presence.RedisEngine{n1, n2} {
+		ps, err := eng.Users(ctx, []string{"alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[0].Status != presence.Online {
+			t.Fatalf("node %d: alice %s 2 s after her activity, want online", i+1, ps[0].Status)
+		}
+	}
+}
