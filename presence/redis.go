@@ -119,13 +119,8 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	return e
 }
 
-func randomToken() string {
-	var b [8]byte
-	for i := range b {
-		b[i] = byte(rand.Uint32())
-	}
-	return fmt.Sprintf("%x", b[:])
-}
+// randomToken names this process among the instances of its node id.
+func randomToken() string { return fmt.Sprintf("%016x", rand.Uint64()) }
 
 // registryKey is the key of a node instance's socket registry.
 func (e *RedisEngine) registryKey(node, token string) string {
