@@ -28,6 +28,7 @@ type Config struct {
 	DatabaseURL       string
 	DataPath          string
 	NodeID            string
+	NodeLease         time.Duration
 	PingInterval      time.Duration
 	PingTimeout       time.Duration
 	HeartbeatInterval time.Duration
@@ -195,6 +196,7 @@ var settings = []setting{
 		c.NodeID = v
 		return nil
 	}},
+	{"PRESENCE_NODE_LEASE", "5s", "cluster mode: a node that stops renewing its lease this long is dead and its users are evicted (crash cleanup takes about this plus 1s)", dur(func(c *Config) *time.Duration { return &c.NodeLease }, time.Second)},
 	{"PRESENCE_PING_INTERVAL", "25s", "Engine.IO ping interval", dur(func(c *Config) *time.Duration { return &c.PingInterval }, 100*time.Millisecond)},
 	{"PRESENCE_PING_TIMEOUT", "20s", "Engine.IO ping timeout", dur(func(c *Config) *time.Duration { return &c.PingTimeout }, 100*time.Millisecond)},
 	{"PRESENCE_HEARTBEAT_INTERVAL", "15s", "heartbeat interval hinted to clients", dur(func(c *Config) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},

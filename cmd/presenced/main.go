@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
 
@@ -137,7 +138,18 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	subsDone := make(chan struct{})
-	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
+	// The engine ends early only if another live node holds this node's id
+	// (found at the first connection to Redis): the server stops then.
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	var engineErr error
+	go func() {
+		defer close(engineDone)
+		if engineErr = a.engine.Run(bg); engineErr != nil {
+			log.Error("presence engine stopped; shutting down", "err", engineErr)
+			stopServe()
+		}
+	}()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	go func() { defer close(subsDone); a.subs.Run(bg) }()
 	go func() {
@@ -153,7 +165,7 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		}
 	}()
 
-	serveErr := a.srv.Serve(ctx, ln)
+	serveErr := a.srv.Serve(sctx, ln)
 
 	fctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -179,6 +191,9 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	}
 	if err := a.engine.Close(); err != nil {
 		log.Warn("presence close failed", "err", err)
+	}
+	if errors.Is(engineErr, presence.ErrNodeIDTaken) {
+		return nodeIDTaken(cfg)
 	}
 	if serveErr != nil {
 		return serveErr

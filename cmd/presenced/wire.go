@@ -132,9 +132,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, migrate bool) 
 // build wires every component; nothing listens yet.
 func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error) {
 	a = &app{cfg: cfg, log: log, metrics: metrics.New()}
+	built := a // a is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
-			a.close()
+			built.close()
 		}
 	}()
 
@@ -159,6 +160,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		FlapGrace:        cfg.FlapGrace,
 		AwayAfter:        cfg.AwayAfter,
 		MaxConversations: cfg.MaxConversations,
+		LeaseTTL:         cfg.NodeLease,
 	}
 	lcfg := lastseen.Config{
 		Coarse:        cfg.LastSeenCoarse,
@@ -168,6 +170,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Log:           log.With("component", "lastseen"),
 	}
 	var buf lastseen.Buffer
+	var perr error // Redis unreachable at start
 	if cfg.RedisURL != "" {
 		opts, _ := parseRedisURL(cfg.RedisURL)
 		// Context deadlines bound each command: a stalled Redis fails fast.
@@ -182,7 +185,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		a.rdb = redis.NewUniversalClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		perr := a.rdb.Ping(pctx).Err()
+		perr = a.rdb.Ping(pctx).Err()
 		cancel()
 		if perr != nil {
 			log.Warn("redis not reachable at start; will retry", "err", perr)
@@ -211,8 +214,12 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	pcfg.Sink = a.events.Sink()
 	var admission presence.Admission
 	if a.rdb != nil {
-		re := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
-		a.engine, admission = re, re // the sockets-per-user cap is cluster-wide
+		eng := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+		a.metrics.Registry.MustRegister(eng.Collectors()...)
+		a.engine, admission = eng, eng // the sockets-per-user cap is cluster-wide
+		if err := claimNodeID(ctx, eng, cfg, log, perr); err != nil {
+			return nil, err
+		}
 	} else {
 		mem := presence.NewMemory()
 		a.engine = presence.NewMemoryEngine(mem, pcfg)
@@ -314,6 +321,33 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.rooms.Bind(a.srv.IO())
 	a.sockets.ListenEvictions()
 	return a, nil
+}
+
+// claimNodeID takes the node id's lease before the node serves: a live node
+// holding the id is a configuration error (exit 2). With Redis unreachable
+// the claim waits for the first connection (the engine's Run then ends
+// with presence.ErrNodeIDTaken if the id is taken).
+func claimNodeID(ctx context.Context, eng *presence.RedisEngine, cfg Config, log *slog.Logger, pingErr error) error {
+	if pingErr != nil {
+		return nil
+	}
+	// a crashed previous process of this node holds the id until its lease lapses
+	cctx, cancel := context.WithTimeout(ctx, cfg.NodeLease+5*time.Second)
+	defer cancel()
+	err := eng.Claim(cctx)
+	switch {
+	case errors.Is(err, presence.ErrNodeIDTaken):
+		return nodeIDTaken(cfg)
+	case err != nil:
+		log.Warn("node id not claimed yet; claiming it at the first connection to redis", "err", err)
+	}
+	return nil
+}
+
+// nodeIDTaken is the configuration error of a duplicate node id.
+func nodeIDTaken(cfg Config) error {
+	return &ConfigError{Setting: "PRESENCE_NODE_ID (--node-id)", Value: cfg.NodeID,
+		Err: fmt.Errorf("%w: give every node its own id", presence.ErrNodeIDTaken)}
 }
 
 func (a *app) close() {
