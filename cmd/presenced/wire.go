@@ -201,17 +201,20 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	// Room fan-out, status publication and last-seen records run after
 	// the operation that caused them has answered (a join's ack does not
 	// wait for them), in order per conversation and per user.
-	roomSink := a.rooms.Sink()
-	a.events = presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
+	// (Locals, not a's fields, in the closures: a is nil once an error
+	// return has run.)
+	roomSink, pipeline := a.rooms.Sink(), a.pipeline
+	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
 		roomSink(ctx, ev)
-		a.pipeline.HandleEvents(ctx, ev)
+		pipeline.HandleEvents(ctx, ev)
 	}, 0, 0)
+	a.events = events
 	a.closers = append(a.closers, func() error { // when serve did not run
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return a.events.Close(ctx)
+		return events.Close(ctx)
 	})
-	pcfg.Sink = a.events.Sink()
+	pcfg.Sink = events.Sink()
 	var admission presence.Admission
 	if a.rdb != nil {
 		eng := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
