@@ -52,7 +52,7 @@ export async function privateRedis(t, { aof = false, port } = {}) {
     port,
     url: `redis://127.0.0.1:${port}`,
     async start() {
-      const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--daemonize', 'no'];
+      const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--daemonize', 'no', '--enable-debug-command', 'local'];
       args.push('--appendonly', aof ? 'yes' : 'no');
       if (aof) args.push('--appendfsync', 'always');
       child = spawn('redis-server', args, { stdio: 'ignore' });
