@@ -11,8 +11,8 @@
 # the run is kept under two minutes: 60 s of fuzzing shared between the
 # targets, 3 s at most and 2 s at least each (builds and replaying the
 # corpora take the rest: 18 targets at 4 s took 131 s on a loaded machine).
-# Each package's test binary
-# is built once (go test -c -fuzz), and run once per target as
+# Each package's test binary is built once (go test -c -fuzz), and run
+# once per target as
 # `go test -run '^$' -fuzz '^FuzzX$' -fuzztime T ./pkg/` would run it
 # (linking per target cost 2 s or more each), but with a fuzz cache of its
 # own, emptied after: the inputs go test -fuzz gathers in $GOCACHE/fuzz
