@@ -19,6 +19,7 @@ type Config struct {
 	JWTSecret         string
 	JWKSURL           string
 	ServiceToken      string
+	AdminToken        string
 	CORSOrigins       []string
 	RedisURL          string
 	DatabaseURL       string
@@ -112,6 +113,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
+	{"PRESENCE_ADMIN_TOKEN", "", "admin panel login token (/admin; panel off without it, except in dev mode where one is generated and printed)", str(func(c *Config) *string { return &c.AdminToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
 		c.CORSOrigins = nil
 		for _, o := range strings.Split(v, ",") {
@@ -443,6 +445,12 @@ func (c *Config) finish() error {
 		if c.DevMode {
 			c.Membership = "open"
 		}
+	}
+	if c.AdminToken == "" && c.DevMode {
+		c.AdminToken = randomHex(16)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return &ConfigError{Setting: "PRESENCE_ADMIN_TOKEN (--admin-token)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
 	}
 	if c.CORSOrigins == nil && c.DevMode {
 		c.CORSOrigins = devOrigins

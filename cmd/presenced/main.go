@@ -138,6 +138,9 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
+	if a.admin != nil {
+		go func() { _ = a.admin.Run(bg) }()
+	}
 	go func() {
 		defer close(busDone)
 		for bg.Err() == nil {
@@ -267,7 +270,8 @@ func printDevBanner(w io.Writer, cfg Config, addr net.Addr, secretFile string) {
   dev secret:  %s (kept across restarts; delete it to rotate)
   mint token:  go run ./cmd/presenced token alice      (or: presenced token alice)
   try it:      npm i socket.io-client && node -e "require('socket.io-client').io('%s',{auth:{token:process.argv[1]}}).on('session',s=>{console.log(s);process.exit()})" %s
-`, url, secretFile, url, example)
+  admin panel: %s/admin/login#token=%s
+`, url, secretFile, url, example, url, cfg.AdminToken)
 }
 
 func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {
