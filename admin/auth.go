@@ -137,9 +137,11 @@ func (f *failures) prune(ip string, now time.Time) []time.Time {
 // sends Origin on every POST; when present it must be this host. (The
 // session cookie is SameSite=Strict too, and actions need the CSRF token.)
 func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return r.Header.Get("Sec-Fetch-Site") == "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+	o, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")
+	if o == "" || o == "null" {
+		// no Origin: not a browser, or an old one; "null": a browser that
+		// hides it (privacy settings), which then tells Sec-Fetch-Site
+		return site == "same-origin" || (site == "" && o == "")
 	}
 	u, err := url.Parse(o)
 	return err == nil && u.Host == r.Host
@@ -156,7 +158,7 @@ func secureHeaders(next http.Handler) http.Handler {
 		h.Set("Content-Security-Policy", csp)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})

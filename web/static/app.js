@@ -9,6 +9,7 @@
   var live = document.getElementById('live');
   var session = null; // {node, csrf, refreshMs, cluster}
   var source = null; // the open EventSource
+  var pending = null; // a page's delayed action (search as you type), cancelled on leaving
 
   // --- small DOM helpers ---------------------------------------------------
   function el(tag, attrs) {
@@ -171,10 +172,9 @@
     var body = el('div');
     main.appendChild(el('section', null, el('h2', null, 'Conversations ', el('span', { class: 'muted' }, 'busiest first')),
       el('form', { class: 'inline', role: 'search' }, input), body));
-    var timer = null;
     input.addEventListener('input', function () {
-      clearTimeout(timer);
-      timer = setTimeout(function () { state.q = input.value; state.page = 1; open(); }, 250);
+      clearTimeout(pending);
+      pending = setTimeout(function () { state.q = input.value; state.page = 1; open(); }, 250);
     });
     input.form.addEventListener('submit', function (e) { e.preventDefault(); });
     function open() {
@@ -278,6 +278,8 @@
       action.appendChild(card);
       btn.addEventListener('click', function () {
         if (!reason.value.trim()) { out.textContent = 'Give a reason first.'; out.className = 'error'; reason.focus(); return; }
+        out.textContent = '';
+        out.className = '';
         var n = last ? last.connections.length : 0;
         var yes = el('button', { type: 'button', class: 'danger', id: 'disconnect-confirm' }, 'Yes, disconnect');
         var no = el('button', { type: 'button', class: 'secondary' }, 'Cancel');
@@ -338,6 +340,7 @@
     var arg = slash < 0 ? '' : decodeURIComponent(h.slice(slash + 1));
     if (!pages[name]) name = 'cluster';
     if (source) { source.close(); source = null; }
+    clearTimeout(pending);
     clear(main);
     document.querySelectorAll('nav a').forEach(function (a) {
       a.classList.toggle('active', a.getAttribute('data-page') === name || (name === 'conversation' && a.getAttribute('data-page') === 'conversations'));
