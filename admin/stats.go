@@ -140,6 +140,8 @@ func (p *Panel) publish(ctx context.Context, st NodeStats) error {
 // memory when Redis is off).
 func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {
 	self := p.stats.latest()
+	// this node's counts are read now (the rest is the last sample)
+	self.Sockets, self.Goroutines = p.d.Sockets.Open(), runtime.NumGoroutine()
 	if p.d.Redis == nil {
 		return []NodeStats{self}, nil
 	}
