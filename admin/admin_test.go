@@ -85,7 +85,12 @@ func client(tb testing.TB) *http.Client {
 
 func (f *fixture) login(tb testing.TB, c *http.Client, tok string) *http.Response {
 	tb.Helper()
-	res, err := c.Post(f.srv.URL+"/admin/api/login", "application/json", strings.NewReader(fmt.Sprintf(`{"token":%q}`, tok)))
+	return login(tb, f.srv.URL, c, tok)
+}
+
+func login(tb testing.TB, base string, c *http.Client, tok string) *http.Response {
+	tb.Helper()
+	res, err := c.Post(base+"/admin/api/login", "application/json", strings.NewReader(fmt.Sprintf(`{"token":%q}`, tok)))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -96,8 +101,14 @@ func (f *fixture) login(tb testing.TB, c *http.Client, tok string) *http.Respons
 
 func (f *fixture) session(tb testing.TB) *http.Client {
 	tb.Helper()
+	return sessionAt(tb, f.srv.URL)
+}
+
+// sessionAt returns a client logged in to the panel at base.
+func sessionAt(tb testing.TB, base string) *http.Client {
+	tb.Helper()
 	c := client(tb)
-	if res := f.login(tb, c, token); res.StatusCode != http.StatusNoContent {
+	if res := login(tb, base, c, token); res.StatusCode != http.StatusNoContent {
 		tb.Fatalf("login: %d", res.StatusCode)
 	}
 	return c
