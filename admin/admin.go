@@ -95,6 +95,7 @@ type Panel struct {
 	fails    *failures
 	stats    *sampler
 	streams  chan struct{}
+	convs    *convIndex // cluster mode: the conversation list's snapshot
 
 	pubMu     sync.Mutex
 	pubFailed bool
@@ -114,6 +115,9 @@ func New(cfg Config, d Deps) (*Panel, error) {
 		sessions: newSessions(cfg.Token, cfg.SessionTTL),
 		fails:    newFailures(cfg.LoginLimit, cfg.LoginWindow),
 		streams:  make(chan struct{}, cfg.MaxStreams),
+	}
+	if d.Redis != nil {
+		p.convs = &convIndex{view: d.View, every: cfg.PublishEvery}
 	}
 	p.stats = &sampler{node: cfg.NodeID, sockets: d.Sockets.Open, events: p.eventsTotal}
 	p.stats.last = NodeStats{Node: cfg.NodeID, At: time.Now().UTC()} // until Run's first sample
@@ -148,6 +152,9 @@ func (p *Panel) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		st := p.stats.sample(time.Now())
+		if p.convs != nil {
+			p.convs.maybeRefresh(ctx)
+		}
 		if p.d.Redis != nil {
 			pctx, cancel := context.WithTimeout(ctx, p.cfg.PublishEvery)
 			err := p.publish(pctx, st)

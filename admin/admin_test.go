@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presenced/presenced/admin"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/lastseen"
@@ -42,13 +44,21 @@ func (f *fakeSockets) DisconnectUser(user string) {
 }
 
 type fixture struct {
+	panel   *admin.Panel
 	srv     *httptest.Server
-	engine  *presence.MemoryEngine
+	engine  presence.Engine
 	sockets *fakeSockets
 	store   store.Store
 }
 
 func newFixture(tb testing.TB) *fixture {
+	tb.Helper()
+	return newFixtureWith(tb, presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"}), nil, "")
+}
+
+// newFixtureWith serves a panel over eng (an AdminView too) and, when rdb
+// is set, a Redis last-seen buffer and cluster stats under prefix.
+func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClient, prefix string) *fixture {
 	tb.Helper()
 	ctx := context.Background()
 	st, err := store.OpenSQLite(ctx, filepath.Join(tb.TempDir(), "admin.db"), store.SQLiteConfig{})
@@ -56,12 +66,14 @@ func newFixture(tb testing.TB) *fixture {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = st.Close() })
-	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"})
-	buf := lastseen.NewMemory()
+	var buf lastseen.Buffer = lastseen.NewMemory()
+	if rdb != nil {
+		buf = lastseen.NewRedis(rdb, lastseen.RedisConfig{Prefix: prefix})
+	}
 	pipe := lastseen.NewPipeline(buf, st, lastseen.Config{})
 	fs := &fakeSockets{local: map[string][]handlers.LocalSocket{}}
-	p, err := admin.New(admin.Config{Token: token, NodeID: "n1"}, admin.Deps{
-		Log: slog.New(slog.DiscardHandler), Engine: eng, View: eng,
+	p, err := admin.New(admin.Config{Token: token, NodeID: "n1", Prefix: prefix}, admin.Deps{
+		Log: slog.New(slog.DiscardHandler), Engine: eng, View: eng.(presence.AdminView), Redis: rdb,
 		Reader:   lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st}),
 		Pipeline: pipe, Buffer: buf, Store: st, Sockets: fs,
 		Ready: []admin.Check{{Name: "store", Check: st.Ping}},
@@ -73,7 +85,7 @@ func newFixture(tb testing.TB) *fixture {
 	mux.Handle("/admin/", http.StripPrefix("/admin", p.Handler()))
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
-	return &fixture{srv: srv, engine: eng, sockets: fs, store: st}
+	return &fixture{panel: p, srv: srv, engine: eng, sockets: fs, store: st}
 }
 
 // client returns an HTTP client with a cookie jar that does not follow
@@ -422,5 +434,13 @@ func TestStream(t *testing.T) {
 	n, _ := io.ReadAtLeast(res.Body, buf, 20)
 	if !strings.HasPrefix(string(buf[:n]), "event: update\ndata: {") {
 		t.Fatalf("first event %q", buf[:n])
+	}
+}
+
+func decodeInto(tb testing.TB, res *http.Response, into any) {
+	tb.Helper()
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(into); err != nil {
+		tb.Fatal(err)
 	}
 }

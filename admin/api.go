@@ -167,7 +167,7 @@ func (p *Panel) cluster(ctx context.Context, _ url.Values) (any, error) {
 type ConversationRow struct {
 	ID      string   `json:"id"`
 	Online  int      `json:"online"`
-	Members []string `json:"members"` // the first previewMembers by arrival
+	Members []string `json:"members"` // up to previewMembers of them
 	Typing  []string `json:"typing"`
 }
 
@@ -180,30 +180,26 @@ func (p *Panel) conversations(ctx context.Context, q url.Values) (any, error) {
 	if len(prefix) > 256 {
 		return nil, badRequest("q is at most 256 characters")
 	}
-	total, rows, err := p.d.View.ConversationCounts(ctx, prefix, (page-1)*limit, limit)
+	counts := p.d.View.ConversationCounts
+	if p.convs != nil {
+		counts = p.convs.page
+	}
+	total, rows, err := counts(ctx, prefix, (page-1)*limit, limit)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(rows))
+	for i, c := range rows {
+		ids[i] = c.ID
+	}
+	previews, err := p.d.View.Previews(ctx, ids, previewMembers)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]ConversationRow, len(rows))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
 	for i, c := range rows {
-		out[i] = ConversationRow{ID: c.ID, Online: c.Online, Members: []string{}, Typing: []string{}}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			r, err := p.d.Engine.Roster(ctx, c.ID)
-			if err != nil {
-				return
-			}
-			for _, m := range r.Online[:min(len(r.Online), previewMembers)] {
-				out[i].Members = append(out[i].Members, m.UserID)
-			}
-			out[i].Typing = append(out[i].Typing, r.Typing...)
-		}()
+		out[i] = ConversationRow{ID: c.ID, Online: c.Online, Members: previews[i].Members, Typing: previews[i].Typing}
 	}
-	wg.Wait()
 	return map[string]any{"q": prefix, "page": page, "limit": limit, "total": total, "rows": out}, nil
 }
 

@@ -43,10 +43,15 @@ func testRedis(tb testing.TB) (redis.UniversalClient, string) {
 	prefix := "test-admin-" + hex.EncodeToString(b)
 	tb.Cleanup(func() {
 		ctx := context.Background()
-		it := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		it := rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
+		pipe := rdb.Pipeline()
 		for it.Next(ctx) {
-			rdb.Del(ctx, it.Val())
+			pipe.Unlink(ctx, it.Val())
+			if pipe.Len() >= 5000 {
+				_, _ = pipe.Exec(ctx)
+			}
 		}
+		_, _ = pipe.Exec(ctx)
 		_ = rdb.Close()
 	})
 	return rdb, prefix

@@ -36,6 +36,16 @@ type AdminView interface {
 	UserSockets(ctx context.Context, userID string) ([]SocketInfo, error)
 	// Leases returns every live node's last lease renewal.
 	Leases(ctx context.Context) (map[string]time.Time, error)
+	// Previews returns, for each conversation of ids, up to n of its
+	// members (by user id) and who is typing now: the list's glimpse of
+	// each row, cheaper than whole rosters.
+	Previews(ctx context.Context, ids []string, n int) ([]Preview, error)
+}
+
+// Preview is a glimpse of a conversation.
+type Preview struct {
+	Members []string
+	Typing  []string
 }
 
 var (
@@ -91,6 +101,33 @@ func (e *MemoryEngine) Leases(context.Context) (map[string]time.Time, error) {
 	out := make(map[string]time.Time, len(e.m.leases))
 	for n, t := range e.m.leases {
 		out[n] = t
+	}
+	return out, nil
+}
+
+// Previews implements AdminView.
+func (e *MemoryEngine) Previews(_ context.Context, ids []string, n int) ([]Preview, error) {
+	now := e.cfg.Now()
+	e.m.mu.Lock()
+	defer e.m.mu.Unlock()
+	out := make([]Preview, len(ids))
+	for i, id := range ids {
+		out[i] = Preview{Members: []string{}, Typing: []string{}}
+		c := e.m.convs[id]
+		if c == nil {
+			continue
+		}
+		for user := range c.members {
+			out[i].Members = append(out[i].Members, user)
+		}
+		slices.Sort(out[i].Members)
+		out[i].Members = out[i].Members[:min(n, len(out[i].Members))]
+		for user, t := range c.typing {
+			if t.until.After(now) {
+				out[i].Typing = append(out[i].Typing, user)
+			}
+		}
+		slices.Sort(out[i].Typing)
 	}
 	return out, nil
 }

@@ -100,6 +100,19 @@ func testAdminView(t *testing.T, engines adminEngines) {
 		t.Fatalf("leases %v", leases)
 	}
 
+	if err := e2.TypingStart(ctx, "s3", "mid"); err != nil {
+		t.Fatal(err)
+	}
+	pv, err := v.Previews(ctx, []string{"big", "mid", "none"}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pv) != 3 || len(pv[0].Members) != 2 || len(pv[0].Typing) != 0 ||
+		!slices.Equal(pv[1].Members, []string{"alice", "bob"}) || !slices.Equal(pv[1].Typing, []string{"bob"}) ||
+		len(pv[2].Members) != 0 || pv[2].Typing == nil {
+		t.Fatalf("previews %+v", pv)
+	}
+
 	// a left conversation is no longer listed
 	if err := e1.Leave(ctx, "s4", "ab"); err != nil {
 		t.Fatal(err)

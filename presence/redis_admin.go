@@ -2,6 +2,8 @@ package presence
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -143,6 +145,38 @@ func (e *RedisEngine) Leases(ctx context.Context) (map[string]time.Time, error) 
 		if n, ok := z.Member.(string); ok {
 			out[n] = fromMs(int64(z.Score))
 		}
+	}
+	return out, nil
+}
+
+// Previews implements AdminView: one pipelined round trip for all ids.
+func (e *RedisEngine) Previews(ctx context.Context, ids []string, n int) ([]Preview, error) {
+	out := make([]Preview, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	now := strconv.FormatInt(ms(e.cfg.Now()), 10)
+	pipe := e.rdb.Pipeline()
+	members := make([]*redis.StringSliceCmd, len(ids))
+	typing := make([]*redis.StringSliceCmd, len(ids))
+	for i, id := range ids {
+		k := e.conv(id)
+		members[i] = pipe.ZRange(ctx, k.on, 0, int64(n-1))
+		typing[i] = pipe.ZRangeByScore(ctx, k.ty, &redis.ZRangeBy{Min: "(" + now, Max: "+inf"})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("previews", err)
+	}
+	for i := range ids {
+		out[i] = Preview{Members: members[i].Val(), Typing: typing[i].Val()}
+		if out[i].Members == nil {
+			out[i].Members = []string{}
+		}
+		if out[i].Typing == nil {
+			out[i].Typing = []string{}
+		}
+		slices.Sort(out[i].Members)
+		slices.Sort(out[i].Typing)
 	}
 	return out, nil
 }
