@@ -217,4 +217,3 @@ func TestAdminAtScaleRedis(t *testing.T) {
 		t.Fatalf("user-4's sockets %+v %v", socks, err)
 	}
 }
-
