@@ -99,7 +99,15 @@ type Panel struct {
 
 	pubMu     sync.Mutex
 	pubFailed bool
+
+	// ending is closed by EndStreams: the live streams end (shutdown).
+	ending     chan struct{}
+	endingOnce sync.Once
 }
+
+// EndStreams ends every live stream, and refuses new ones: call it when
+// shutdown begins, or the HTTP server's graceful shutdown waits for them.
+func (p *Panel) EndStreams() { p.endingOnce.Do(func() { close(p.ending) }) }
 
 // New builds the panel.
 func New(cfg Config, d Deps) (*Panel, error) {
@@ -115,6 +123,7 @@ func New(cfg Config, d Deps) (*Panel, error) {
 		sessions: newSessions(cfg.Token, cfg.SessionTTL),
 		fails:    newFailures(cfg.LoginLimit, cfg.LoginWindow),
 		streams:  make(chan struct{}, cfg.MaxStreams),
+		ending:   make(chan struct{}),
 	}
 	if d.Redis != nil {
 		p.convs = &convIndex{view: d.View, every: cfg.PublishEvery}

@@ -435,6 +435,18 @@ func TestStream(t *testing.T) {
 	if !strings.HasPrefix(string(buf[:n]), "event: update\ndata: {") {
 		t.Fatalf("first event %q", buf[:n])
 	}
+	// shutdown ends the stream (else the HTTP server's Shutdown waits)
+	f.panel.EndStreams()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, res.Body); done <- err }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream ended with %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the stream did not end after EndStreams")
+	}
 }
 
 func decodeInto(tb testing.TB, res *http.Response, into any) {

@@ -441,6 +441,12 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	select {
+	case <-p.ending:
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "shutting down")
+		return
+	default:
+	}
+	select {
 	case p.streams <- struct{}{}:
 		defer func() { <-p.streams }()
 	default:
@@ -476,6 +482,8 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 		select {
 		case <-r.Context().Done():
+			return
+		case <-p.ending:
 			return
 		case <-t.C:
 		}

@@ -140,6 +140,8 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	if a.admin != nil {
 		go func() { _ = a.admin.Run(bg) }()
+		// the admin pages' live streams would hold up the graceful shutdown
+		defer context.AfterFunc(ctx, a.admin.EndStreams)()
 	}
 	go func() {
 		defer close(busDone)
