@@ -128,7 +128,7 @@ func New(cfg Config, d Deps) (*Panel, error) {
 	if d.Redis != nil {
 		p.convs = &convIndex{view: d.View, every: cfg.PublishEvery}
 	}
-	p.stats = &sampler{node: cfg.NodeID, sockets: d.Sockets.Open, events: p.eventsTotal}
+	p.stats = &sampler{node: cfg.NodeID, sockets: d.Sockets.Open, events: p.eventsTotal, flush: p.flushView}
 	p.stats.last = NodeStats{Node: cfg.NodeID, At: time.Now().UTC()} // until Run's first sample
 	return p, nil
 }

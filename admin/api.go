@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -332,6 +333,21 @@ func (p *Panel) user(ctx context.Context, q url.Values) (any, error) {
 	return out, nil
 }
 
+func (p *Panel) flushView() FlushView {
+	f := p.d.Pipeline.LastFlush()
+	return FlushView{At: ts(f.At), Ms: float64(f.Duration.Microseconds()) / 1000, Rows: f.Rows, Statements: f.Statements, Error: f.Err, Errors: f.Errors}
+}
+
+// LastSeenNode is a node's part of the last-seen pipeline.
+type LastSeenNode struct {
+	Node  string    `json:"node"`
+	Self  bool      `json:"self"`
+	AgeMs *int64    `json:"lastFlushAgeMs"` // null: no flush yet
+	Flush FlushView `json:"flush"`
+}
+
+// lastseen: the shared buffer's backlog, this node's flush counters, and
+// every node's last flush (published with the node's stats).
 func (p *Panel) lastseen(ctx context.Context, _ url.Values) (any, error) {
 	now := time.Now()
 	f := p.d.Pipeline.LastFlush()
@@ -359,6 +375,20 @@ func (p *Panel) lastseen(ctx context.Context, _ url.Values) (any, error) {
 			out["dirty"], out["claimed"], out["bufferUsers"] = st.Dirty, st.Claimed, st.Users
 		}
 	}
+	stats, _ := p.clusterStats(ctx)
+	nodes := make([]LastSeenNode, 0, len(stats))
+	for _, st := range stats {
+		n := LastSeenNode{Node: st.Node, Self: st.Node == p.cfg.NodeID, Flush: st.Flush}
+		if st.Flush.At != nil {
+			if at, err := time.Parse(time.RFC3339Nano, *st.Flush.At); err == nil {
+				age := now.Sub(at).Milliseconds()
+				n.AgeMs = &age
+			}
+		}
+		nodes = append(nodes, n)
+	}
+	slices.SortFunc(nodes, func(a, b LastSeenNode) int { return strings.Compare(a.Node, b.Node) })
+	out["nodes"] = nodes
 	return out, nil
 }
 

@@ -115,6 +115,19 @@ func TestClusterStatsRedis(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	// the last-seen page lists both nodes' flushes
+	var ls struct {
+		Nodes []struct {
+			Node  string `json:"node"`
+			Flush struct {
+				Errors int64 `json:"errors"`
+			} `json:"flush"`
+		} `json:"nodes"`
+	}
+	getJSON(t, sessionAt(t, urls[0]), urls[0]+"/admin/api/lastseen", &ls)
+	if len(ls.Nodes) != 2 || ls.Nodes[0].Node != "n1" || ls.Nodes[1].Node != "n2" {
+		t.Fatalf("lastseen nodes %+v", ls.Nodes)
+	}
 	// the published hash expires
 	if ttl := rdb.PTTL(ctx, prefix+":admin:node:n1").Val(); ttl <= 0 || ttl > 10*time.Second {
 		t.Fatalf("stats hash TTL %v", ttl)

@@ -31,6 +31,17 @@ type NodeStats struct {
 	Goroutines   int       `json:"goroutines"`
 	EventsPerSec float64   `json:"eventsPerSec"`
 	History      []Sample  `json:"history"` // oldest first
+	Flush        FlushView `json:"flush"`   // this node's last last-seen flush
+}
+
+// FlushView is a node's last last-seen flush.
+type FlushView struct {
+	At         *string `json:"at"` // null: none yet
+	Ms         float64 `json:"ms"`
+	Rows       int64   `json:"rows"`
+	Statements int64   `json:"statements"`
+	Error      string  `json:"error,omitempty"`
+	Errors     int64   `json:"errors"` // failed flushes since start
 }
 
 // historyLen samples: 5 minutes at the default 2 s.
@@ -41,6 +52,7 @@ type sampler struct {
 	node    string
 	sockets func() int64
 	events  func() float64
+	flush   func() FlushView
 
 	mu         sync.Mutex
 	last       NodeStats
@@ -79,6 +91,7 @@ func (s *sampler) sample(now time.Time) NodeStats {
 		Sockets:    s.sockets(),
 		RSSBytes:   rss(),
 		Goroutines: runtime.NumGoroutine(),
+		Flush:      s.flush(),
 	}
 	if heap[0].Value.Kind() == metrics.KindUint64 {
 		st.HeapBytes = heap[0].Value.Uint64()
@@ -116,6 +129,7 @@ func (p *Panel) nodesKey() string           { return p.cfg.Prefix + ":admin:node
 
 func (p *Panel) publish(ctx context.Context, st NodeStats) error {
 	hist, _ := json.Marshal(st.History)
+	flush, _ := json.Marshal(st.Flush)
 	now := st.At
 	pipe := p.d.Redis.Pipeline()
 	key := p.nodeKey(st.Node)
@@ -128,6 +142,7 @@ func (p *Panel) publish(ctx context.Context, st NodeStats) error {
 		"goroutines": st.Goroutines,
 		"eps":        strconv.FormatFloat(st.EventsPerSec, 'f', 3, 64),
 		"history":    string(hist),
+		"flush":      string(flush),
 	})
 	pipe.PExpire(ctx, key, statsTTL)
 	pipe.ZAdd(ctx, p.nodesKey(), redis.Z{Score: float64(now.UnixMilli()), Member: st.Node})
@@ -141,7 +156,7 @@ func (p *Panel) publish(ctx context.Context, st NodeStats) error {
 func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {
 	self := p.stats.latest()
 	// this node's counts are read now (the rest is the last sample)
-	self.Sockets, self.Goroutines = p.d.Sockets.Open(), runtime.NumGoroutine()
+	self.Sockets, self.Goroutines, self.Flush = p.d.Sockets.Open(), runtime.NumGoroutine(), p.flushView()
 	if p.d.Redis == nil {
 		return []NodeStats{self}, nil
 	}
@@ -178,6 +193,7 @@ func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {
 		st.Goroutines, _ = strconv.Atoi(h["goroutines"])
 		st.EventsPerSec, _ = strconv.ParseFloat(h["eps"], 64)
 		_ = json.Unmarshal([]byte(h["history"]), &st.History)
+		_ = json.Unmarshal([]byte(h["flush"]), &st.Flush)
 		out = append(out, st)
 	}
 	return out, nil

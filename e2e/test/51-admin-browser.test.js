@@ -15,7 +15,7 @@ import { ADMIN_TOKEN, adminPage, logIn, outDir } from '../lib/admin.js';
 
 describe('admin panel in a browser (single node)', { timeout: 120000 }, () => {
   it('logs in, follows a client live, looks it up and disconnects it', async (t) => {
-    const topo = await startTopology('single', { t, tag: 'admin', args: ['--admin-token', ADMIN_TOKEN] });
+    const topo = await startTopology('single', { t, tag: 'admin', args: ['--admin-token', ADMIN_TOKEN, '--lastseen-flush-interval', '500ms'] });
     const base = topo.url1;
     const out = outDir('admin-single');
     const page = await adminPage(t);
@@ -90,6 +90,12 @@ describe('admin panel in a browser (single node)', { timeout: 120000 }, () => {
     // the other pages
     await page.click('nav a[data-page=lastseen]');
     await page.waitForSelector('#lastseen');
+    // the user's offline time was flushed to the store: rows written
+    await page.waitForFunction(() => {
+      const cells = document.querySelectorAll('#flushes tr[data-node] td');
+      const [rows] = (document.querySelector('#flush-totals')?.textContent ?? '0').split(' / ');
+      return cells.length > 3 && /ago$/.test(cells[1].textContent) && Number(rows) >= 1;
+    }, null, { timeout: 10000 });
     await page.screenshot({ path: path.join(out, 'lastseen.png'), fullPage: true });
     await page.click('nav a[data-page=health]');
     await page.waitForSelector('#health tr[data-check=store]');

@@ -62,6 +62,14 @@ describe('admin panel in a browser (cluster of two nodes)', { timeout: 150000 },
     assert.equal(res.status, 200);
     assert.equal((await res.json()).nodes.length, 2);
 
+    // the last-seen page has both nodes' flushes
+    await page.click('nav a[data-page=lastseen]');
+    await page.waitForSelector(`#flushes tr[data-node="${n2}"]`);
+    await page.waitForSelector(`#flushes tr[data-node="${n1}"]`);
+    await page.screenshot({ path: path.join(out, 'lastseen-2-nodes.png'), fullPage: true });
+    await page.goto(`${topo.url1}/admin/#user/${user}`);
+    await page.waitForSelector(sel);
+
     // node 1's panel disconnects the client of node 2
     const gone = waitFor(u.socket, 'disconnect', { timeoutMs: 10000 });
     await page.fill('#disconnect-reason', 'e2e cluster');

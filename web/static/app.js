@@ -311,11 +311,22 @@
         tile('last flush', d.lastFlushAgeMs == null ? 'never' : age(d.lastFlushAgeMs) + ' ago'),
         tile('last flush took', d.lastFlushAt ? num(d.lastFlushMs, 1) + ' ms' : '—'),
         tile('rows / statements (last)', d.lastFlushRows + ' / ' + d.lastFlushStmts),
-        tile('rows / statements (total)', d.rowsTotal + ' / ' + d.statementsTotal),
+        tile('rows / statements (total)', d.rowsTotal + ' / ' + d.statementsTotal, 'flush-totals'),
         tile('failed flushes', d.flushErrors)));
       if (d.lastFlushError) body.appendChild(el('p', { class: 'error' }, 'last flush failed: ' + d.lastFlushError));
       if (d.bufferError) body.appendChild(el('p', { class: 'error' }, 'buffer: ' + d.bufferError));
-      body.appendChild(el('p', { class: 'muted' }, 'Flush figures are this node\'s (' + d.node + '); the buffer is shared by the cluster.'));
+      body.appendChild(el('p', { class: 'muted' }, 'The tiles: the buffer (shared by the cluster) and this node\'s (' + d.node + ') flushes. Every node flushes the shared buffer:'));
+      var rows = (d.nodes || []).map(function (n) {
+        return el('tr', { 'data-node': n.node },
+          td(n.node + (n.self ? ' (this page)' : '')),
+          td(n.lastFlushAgeMs == null ? 'never' : age(n.lastFlushAgeMs) + ' ago', 'num'),
+          td(n.flush.at ? num(n.flush.ms, 1) + ' ms' : '—', 'num'),
+          td(n.flush.rows, 'num'), td(n.flush.statements, 'num'),
+          td(n.flush.errors, n.flush.errors ? 'num bad' : 'num'),
+          td(n.flush.error || '', 'hide-narrow'));
+      });
+      body.appendChild(el('div', { class: 'card' }, table([{ label: 'node' }, { label: 'last flush', num: 1 }, { label: 'took', num: 1 },
+        { label: 'rows', num: 1 }, { label: 'statements', num: 1 }, { label: 'failed', num: 1 }, { label: 'last error', narrow: 1 }], rows, { id: 'flushes' })));
     });
   };
 
