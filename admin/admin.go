@@ -7,6 +7,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -73,8 +74,10 @@ type Sockets interface {
 
 // Deps are what the panel reads.
 type Deps struct {
-	Log      *slog.Logger
-	Registry prometheus.Gatherer // for events/s (presenced_events_total)
+	Log *slog.Logger
+	// Registry: events/s are read from its presenced_events_total, and the
+	// panel's own metrics are registered on it (nil: neither).
+	Registry *prometheus.Registry
 	Engine   presence.Engine
 	View     presence.AdminView
 	Reader   *lastseen.Reader
@@ -96,6 +99,9 @@ type Panel struct {
 	stats    *sampler
 	streams  chan struct{}
 	convs    *convIndex // cluster mode: the conversation list's snapshot
+
+	logins      *prometheus.CounterVec // outcome
+	disconnects prometheus.Counter
 
 	pubMu     sync.Mutex
 	pubFailed bool
@@ -124,6 +130,25 @@ func New(cfg Config, d Deps) (*Panel, error) {
 		fails:    newFailures(cfg.LoginLimit, cfg.LoginWindow),
 		streams:  make(chan struct{}, cfg.MaxStreams),
 		ending:   make(chan struct{}),
+	}
+	p.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "presenced_admin_logins_total",
+		Help: "Admin panel logins by outcome: ok, wrong_token, rate_limited, forbidden (cross-origin).",
+	}, []string{"outcome"})
+	p.disconnects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "presenced_admin_disconnects_total",
+		Help: "Users disconnected from the admin panel.",
+	})
+	for _, o := range []string{"ok", "wrong_token", "rate_limited", "forbidden"} {
+		p.logins.WithLabelValues(o)
+	}
+	if d.Registry != nil {
+		if err := d.Registry.Register(p.logins); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		if err := d.Registry.Register(p.disconnects); err != nil {
+			return nil, fmt.Errorf("admin: %w", err)
+		}
 	}
 	if d.Redis != nil {
 		p.convs = &convIndex{view: d.View, every: cfg.PublishEvery}

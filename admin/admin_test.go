@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/admin"
@@ -49,6 +50,38 @@ type fixture struct {
 	engine  presence.Engine
 	sockets *fakeSockets
 	store   store.Store
+	reg     *prometheus.Registry
+}
+
+// counter reads a counter of the panel's registry.
+func (f *fixture) counter(tb testing.TB, name string, labels ...string) float64 {
+	tb.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			ok := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				ok = ok && found
+			}
+			if ok {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	tb.Fatalf("no metric %s %v", name, labels)
+	return 0
 }
 
 func newFixture(tb testing.TB) *fixture {
@@ -72,11 +105,13 @@ func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClien
 	}
 	pipe := lastseen.NewPipeline(buf, st, lastseen.Config{})
 	fs := &fakeSockets{local: map[string][]handlers.LocalSocket{}}
+	reg := prometheus.NewRegistry()
 	p, err := admin.New(admin.Config{Token: token, NodeID: "n1", Prefix: prefix}, admin.Deps{
 		Log: slog.New(slog.DiscardHandler), Engine: eng, View: eng.(presence.AdminView), Redis: rdb,
 		Reader:   lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st}),
 		Pipeline: pipe, Buffer: buf, Store: st, Sockets: fs,
-		Ready: []admin.Check{{Name: "store", Check: st.Ping}},
+		Ready:    []admin.Check{{Name: "store", Check: st.Ping}},
+		Registry: reg,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -85,7 +120,7 @@ func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClien
 	mux.Handle("/admin/", http.StripPrefix("/admin", p.Handler()))
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
-	return &fixture{panel: p, srv: srv, engine: eng, sockets: fs, store: st}
+	return &fixture{panel: p, srv: srv, engine: eng, sockets: fs, store: st, reg: reg}
 }
 
 // client returns an HTTP client with a cookie jar that does not follow
@@ -263,6 +298,12 @@ func TestLoginRateLimited(t *testing.T) {
 	if res := f.login(t, c, token); res.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("right token while limited: %d", res.StatusCode)
 	}
+	if got := f.counter(t, "presenced_admin_logins_total", "outcome", "wrong_token"); got != 5 {
+		t.Errorf("wrong_token logins: %v", got)
+	}
+	if got := f.counter(t, "presenced_admin_logins_total", "outcome", "rate_limited"); got != 2 {
+		t.Errorf("rate_limited logins: %v", got)
+	}
 }
 
 func TestViews(t *testing.T) {
@@ -413,6 +454,9 @@ func TestDisconnectNeedsCSRF(t *testing.T) {
 	}
 	if len(f.sockets.disconnected) != 1 || f.sockets.disconnected[0] != "alice" {
 		t.Fatalf("disconnected %v", f.sockets.disconnected)
+	}
+	if got := f.counter(t, "presenced_admin_disconnects_total"); got != 1 {
+		t.Fatalf("presenced_admin_disconnects_total %v", got)
 	}
 }
 

@@ -451,6 +451,7 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	socks, _ := p.d.View.UserSockets(ctx, body.UserID)
 	p.d.Sockets.DisconnectUser(body.UserID)
+	p.disconnects.Inc()
 	p.log.Warn("admin disconnected a user", "user_id", body.UserID, "reason", body.Reason, "sockets", len(socks), "ip", handlers.ClientIP(r))
 	writeJSON(w, http.StatusOK, map[string]any{"userId": body.UserID, "sockets": len(socks)})
 }

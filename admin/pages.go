@@ -88,12 +88,15 @@ func (p *Panel) static(w http.ResponseWriter, r *http.Request) {
 func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (int, time.Duration) {
 	ip := handlers.ClientIP(r)
 	if wait, blocked := p.fails.blocked(ip); blocked {
+		p.logins.WithLabelValues("rate_limited").Inc()
 		return http.StatusTooManyRequests, wait
 	}
 	if !sameOrigin(r) {
+		p.logins.WithLabelValues("forbidden").Inc()
 		return http.StatusForbidden, 0
 	}
 	if !tokenMatches(token, p.cfg.Token) {
+		p.logins.WithLabelValues("wrong_token").Inc()
 		p.fails.add(ip)
 		p.log.Warn("admin login refused", "ip", ip)
 		return http.StatusUnauthorized, 0
@@ -103,6 +106,7 @@ func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (i
 		MaxAge: int(p.cfg.SessionTTL.Seconds()), HttpOnly: true, SameSite: http.SameSiteStrictMode,
 		Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
 	})
+	p.logins.WithLabelValues("ok").Inc()
 	p.log.Info("admin login", "ip", ip)
 	return http.StatusNoContent, 0
 }
