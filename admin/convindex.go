@@ -22,6 +22,8 @@ type convIndex struct {
 	view  presence.AdminView
 	every time.Duration
 
+	scanMu sync.Mutex // one synchronous scan at a time (cold requests wait for it)
+
 	mu         sync.Mutex
 	all        []presence.ConversationCount // busiest first
 	at         time.Time                    // when all was read; zero: never
@@ -42,7 +44,16 @@ func (x *convIndex) page(ctx context.Context, prefix string, offset, limit int) 
 	all := x.all
 	x.mu.Unlock()
 	if !fresh {
-		if err := x.refresh(ctx); err != nil {
+		x.scanMu.Lock()
+		x.mu.Lock()
+		fresh = !x.at.IsZero() && time.Since(x.at) < idleAfter // another request's scan
+		x.mu.Unlock()
+		var err error
+		if !fresh {
+			err = x.refresh(ctx)
+		}
+		x.scanMu.Unlock()
+		if err != nil {
 			return 0, nil, err
 		}
 		x.mu.Lock()
