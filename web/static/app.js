@@ -196,7 +196,7 @@
       prev.addEventListener('click', function () { state.page--; open(); });
       next.addEventListener('click', function () { state.page++; open(); });
       body.appendChild(el('div', { class: 'card' },
-        table([{ label: 'conversation' }, { label: 'online', num: 1 }, { label: 'members (first 5)' }, { label: 'typing' }], rows,
+        table([{ label: 'conversation' }, { label: 'online', num: 1 }, { label: 'members (up to 5)' }, { label: 'typing' }], rows,
           { id: 'conversations', empty: 'no conversation with members online' }),
         el('div', { class: 'pager' }, prev, el('span', { class: 'muted' }, 'page ' + d.page + ' of ' + pagesN + ' · ' + d.total + ' conversations'), next)));
     }
@@ -251,7 +251,7 @@
       body.appendChild(el('div', { class: 'card' }, el('dl', { class: 'facts', id: 'user-facts' },
         el('dt', null, 'user'), el('dd', null, d.userId),
         el('dt', null, 'status'), el('dd', { class: statusCls, id: 'user-status' }, d.status),
-        el('dt', null, 'active since'), el('dd', null, d.since || '—'),
+        el('dt', null, 'last activity'), el('dd', null, d.since || '—'),
         el('dt', null, 'last seen (exact)'), el('dd', null, d.lastSeen || (d.status === 'offline' ? 'never' : '— (online)')),
         el('dt', null, 'privacy'), el('dd', null, d.privacy),
         el('dt', null, 'subscriptions'), el('dd', null, String(d.subscriptions)),
