@@ -500,3 +500,23 @@ func decodeInto(tb testing.TB, res *http.Response, into any) {
 		tb.Fatal(err)
 	}
 }
+
+// TestRedisDown: with Redis unreachable the pages still answer, naming
+// what fails (health, the cluster view's warnings).
+func TestRedisDown(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	f := newFixtureWith(t, presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"}), rdb, "down")
+	c := f.session(t)
+	var cl struct {
+		Nodes    []struct{ Node string } `json:"nodes"`
+		Warnings []string                `json:"warnings"`
+	}
+	if code := getJSON(t, c, f.srv.URL+"/admin/api/cluster", &cl); code != 200 || len(cl.Nodes) != 1 || len(cl.Warnings) == 0 {
+		t.Fatalf("cluster %d %+v", code, cl)
+	}
+	var ls map[string]any
+	if code := getJSON(t, c, f.srv.URL+"/admin/api/lastseen", &ls); code != 200 || ls["bufferError"] == nil {
+		t.Fatalf("lastseen %d %v", code, ls)
+	}
+}
