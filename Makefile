@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin/presenced
 
-.PHONY: build test test-go test-e2e test-compose vet e2e-deps clean
+.PHONY: build test test-go test-fuzz test-e2e test-compose vet e2e-deps clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/presenced
@@ -15,6 +15,10 @@ vet:
 test-go:
 	$(GO) test -race -count=1 ./...
 
+# Every fuzz target, briefly (FUZZTIME=30s for longer runs).
+test-fuzz:
+	GO=$(GO) ./scripts/fuzz-all.sh
+
 e2e-deps:
 	cd e2e && { [ node_modules/.package-lock.json -nt package-lock.json ] || npm ci --no-audit --no-fund; }
 
@@ -24,9 +28,15 @@ test-e2e: build e2e-deps
 # docker-compose.yml is for users with a Docker engine; here it is validated.
 test-compose:
 	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config -q
-	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config | grep -c 'healthcheck:' | grep -qx 3
+	mkdir -p bin
+	PRESENCE_JWT_SECRET=compose-check-secret-0123 docker-compose -f docker-compose.yml config > bin/compose.rendered.yml
+	grep -c 'healthcheck:' bin/compose.rendered.yml | grep -qx 6   # three nodes, balancer, Redis, PostgreSQL
+	grep -q 'appendonly' bin/compose.rendered.yml                 # Redis keeps buffered last-seen across restarts
+	grep -q 'service_completed_successfully' bin/compose.rendered.yml  # nodes wait for the migration
+	PRESENCE_LB_BIND=127.0.0.1:3000 PRESENCE_LB_MONITOR=127.0.0.1:8404 PRESENCE_NODE1=127.0.0.1:1 PRESENCE_NODE2=127.0.0.1:2 PRESENCE_NODE3=127.0.0.1:3 \
+		haproxy -c -q -f deploy/haproxy.cfg                            # the balancer config parses
 
-test: vet e2e-deps test-go test-compose test-e2e
+test: vet e2e-deps test-go test-fuzz test-compose test-e2e
 
 clean:
 	rm -rf bin

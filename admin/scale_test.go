@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -155,7 +156,13 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 			}
 		}
 	}
-	kUsers, kNode := prefix+":{g}:users", prefix+":{n:n1}:socks"
+	// the registry of node n1's instance, whose token the lease holder names
+	holder, err := rdb.HGet(ctx, prefix+":{g}:holder", "n1").Result()
+	if err != nil {
+		tb.Fatalf("node n1 holds no lease: %v", err)
+	}
+	token, _, _ := strings.Cut(holder, "|")
+	kUsers, kNode := prefix+":{g}:users", prefix+":{n:n1}:"+token+":socks"
 	for u := range users {
 		sid, user := "s"+strconv.Itoa(u), "user-"+strconv.Itoa(u)
 		joins := []int{u % convs}

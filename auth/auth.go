@@ -71,21 +71,58 @@ const MaxTokenBytes = 8 << 10
 // jwtVerifier is the one implementation: a jwt parser, the algorithms
 // allowed and a key source bound to the caller's context.
 type jwtVerifier struct {
-	parser *jwt.Parser
-	algs   []string
-	keys   func(context.Context) jwt.Keyfunc
+	parser  *jwt.Parser
+	needAud bool // an audience is configured
+	algs    []string
+	keys    func(context.Context) jwt.Keyfunc
 }
 
 // errAlgorithm marks a token whose alg header is not allowed ("none" included).
 var errAlgorithm = errors.New("algorithm not allowed")
 
-func newVerifier(algs []string, keys func(context.Context) jwt.Keyfunc) *jwtVerifier {
+// Option adds a requirement on every token a verifier accepts.
+type Option func(*options)
+
+type options struct {
+	audience []string
+	issuer   string
+}
+
+// WithAudience requires tokens whose aud names one of audiences (the
+// token's aud may list others too). Empty entries are ignored; with none
+// left, aud is not checked.
+func WithAudience(audiences ...string) Option {
+	return func(o *options) {
+		for _, a := range audiences {
+			if a != "" {
+				o.audience = append(o.audience, a)
+			}
+		}
+	}
+}
+
+// WithIssuer requires tokens whose iss is issuer; "" checks nothing.
+func WithIssuer(issuer string) Option { return func(o *options) { o.issuer = issuer } }
+
+func newVerifier(algs []string, keys func(context.Context) jwt.Keyfunc, opts []Option) *jwtVerifier {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	// The algorithm allow-list is checked in keyfunc rather than with
 	// jwt.WithValidMethods so that the refusal can be told apart.
+	popts := []jwt.ParserOption{jwt.WithLeeway(Leeway), jwt.WithIssuedAt()}
+	if len(o.audience) > 0 {
+		popts = append(popts, jwt.WithAudience(o.audience...))
+	}
+	if o.issuer != "" {
+		popts = append(popts, jwt.WithIssuer(o.issuer))
+	}
 	return &jwtVerifier{
-		parser: jwt.NewParser(jwt.WithLeeway(Leeway), jwt.WithIssuedAt()),
-		algs:   algs,
-		keys:   keys,
+		parser:  jwt.NewParser(popts...),
+		needAud: len(o.audience) > 0,
+		algs:    algs,
+		keys:    keys,
 	}
 }
 
@@ -106,13 +143,13 @@ var _ Verifier = (*jwtVerifier)(nil)
 const Leeway = 5 * time.Second
 
 // NewHS256 verifies tokens signed with HS256 and the given secret.
-func NewHS256(secret []byte) (Verifier, error) {
+func NewHS256(secret []byte, opts ...Option) (Verifier, error) {
 	if len(secret) < 16 {
 		return nil, fmt.Errorf("auth: HS256 secret must be at least 16 bytes, got %d", len(secret))
 	}
 	key := append([]byte(nil), secret...)
 	keyfunc := func(*jwt.Token) (any, error) { return key, nil }
-	return newVerifier([]string{"HS256"}, func(context.Context) jwt.Keyfunc { return keyfunc }), nil
+	return newVerifier([]string{"HS256"}, func(context.Context) jwt.Keyfunc { return keyfunc }, opts), nil
 }
 
 // JWKSConfig configures NewJWKS. Zero values mean the defaults.
@@ -126,7 +163,7 @@ type JWKSConfig struct {
 
 // NewJWKS verifies RS256/ES256 tokens with keys from a JWKS endpoint. The key
 // set is fetched in the background, cached, and refreshed until ctx ends.
-func NewJWKS(ctx context.Context, cfg JWKSConfig) (Verifier, error) {
+func NewJWKS(ctx context.Context, cfg JWKSConfig, opts ...Option) (Verifier, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("auth: JWKS URL is empty")
 	}
@@ -155,7 +192,7 @@ func NewJWKS(ctx context.Context, cfg JWKSConfig) (Verifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth: jwks: %w", err)
 	}
-	return newVerifier([]string{"RS256", "ES256"}, kf.KeyfuncCtx), nil
+	return newVerifier([]string{"RS256", "ES256"}, kf.KeyfuncCtx, opts), nil
 }
 
 // Verify parses and validates the token and returns its claims. Every error
@@ -172,6 +209,13 @@ func (v *jwtVerifier) Verify(ctx context.Context, token string) (Claims, error) 
 	tok, err := v.parser.ParseWithClaims(token, &rc, v.keyfunc(ctx))
 	if err != nil {
 		reason := classify(err)
+		if errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
+			// the only claims required are a configured aud and iss
+			reason = "token has no iss"
+			if v.needAud && !slices.ContainsFunc(rc.Audience, func(a string) bool { return a != "" }) {
+				reason = "token has no aud"
+			}
+		}
 		// The library refuses algorithms it does not know (such as "None")
 		// before our check runs; name those the same way.
 		if tok != nil && errors.Is(err, jwt.ErrTokenUnverifiable) {
@@ -203,6 +247,10 @@ func classify(err error) string {
 		return "token expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		return "token not valid yet"
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "wrong audience"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return "wrong issuer"
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "malformed token"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
@@ -215,8 +263,10 @@ func classify(err error) string {
 }
 
 // SignHS256 mints an HS256 token for userID valid for validFor (dev tooling
-// and tests; production tokens come from the host application).
-func SignHS256(secret []byte, userID string, validFor time.Duration, now time.Time) (string, error) {
+// and tests; production tokens come from the host application). The
+// options a verifier requires, given here, put the (first) audience in aud
+// and the issuer in iss, so that such a verifier accepts the token.
+func SignHS256(secret []byte, userID string, validFor time.Duration, now time.Time, opts ...Option) (string, error) {
 	if !ValidID(userID) {
 		return "", fmt.Errorf("auth: %q is not a valid user id (1-128 of A-Z a-z 0-9 _ . : @ -)", userID)
 	}
@@ -228,5 +278,13 @@ func SignHS256(secret []byte, userID string, validFor time.Duration, now time.Ti
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(validFor)),
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.audience) > 0 {
+		claims.Audience = jwt.ClaimStrings{o.audience[0]}
+	}
+	claims.Issuer = o.issuer
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 }

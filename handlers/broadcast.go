@@ -9,8 +9,24 @@ import (
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
+	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store"
 )
+
+// Settings tells users' last-seen settings without waiting long on the
+// store, and takes changes; *lastseen.Settings satisfies it. Room events
+// and rosters carry times only for users whose setting is everyone
+// (CONTRACT §1).
+type Settings interface {
+	// Lookup returns the settings it knows within a short bound; a user
+	// left out counts as hidden.
+	Lookup(ctx context.Context, userIDs []string) map[string]store.Visibility
+	// Set records a user's new setting.
+	Set(userID string, v store.Visibility)
+}
+
+var _ Settings = (*lastseen.Settings)(nil)
 
 // Rooms delivers domain events to Socket.IO rooms. It is bound to the
 // Socket.IO server once that exists; with a cluster adapter the emits reach
@@ -19,6 +35,9 @@ type Rooms struct {
 	io        atomic.Pointer[socket.Server]
 	typingTTL time.Duration
 	log       *slog.Logger
+	settings  Settings // nil: every time is hidden
+	// send, when set, replaces the emit to the Socket.IO server (tests).
+	send func(room socket.Room, exceptSocket, event string, payload any)
 
 	mu       sync.RWMutex
 	onStatus []func(context.Context, presence.Event)
@@ -32,6 +51,13 @@ func NewRooms(typingTTL time.Duration, log *slog.Logger) *Rooms {
 	return &Rooms{typingTTL: typingTTL, log: log}
 }
 
+// UseSettings sets where the users' last-seen settings are read (before
+// the first event).
+func (r *Rooms) UseSettings(s Settings) { r.settings = s }
+
+// Settings returns what UseSettings set.
+func (r *Rooms) Settings() Settings { return r.settings }
+
 // Bind attaches the Socket.IO server.
 func (r *Rooms) Bind(io *socket.Server) { r.io.Store(io) }
 
@@ -43,19 +69,62 @@ func (r *Rooms) OnStatus(fn func(context.Context, presence.Event)) {
 	r.mu.Unlock()
 }
 
-// JoinPayload is `presence:join`.
+// JoinPayload is `presence:join`. At is rounded down to the minute, and
+// null unless the user's last-seen setting is everyone (CONTRACT §1).
 type JoinPayload struct {
-	ConversationID string `json:"conversationId"`
-	UserID         string `json:"userId"`
-	At             string `json:"at"`
+	ConversationID string  `json:"conversationId"`
+	UserID         string  `json:"userId"`
+	At             *string `json:"at"`
 }
 
-// LeavePayload is `presence:leave`.
+// LeavePayload is `presence:leave`; At as in JoinPayload.
 type LeavePayload struct {
-	ConversationID string `json:"conversationId"`
-	UserID         string `json:"userId"`
-	At             string `json:"at"`
-	Reason         string `json:"reason"`
+	ConversationID string  `json:"conversationId"`
+	UserID         string  `json:"userId"`
+	At             *string `json:"at"`
+	Reason         string  `json:"reason"`
+}
+
+// MemberPayload is a roster entry; Since as JoinPayload's At.
+type MemberPayload struct {
+	UserID string  `json:"userId"`
+	Status string  `json:"status"`
+	Since  *string `json:"since"`
+}
+
+// lookup reads the settings of users; without a source every one is
+// unknown (hidden).
+func lookup(ctx context.Context, s Settings, users []string) map[string]store.Visibility {
+	if s == nil || len(users) == 0 {
+		return nil
+	}
+	return s.Lookup(ctx, users)
+}
+
+// roomTime is a room event's or roster entry's time as the contract shows
+// it to every member.
+func roomTime(t time.Time, user string, settings map[string]store.Visibility) *string {
+	v, known := settings[user]
+	return lastseen.RoomTime(t, v, known)
+}
+
+// rosterPayload is a roster as members see it, with one settings lookup.
+func rosterPayload(ctx context.Context, s Settings, ms []presence.Member) []MemberPayload {
+	users := make([]string, len(ms))
+	for i, m := range ms {
+		users[i] = m.UserID
+	}
+	settings := lookup(ctx, s, users)
+	out := make([]MemberPayload, len(ms))
+	for i, m := range ms {
+		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: roomTime(m.Since, m.UserID, settings)}
+	}
+	return out
+}
+
+// Members is a roster as members see it (a join's ack).
+func (r *Rooms) Members(ctx context.Context, ms []presence.Member) []MemberPayload {
+	return rosterPayload(ctx, r.settings, ms)
 }
 
 // TypingPayload is `typing`.
@@ -76,21 +145,30 @@ type StatePayload struct {
 // Sink is the presence engine's event sink.
 func (r *Rooms) Sink() presence.Sink {
 	return func(ctx context.Context, events []presence.Event) {
+		// One settings lookup for the batch (a sweep of a dead node
+		// brings many leaves at once).
+		var users []string
 		for _, e := range events {
-			r.deliver(ctx, e)
+			if e.Kind == presence.EventJoin || e.Kind == presence.EventLeave {
+				users = append(users, e.UserID)
+			}
+		}
+		settings := lookup(ctx, r.settings, users)
+		for _, e := range events {
+			r.deliver(ctx, e, settings)
 		}
 	}
 }
 
-func (r *Rooms) deliver(ctx context.Context, e presence.Event) {
+func (r *Rooms) deliver(ctx context.Context, e presence.Event, settings map[string]store.Visibility) {
 	switch e.Kind {
 	case presence.EventJoin:
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "presence:join", JoinPayload{
-			ConversationID: e.ConversationID, UserID: e.UserID, At: Timestamp(e.At),
+			ConversationID: e.ConversationID, UserID: e.UserID, At: roomTime(e.At, e.UserID, settings),
 		})
 	case presence.EventLeave:
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "presence:leave", LeavePayload{
-			ConversationID: e.ConversationID, UserID: e.UserID, At: Timestamp(e.At), Reason: e.Reason,
+			ConversationID: e.ConversationID, UserID: e.UserID, At: roomTime(e.At, e.UserID, settings), Reason: e.Reason,
 		})
 	case presence.EventTyping:
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "typing", TypingPayload{
@@ -108,6 +186,10 @@ func (r *Rooms) deliver(ctx context.Context, e presence.Event) {
 
 // emit sends an event to a room, except one socket if given.
 func (r *Rooms) emit(room socket.Room, exceptSocket string, event string, payload any) {
+	if r.send != nil {
+		r.send(room, exceptSocket, event, payload)
+		return
+	}
 	io := r.io.Load()
 	if io == nil {
 		return

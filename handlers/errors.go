@@ -79,3 +79,13 @@ func httpStatus(code string) int {
 func ackError(e *Error) map[string]any {
 	return map[string]any{"ok": false, "error": map[string]any{"code": e.Code, "message": e.Message}}
 }
+
+// RefusalReason is the short, client-safe reason of a handshake refused by
+// Sockets.Prepare (the `reason` of connect_error's data).
+func RefusalReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "refused"
+}

@@ -9,14 +9,11 @@ import (
 	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
-	"golang.org/x/time/rate"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 )
-
-type rateLimiter = rate.Limiter
 
 // MaxStateBytes bounds the JSON encoding of a `state:set` state.
 const MaxStateBytes = 1024
@@ -56,9 +53,16 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 		if len(args) == 0 {
 			return
 		}
+		// Unknown events are limited too ("any other event"): a client
+		// spraying them costs an ack each.
+		e := errorf(CodeNotFound, "unknown event")
+		if !h.allow(c, classOther, time.Now()) {
+			h.other.limited.Inc()
+			e = rateLimited(h.limits[classOther])
+		}
 		if ack, ok := args[len(args)-1].(socket.Ack); ok {
-			h.metrics.Events.WithLabelValues("unknown", CodeNotFound).Inc()
-			ack([]any{ackError(errorf(CodeNotFound, "unknown event"))}, nil)
+			h.metrics.Events.WithLabelValues("unknown", e.Code).Inc()
+			ack([]any{ackError(e)}, nil)
 		}
 	})
 }
@@ -75,6 +79,7 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 // serve is handle's work once the event's place in the queue is known.
 func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival time.Time, queued bool) {
 	start := time.Now()
+	info, known := h.stats[name]
 	var ack socket.Ack
 	if n := len(args); n > 0 {
 		if a, ok := args[n-1].(socket.Ack); ok {
@@ -91,9 +96,9 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival ti
 			}
 		}
 		took := time.Since(start).Seconds()
-		if m, ok := h.okStats[name]; ok && outcome == "ok" {
-			m.count.Inc()
-			m.duration.Observe(took)
+		if known && outcome == "ok" {
+			info.count.Inc()
+			info.duration.Observe(took)
 			return
 		}
 		h.metrics.Events.WithLabelValues(name, outcome).Inc()
@@ -144,6 +149,13 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival ti
 			reply(nil, errorf(CodeUnavailable, "connection not ready"))
 			return
 		}
+	}
+	// The one place both paths of every known event are limited, before
+	// anything is decoded or done.
+	if known && !h.allow(c, info.class, start) {
+		info.limited.Inc()
+		reply(nil, rateLimited(h.limits[info.class]))
+		return
 	}
 	p, err := decode(args)
 	if err != nil {
@@ -220,6 +232,7 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	if err != nil {
 		return nil, err
 	}
+	epoch := h.epochs.of(conv).Load()
 	ok, err := h.membership.IsMember(ctx, conv, c.UserID)
 	if err != nil {
 		return nil, err
@@ -230,35 +243,27 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	// Into the room first, so that nothing said after the roster snapshot
 	// is missed; out again if the engine refuses.
 	room := ConversationRoom(conv)
-	already := c.sock.Rooms().Has(room)
-	c.sock.Join(room)
+	already := c.rooms.Rooms().Has(room)
+	c.rooms.Join(room)
 	res, err := h.engine.Join(ctx, c.sid, conv)
 	if err != nil {
 		if !already {
-			c.sock.Leave(room)
+			c.rooms.Leave(room)
 		}
 		return nil, err
 	}
+	if h.epochs.of(conv).Load() != epoch {
+		// The membership changed while this join ran: an eviction may
+		// have missed it.
+		if err := h.recheckMember(ctx, c, conv); err != nil {
+			return nil, err
+		}
+	}
 	return map[string]any{
 		"conversationId": conv,
-		"online":         members(res.Online),
+		"online":         h.rooms.Members(ctx, res.Online),
 		"typing":         res.Typing,
 	}, nil
-}
-
-// MemberPayload is a roster entry.
-type MemberPayload struct {
-	UserID string `json:"userId"`
-	Status string `json:"status"`
-	Since  string `json:"since"`
-}
-
-func members(ms []presence.Member) []MemberPayload {
-	out := make([]MemberPayload, len(ms))
-	for i, m := range ms {
-		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: Timestamp(m.Since)}
-	}
-	return out
 }
 
 func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
@@ -269,11 +274,11 @@ func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any
 	h.clearState(c, conv)
 	// Out of the room first: the leaving socket is not told of its own leave.
 	room := ConversationRoom(conv)
-	was := c.sock.Rooms().Has(room)
-	c.sock.Leave(room)
+	was := c.rooms.Rooms().Has(room)
+	c.rooms.Leave(room)
 	if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
 		if was {
-			c.sock.Join(room)
+			c.rooms.Join(room)
 		}
 		return nil, err
 	}
@@ -299,22 +304,10 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (map[string
 	return map[string]any{"serverTime": Timestamp(h.now()), "nextInMs": next.Milliseconds()}, nil
 }
 
-func (h *Sockets) allowTyping(c *Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.typing == nil {
-		c.typing = rate.NewLimiter(rate.Limit(h.cfg.TypingRate), h.cfg.TypingBurst)
-	}
-	return c.typing.Allow()
-}
-
 func (h *Sockets) typingStart(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
 	conv, err := p.id("conversationId")
 	if err != nil {
 		return nil, err
-	}
-	if !h.allowTyping(c) {
-		return nil, errorf(CodeRateLimited, "too many typing events; slow down")
 	}
 	return nil, h.engine.TypingStart(ctx, c.sid, conv)
 }
@@ -328,9 +321,6 @@ func (h *Sockets) typingStop(ctx context.Context, c *Conn, p payload) (map[strin
 		if r != "sent" && r != "cleared" {
 			return nil, errorf(CodeInvalidArgument, `reason must be "sent" or "cleared"`)
 		}
-	}
-	if !h.allowTyping(c) {
-		return nil, errorf(CodeRateLimited, "too many typing events; slow down")
 	}
 	return nil, h.engine.TypingStop(ctx, c.sid, conv)
 }
@@ -365,7 +355,7 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (map[string]
 			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", len(b), MaxStateBytes)
 		}
 	}
-	if !c.sock.Rooms().Has(ConversationRoom(conv)) {
+	if !c.rooms.Rooms().Has(ConversationRoom(conv)) {
 		return nil, presence.ErrNotJoined
 	}
 	if err := h.engine.Touch(ctx, c.sid); err != nil {

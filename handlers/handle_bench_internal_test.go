@@ -14,7 +14,9 @@ import (
 func BenchmarkHeartbeatHandling(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
 	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"})
-	h := NewSockets(SessionConfig{NodeID: "n1"}, SocketDeps{Log: log, Metrics: metrics.New(), Engine: eng, Rooms: NewRooms(0, log)})
+	// a limit never reached: the limiter's cost is measured, not refusals
+	high := Limit{Rate: 1e9, Burst: 1e9}
+	h := NewSockets(SessionConfig{NodeID: "n1", Limits: EventLimits{Heartbeat: high}}, SocketDeps{Log: log, Metrics: metrics.New(), Engine: eng, Rooms: NewRooms(0, log)})
 	c := &Conn{UserID: "u1", sid: "s1", ready: make(chan struct{})}
 	close(c.ready)
 	c.connected.Store(true)

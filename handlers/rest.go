@@ -88,8 +88,15 @@ type RESTDeps struct {
 	// (presence.CachedMembership) it is called after the member list of a
 	// conversation is replaced.
 	Membership presence.Membership
-	// Evict removes users' sockets from a conversation on every node
-	// (called after SetMembers with the removed users). nil: not called.
+	// Settings gives rosters the users' last-seen settings (times only for
+	// everyone, CONTRACT §1); nil: a cache over Store.
+	Settings Settings
+	// PrivacyChanged, when set, is told of a user's new setting once it is
+	// saved (and Settings updated): the other nodes' caches learn it.
+	PrivacyChanged func(ctx context.Context, userID string, v store.Visibility)
+	// Evict is called after every SetMembers with the removed users (maybe
+	// none): every node forgets its cached membership of the conversation
+	// and removes those users' sockets from it. nil: not called.
 	Evict func(ctx context.Context, conversationID string, userIDs []string) error
 	// RateLimit is the requests allowed per RateWindow per user, for the
 	// service token, and per client address for unauthenticated requests;
@@ -116,6 +123,9 @@ func NewREST(d RESTDeps) *REST {
 	}
 	if a.d.Membership == nil && d.Store != nil {
 		a.d.Membership = d.Store
+	}
+	if a.d.Settings == nil && d.Store != nil {
+		a.d.Settings = lastseen.NewSettings(d.Store, lastseen.SettingsConfig{})
 	}
 	if d.ServiceToken != "" {
 		a.svcHash = sha256.Sum256([]byte(d.ServiceToken))
@@ -555,7 +565,7 @@ func (a *REST) conversationPresence(w http.ResponseWriter, r *http.Request) {
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{
 		"conversationId": conv,
-		"online":         members(res.Online),
+		"online":         rosterPayload(r.Context(), a.d.Settings, res.Online),
 		"typing":         typing,
 	})
 }
@@ -593,9 +603,18 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := store.Visibility(s)
-	if err := a.d.Store.SetPrivacy(r.Context(), viewerOf(r.Context()), v); err != nil {
+	user := viewerOf(r.Context())
+	if err := a.d.Store.SetPrivacy(r.Context(), user, v); err != nil {
 		a.fail(w, r, err)
 		return
+	}
+	if a.d.Settings != nil {
+		a.d.Settings.Set(user, v)
+	}
+	if a.d.PrivacyChanged != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+		a.d.PrivacyChanged(ctx, user, v)
+		cancel()
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }
@@ -651,12 +670,12 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	if removed == nil {
 		removed = []string{}
 	}
-	if len(removed) > 0 && a.d.Evict != nil {
+	if a.d.Evict != nil {
 		// The member list is saved either way; a failed eviction leaves
 		// the removed users' sockets in the room until they leave, and a
 		// retry of this request would find nothing to remove.
 		if err := a.d.Evict(ctx, conv, removed); err != nil {
-			a.log.Error("evicting removed members failed", "conversation_id", conv, "users", len(removed), "err", err)
+			a.log.Error("membership change not applied on every node", "conversation_id", conv, "removed", len(removed), "err", err)
 		}
 	}
 	writeRESTJSON(w, http.StatusOK, map[string]any{

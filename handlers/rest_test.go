@@ -460,9 +460,22 @@ func TestConversationPresence(t *testing.T) {
 	if err := e.eng.TypingStart(ctx, "s-bob", "c1"); err != nil {
 		t.Fatal(err)
 	}
+	// since is rounded down to the minute, and null for a user whose
+	// last-seen setting is not everyone (CONTRACT §1), whoever asks.
 	wantJSON(t, e.as("carol", "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
-		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:30.500Z"},`+
-		`{"userId":"bob","status":"online","since":"2026-11-09T12:00:32.500Z"}],"typing":["bob"]}`)
+		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:00.000Z"},`+
+		`{"userId":"bob","status":"online","since":"2026-11-09T12:00:00.000Z"}],"typing":["bob"]}`)
+	wantJSON(t, e.as("bob", "PUT", "/v1/me/privacy", `{"lastSeen":"nobody"}`), 200, `{"lastSeen":"nobody"}`)
+	wantJSON(t, e.as("alice", "PUT", "/v1/me/privacy", `{"lastSeen":"contacts"}`), 200, `{"lastSeen":"contacts"}`)
+	for _, viewer := range []string{"carol", "bob"} {
+		wantJSON(t, e.as(viewer, "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
+			`{"userId":"alice","status":"online","since":null},`+
+			`{"userId":"bob","status":"online","since":null}],"typing":["bob"]}`)
+	}
+	wantJSON(t, e.as("alice", "PUT", "/v1/me/privacy", `{"lastSeen":"everyone"}`), 200, `{"lastSeen":"everyone"}`)
+	wantJSON(t, e.as("carol", "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[`+
+		`{"userId":"alice","status":"online","since":"2026-11-09T12:00:00.000Z"},`+
+		`{"userId":"bob","status":"online","since":null}],"typing":["bob"]}`)
 
 	// not a member: 403, whether the conversation exists or not
 	wantError(t, e.as("mallory", "GET", "/v1/conversations/c1/presence", ""), 403, "forbidden")
@@ -474,13 +487,14 @@ func TestServiceMembersReplace(t *testing.T) {
 	put := func(body string) resp { return e.service("PUT", "/v1/service/conversations/c1/members", body) }
 
 	wantJSON(t, put(`{"userIds":["alice","bob","carol","bob"]}`), 200, `{"conversationId":"c1","members":3,"removed":[]}`)
-	if calls := e.evictCalls(); len(calls) != 0 {
-		t.Fatalf("evict called on an addition: %+v", calls)
+	// every change is announced (other nodes forget their cached answers), with nobody to evict here
+	if calls, want := e.evictCalls(), []evictCall{{"c1", []string{}}}; !reflect.DeepEqual(calls, want) {
+		t.Fatalf("evict calls on an addition %+v, want %+v", calls, want)
 	}
 	wantJSON(t, e.as("bob", "GET", "/v1/conversations/c1/presence", ""), 200, `{"conversationId":"c1","online":[],"typing":[]}`)
 
 	wantJSON(t, put(`{"userIds":["alice","dave"]}`), 200, `{"conversationId":"c1","members":2,"removed":["bob","carol"]}`)
-	if calls, want := e.evictCalls(), []evictCall{{"c1", []string{"bob", "carol"}}}; !reflect.DeepEqual(calls, want) {
+	if calls, want := e.evictCalls(), []evictCall{{"c1", []string{}}, {"c1", []string{"bob", "carol"}}}; !reflect.DeepEqual(calls, want) {
 		t.Fatalf("evict calls %+v, want %+v", calls, want)
 	}
 	// the membership cache is forgotten: bob is refused at once
@@ -489,12 +503,12 @@ func TestServiceMembersReplace(t *testing.T) {
 
 	// idempotent
 	wantJSON(t, put(`{"userIds":["dave","alice"]}`), 200, `{"conversationId":"c1","members":2,"removed":[]}`)
-	if n := len(e.evictCalls()); n != 1 {
-		t.Fatalf("%d evict calls, want 1", n)
+	if calls := e.evictCalls(); len(calls) != 3 || len(calls[2].Users) != 0 {
+		t.Fatalf("evict calls %+v, want a third with nobody", calls)
 	}
 	// empty list: everyone out
 	wantJSON(t, put(`{"userIds":[]}`), 200, `{"conversationId":"c1","members":0,"removed":["alice","dave"]}`)
-	if calls := e.evictCalls(); len(calls) != 2 || !reflect.DeepEqual(calls[1], evictCall{"c1", []string{"alice", "dave"}}) {
+	if calls := e.evictCalls(); len(calls) != 4 || !reflect.DeepEqual(calls[3], evictCall{"c1", []string{"alice", "dave"}}) {
 		t.Fatalf("evict calls %+v", calls)
 	}
 

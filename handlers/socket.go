@@ -12,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
+	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 )
@@ -24,9 +26,12 @@ type SessionConfig struct {
 	HeartbeatInterval time.Duration // default 15s
 	HeartbeatJitter   time.Duration // default 5s
 	TypingTTL         time.Duration // default 5s
-	// TypingRate and TypingBurst limit typing events per socket (default 5/s, burst 10).
-	TypingRate  float64
-	TypingBurst int
+	// MaxSocketsPerUser caps a user's sockets across the cluster (default
+	// 20; negative: no cap). Needs SocketDeps.Admission.
+	MaxSocketsPerUser int
+	// Limits are the per-socket event limits (limits.go; zero values: the
+	// contract's defaults).
+	Limits EventLimits
 	// StateInterval is the least time between two `state` broadcasts of one
 	// socket (default 100ms: at most 10/s, coalesced to the latest).
 	StateInterval time.Duration
@@ -47,11 +52,9 @@ func (c SessionConfig) withDefaults() SessionConfig {
 	if c.TypingTTL <= 0 {
 		c.TypingTTL = 5 * time.Second
 	}
-	if c.TypingRate <= 0 {
-		c.TypingRate = 5
-	}
-	if c.TypingBurst <= 0 {
-		c.TypingBurst = 10
+	c.Limits = c.Limits.withDefaults()
+	if c.MaxSocketsPerUser == 0 {
+		c.MaxSocketsPerUser = 20
 	}
 	if c.StateInterval <= 0 {
 		c.StateInterval = 100 * time.Millisecond
@@ -73,6 +76,8 @@ type SocketDeps struct {
 	// presence:subscribe. Without them those events answer "unavailable".
 	Viewers       Viewers
 	Subscriptions *Subscriptions
+	// Admission, when set, enforces MaxSocketsPerUser at the handshake.
+	Admission presence.Admission
 	// Activity, when set, is told of each heartbeat (the last-seen
 	// pipeline coarsens these).
 	Activity func(ctx context.Context, userID string, at time.Time)
@@ -87,22 +92,29 @@ type Sockets struct {
 	membership presence.Membership
 	rooms      *Rooms
 	activity   func(ctx context.Context, userID string, at time.Time)
+	admission  presence.Admission
 	viewers    Viewers
 	subs       *Subscriptions
 	now        func() time.Time
+	epochs     memberEpochs // membership changes by conversation (cluster.go)
 
 	open atomic.Int64 // sockets whose disconnect work has not run yet
 
-	handlers map[string]handler // events by name
-	okStats  map[string]okStats // events by name: their "ok" metrics, resolved once
-	opCtx    opContexts         // the contexts bounding events' work (opctx.go)
-	direct   sync.Map           // Engine.IO connection id → *Conn (direct.go)
+	handlers map[string]handler   // events by name
+	stats    map[string]eventInfo // events by name: their class and metrics, resolved once
+	limits   limitTable           // each class's limit
+	other    eventInfo            // unknown events
+	opCtx    opContexts           // the contexts bounding events' work (opctx.go)
+	direct   sync.Map             // Engine.IO connection id → *Conn (direct.go)
 }
 
-// okStats are an event's metrics for the "ok" outcome.
-type okStats struct {
+// eventInfo is what serve needs of an event besides its handler: its
+// limit class, and its metrics for the "ok" and "rate_limited" outcomes.
+type eventInfo struct {
+	class    limitClass
 	count    prometheus.Counter
 	duration prometheus.Observer
+	limited  prometheus.Counter
 }
 
 // NewSockets builds the socket handlers.
@@ -112,15 +124,22 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	}
 	h := &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
-		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
+		membership: d.Membership, rooms: d.Rooms, activity: d.Activity, admission: d.Admission,
 		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
 	}
 	h.opCtx.timeout = h.cfg.OpTimeout
 	h.handlers = h.events()
-	h.okStats = make(map[string]okStats, len(h.handlers))
+	h.limits = h.cfg.Limits.table()
+	h.stats = make(map[string]eventInfo, len(h.handlers))
 	for name := range h.handlers {
-		h.okStats[name] = okStats{h.metrics.Events.WithLabelValues(name, "ok"), h.metrics.EventDuration.WithLabelValues(name)}
+		h.stats[name] = eventInfo{
+			class:    classOf(name),
+			count:    h.metrics.Events.WithLabelValues(name, "ok"),
+			duration: h.metrics.EventDuration.WithLabelValues(name),
+			limited:  h.metrics.EventsRateLimited.WithLabelValues(name),
+		}
 	}
+	h.other = eventInfo{class: classOther, limited: h.metrics.EventsRateLimited.WithLabelValues("unknown")}
 	return h
 }
 
@@ -131,15 +150,19 @@ type Conn struct {
 	sid      string
 	engineID string // the Engine.IO connection's id
 	sock     *socket.Socket
+	rooms    roomSet // the socket's rooms: sock, or a fake in tests
 
 	ready     chan struct{} // closed once Connect's work is done
+	reserved  bool          // holds an Admission reservation until Connect
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
 
+	limits socketLimits // the event limits' buckets (limits.go)
+
 	mu     sync.Mutex
-	typing *rateLimiter
+	expiry *time.Timer           // closes the connection when the token expires
 	states map[string]*stateSlot // conversation → throttled `state`
-	subs   map[string]string     // presence subscriptions: user → last presence sent (JSON)
+	subs   map[string]subState   // presence subscriptions: user → what was last sent
 	// arrivals are the arrival times of known events not handled yet, in
 	// order (load shedding of events that waited too long).
 	arrivals []time.Time
@@ -151,6 +174,15 @@ type Conn struct {
 	// after a direct event held the reader too long (direct.go).
 	slowUntil atomic.Int64
 }
+
+// roomSet is what the event handlers do with a socket's rooms.
+type roomSet interface {
+	Rooms() *types.Set[socket.Room]
+	Join(...socket.Room)
+	Leave(socket.Room)
+}
+
+var _ roomSet = (*socket.Socket)(nil)
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
 func UserRoom(userID string) socket.Room { return socket.Room("user:" + userID) }
@@ -208,18 +240,111 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // the instant it sees the CONNECT packet, and the library delivers them on
 // another goroutine, possibly before the "connection" listeners would run.
 // Each listener waits for Connect's work (the ready gate) before acting.
-func (h *Sockets) Prepare(s *socket.Socket, userID string) {
-	c := &Conn{UserID: userID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, ready: make(chan struct{})}
+//
+// A token with an exp ends the connection when it expires (expireAt); a
+// user with MaxSocketsPerUser sockets is refused (admit).
+func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
+	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: s, ready: make(chan struct{})}
+	if err := h.admit(c); err != nil {
+		return err
+	}
 	s.SetData(c)
 	h.register(s, c)
 	h.direct.Store(c.engineID, c)
+	if !claims.ExpiresAt.IsZero() {
+		h.expireAt(c, claims.ExpiresAt)
+	}
 	// Also on the connection's close: a socket that never completes the
 	// library's connect gets no disconnect work.
-	_ = s.Conn().Once("close", func(...any) { h.direct.CompareAndDelete(c.engineID, c) })
+	_ = s.Conn().Once("close", func(...any) {
+		h.direct.CompareAndDelete(c.engineID, c)
+		c.stopExpiry()
+		select {
+		case <-c.ready:
+		default: // closed before Connect: its place is free at once
+			h.release(c)
+		}
+	})
 	s.On("disconnect", func(args ...any) {
 		reason, _ := firstString(args)
 		h.disconnect(c, reason)
 	})
+	return nil
+}
+
+// errTooManySockets refuses a handshake over MaxSocketsPerUser.
+var errTooManySockets = errorf(CodeUnauthorized, "too many connections")
+
+// admit reserves the socket's place among its user's sockets
+// (MaxSocketsPerUser, cluster-wide). When the count cannot be read (the
+// backend is down) the socket is let in: the cap guards against abuse and
+// is not worth refusing every user during an outage.
+func (h *Sockets) admit(c *Conn) error {
+	if h.admission == nil || h.cfg.MaxSocketsPerUser < 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	ok, err := h.admission.Admit(ctx, c.UserID, c.sid, h.cfg.MaxSocketsPerUser)
+	switch {
+	case err != nil:
+		h.log.Warn("socket count unavailable; admitting", "sid", c.sid, "user_id", c.UserID, "err", err)
+	case !ok:
+		h.metrics.SocketsRefused.Inc()
+		h.log.Debug("too many sockets", "user_id", c.UserID, "max", h.cfg.MaxSocketsPerUser)
+		return errTooManySockets
+	default:
+		c.reserved = true
+	}
+	return nil
+}
+
+// release ends the socket's reservation: the engine counts it now, or it
+// is gone. Connect calls it, or the close hook of a socket closed before
+// Connect; should both run, the second call does nothing (Release is
+// idempotent).
+func (h *Sockets) release(c *Conn) {
+	if !c.reserved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	if err := h.admission.Release(ctx, c.UserID, c.sid); err != nil {
+		// it lapses by itself (presence.ReservationTTL)
+		h.log.Debug("reservation not released", "sid", c.sid, "user_id", c.UserID, "err", err)
+	}
+}
+
+// expireAt closes the socket's Engine.IO connection when its token
+// expires. The transport is closed without a Socket.IO DISCONNECT packet:
+// to socket.io-client that is a lost connection, so it reconnects by
+// itself, and an `auth` callback can hand it a fresh token (README). A
+// DISCONNECT would mean "the server sent you away" and stop reconnection.
+//
+// A token accepted after its exp (within auth.Leeway) is given the rest
+// of the leeway rather than being closed at once: the client would only
+// reconnect with the same token.
+func (h *Sockets) expireAt(c *Conn, exp time.Time) {
+	wait := time.Until(exp)
+	if wait <= 0 {
+		wait = time.Until(exp.Add(auth.Leeway))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expiry = time.AfterFunc(max(wait, 0), func() {
+		h.log.Debug("token expired: closing the connection", "sid", c.sid, "user_id", c.UserID)
+		h.metrics.TokensExpired.Inc()
+		c.sock.Conn().Close(false)
+	})
+}
+
+// stopExpiry stops the expiry timer of a socket that is gone.
+func (c *Conn) stopExpiry() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
 }
 
 // Connect is called for every socket that passed authentication, after the
@@ -241,6 +366,7 @@ func (h *Sockets) Connect(s *socket.Socket) {
 	} else {
 		c.connected.Store(true)
 	}
+	h.release(c)
 	close(c.ready)
 	// The socket may have closed meanwhile; its disconnect work then runs
 	// here (once), after the engine knew it.
@@ -277,6 +403,7 @@ func (h *Sockets) disconnect(c *Conn, reason string) {
 	}
 	c.closed.Do(func() {
 		h.direct.CompareAndDelete(c.engineID, c)
+		c.stopExpiry()
 		h.open.Add(-1)
 		h.metrics.SocketsConnected.Dec()
 		h.metrics.Disconnects.WithLabelValues(reason).Inc()
@@ -304,83 +431,4 @@ func firstString(args []any) (string, bool) {
 	}
 	s, ok := args[0].(string)
 	return s, ok
-}
-
-// evictEvent is the server-side event that asks every node to remove
-// users' sockets from a conversation.
-const evictEvent = "presenced:evict"
-
-// ListenEvictions makes this node act on evictions asked by other nodes.
-func (h *Sockets) ListenEvictions() {
-	io := h.rooms.io.Load()
-	if io == nil {
-		return
-	}
-	_ = io.Sockets().On(evictEvent, func(args ...any) {
-		if len(args) < 2 {
-			return
-		}
-		conv, _ := args[0].(string)
-		raw, _ := args[1].([]any)
-		users := make([]string, 0, len(raw))
-		for _, u := range raw {
-			if s, ok := u.(string); ok {
-				users = append(users, s)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
-		defer cancel()
-		h.evictLocal(ctx, conv, users)
-	})
-}
-
-// Evict removes users' sockets from a conversation on every node (they
-// were removed from its members): each leaves the room and the roster,
-// which announces presence:leave with reason "left".
-func (h *Sockets) Evict(ctx context.Context, conv string, users []string) error {
-	if len(users) == 0 {
-		return nil
-	}
-	if io := h.rooms.io.Load(); io != nil {
-		list := make([]any, len(users))
-		for i, u := range users {
-			list[i] = u
-		}
-		// Fails on a single node (no cluster adapter): nobody else to tell.
-		if err := io.Sockets().ServerSideEmit(evictEvent, conv, list); err != nil {
-			h.log.Debug("eviction not sent to other nodes", "conversation_id", conv, "err", err)
-		}
-	}
-	h.evictLocal(ctx, conv, users)
-	return nil
-}
-
-func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
-	io := h.rooms.io.Load()
-	if io == nil {
-		return
-	}
-	nsp := io.Sockets()
-	room := ConversationRoom(conv)
-	for _, u := range users {
-		sids, ok := nsp.Adapter().Rooms().Load(UserRoom(u))
-		if !ok {
-			continue
-		}
-		for _, sid := range sids.Keys() {
-			s, ok := nsp.Sockets().Load(sid)
-			if !ok || !s.Rooms().Has(room) {
-				continue
-			}
-			c, ok := s.Data().(*Conn)
-			if !ok {
-				continue
-			}
-			h.clearState(c, conv)
-			s.Leave(room)
-			if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
-				h.log.Warn("eviction failed", "sid", c.sid, "conversation_id", conv, "err", err)
-			}
-		}
-	}
 }

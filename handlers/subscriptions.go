@@ -3,9 +3,12 @@ package handlers
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
@@ -21,25 +24,195 @@ type Viewers interface {
 // Subscriptions keeps this node's presence subscriptions (Slack's
 // presence_sub model): each socket's set of watched users, the node's index
 // from watched user to sockets, and the node's interest on the StatusBus.
+//
+// Status changes are delivered asynchronously (Deliver queues, Run's
+// workers deliver): filtering a change for its viewers reads the store, and
+// a slow store must not stall the bus's reader, which carries every other
+// user's changes. The queue holds one change per user, the latest (only
+// the latest status matters), and at most one worker delivers a user's
+// changes at a time, so each user's changes go out in order.
 type Subscriptions struct {
 	bus     presence.StatusBus
 	viewers Viewers
 	log     *slog.Logger
+	queue   statusQueue
 
 	mu     sync.Mutex
 	byUser map[string]map[*Conn]struct{} // watched user → local subscribers
+
+	// emit sends to a socket; nil: the socket's own Emit (tests set it).
+	emit func(c *Conn, event string, payload any) error
+}
+
+// subState is what a socket was last told of a subscribed user: the
+// filtered presence's JSON, and whether it was hidden. The zero value is
+// a subscription whose ack has not been built yet.
+type subState struct {
+	json   string
+	hidden bool
 }
 
 // NewSubscriptions creates the registry.
 func NewSubscriptions(bus presence.StatusBus, viewers Viewers, log *slog.Logger) *Subscriptions {
-	return &Subscriptions{bus: bus, viewers: viewers, log: log, byUser: map[string]map[*Conn]struct{}{}}
+	s := &Subscriptions{bus: bus, viewers: viewers, log: log, byUser: map[string]map[*Conn]struct{}{}}
+	s.queue.init(DeliveryWorkers, MaxQueuedStatus)
+	return s
+}
+
+// Delivery of status changes (see Subscriptions).
+const (
+	// DeliveryWorkers deliver status changes concurrently (different
+	// users only).
+	DeliveryWorkers = 4
+	// MaxQueuedStatus bounds the users with a change waiting to be
+	// delivered; a change of another user beyond it is dropped (and
+	// counted): its subscribers miss that change, not the next.
+	MaxQueuedStatus = 10_000
+)
+
+// statusQueue holds the latest undelivered change of each user.
+type statusQueue struct {
+	workers, max int
+
+	mu     sync.Mutex
+	latest map[string]presence.Event // user → newest change no worker has taken
+	ready  []string                  // users in latest and not busy, in arrival order
+	busy   map[string]bool           // users a worker is delivering to
+	wake   chan struct{}
+
+	coalesced, dropped prometheus.Counter
+	queued             prometheus.GaugeFunc
+}
+
+func (q *statusQueue) init(workers, max int) {
+	q.workers, q.max = workers, max
+	q.latest = map[string]presence.Event{}
+	q.busy = map[string]bool{}
+	q.wake = make(chan struct{}, 1)
+	q.coalesced = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "presenced_status_updates_coalesced_total",
+		Help: "Status changes replaced by a newer change of the same user before they were delivered to subscribers.",
+	})
+	q.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "presenced_status_updates_dropped_total",
+		Help: "Status changes not delivered to subscribers because the delivery queue was full.",
+	})
+	q.queued = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "presenced_status_updates_queued",
+		Help: "Users with a status change waiting to be delivered to subscribers.",
+	}, func() float64 { q.mu.Lock(); defer q.mu.Unlock(); return float64(len(q.latest)) })
+}
+
+func (q *statusQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *statusQueue) push(e presence.Event) {
+	q.mu.Lock()
+	if _, ok := q.latest[e.UserID]; ok {
+		q.latest[e.UserID] = e
+		q.mu.Unlock()
+		q.coalesced.Inc()
+		return
+	}
+	if len(q.latest) >= q.max {
+		q.mu.Unlock()
+		q.dropped.Inc()
+		return
+	}
+	q.latest[e.UserID] = e
+	if !q.busy[e.UserID] {
+		q.ready = append(q.ready, e.UserID)
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+// take hands a worker the next user's latest change.
+func (q *statusQueue) take() (presence.Event, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.ready) == 0 {
+		return presence.Event{}, false
+	}
+	u := q.ready[0]
+	q.ready = q.ready[1:]
+	if len(q.ready) == 0 {
+		q.ready = nil
+	} else {
+		q.signal() // another worker may take the next
+	}
+	e := q.latest[u]
+	delete(q.latest, u)
+	q.busy[u] = true
+	return e, true
+}
+
+// done ends a worker's delivery to a user; a change that came meanwhile
+// is ready now.
+func (q *statusQueue) done(user string) {
+	q.mu.Lock()
+	delete(q.busy, user)
+	_, more := q.latest[user]
+	if more {
+		q.ready = append(q.ready, user)
+	}
+	q.mu.Unlock()
+	if more {
+		q.signal()
+	}
+}
+
+// Collectors returns the delivery queue's Prometheus collectors, for the
+// owner of the registry to register.
+func (s *Subscriptions) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.queue.coalesced, s.queue.dropped, s.queue.queued}
+}
+
+// Deliver queues a status change for this node's subscribers of the user
+// (the StatusBus's callback); it never waits.
+func (s *Subscriptions) Deliver(_ context.Context, e presence.Event) {
+	s.mu.Lock()
+	_, watched := s.byUser[e.UserID]
+	s.mu.Unlock()
+	if watched {
+		s.queue.push(e)
+	}
+}
+
+// Run delivers queued status changes until ctx ends.
+func (s *Subscriptions) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range s.queue.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				e, ok := s.queue.take()
+				if !ok {
+					select {
+					case <-s.queue.wake:
+						continue
+					case <-ctx.Done():
+						return
+					}
+				}
+				s.deliverNow(ctx, e)
+				s.queue.done(e.UserID)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Replace sets a socket's subscription set (empty unsubscribes).
 func (s *Subscriptions) Replace(c *Conn, ids []string) {
-	want := make(map[string]string, len(ids))
+	want := make(map[string]subState, len(ids))
 	for _, id := range ids {
-		want[id] = ""
+		want[id] = subState{}
 	}
 	var watch, unwatch []string
 	s.mu.Lock()
@@ -88,24 +261,33 @@ func (s *Subscriptions) Replace(c *Conn, ids []string) {
 // Drop removes a closing socket's subscriptions.
 func (s *Subscriptions) Drop(c *Conn) { s.Replace(c, nil) }
 
-// remember records what a socket was last told of a user, so that an
-// update that would tell it nothing new (a hidden user going offline) is
-// not sent: its timing alone would leak what the privacy filter hides.
+// remember decides whether a socket is told of p, and records it as last
+// sent if so. An update that would tell the socket nothing new is not
+// sent, nor is a hidden one unless the socket last saw the user visible:
+// a hidden user's changes must not be observable (CONTRACT §3), and the
+// mere timing of an update would reveal one (a hidden user coming online
+// moves its bucket to "recently"). A subscription whose ack is still being
+// built (the socket has seen nothing yet) gets no hidden update either:
+// the ack carries the hidden presence.
 func remember(c *Conn, p lastseen.Presence) bool {
 	b, _ := json.Marshal(p)
+	hidden := p.Status == lastseen.StatusHidden
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.subs[p.UserID]
-	if !ok || prev == string(b) {
+	if !ok || prev.json == string(b) {
 		return false
 	}
-	c.subs[p.UserID] = string(b)
+	if hidden && (prev.hidden || prev.json == "") {
+		return false
+	}
+	c.subs[p.UserID] = subState{json: string(b), hidden: hidden}
 	return true
 }
 
-// Deliver pushes a status change to this node's subscribers of the user,
-// each filtered for its viewer.
-func (s *Subscriptions) Deliver(ctx context.Context, e presence.Event) {
+// deliverNow pushes a status change to this node's subscribers of the
+// user, each filtered for its viewer.
+func (s *Subscriptions) deliverNow(ctx context.Context, e presence.Event) {
 	s.mu.Lock()
 	set := s.byUser[e.UserID]
 	conns := make([]*Conn, 0, len(set))
@@ -120,24 +302,72 @@ func (s *Subscriptions) Deliver(ctx context.Context, e presence.Event) {
 	for i, c := range conns {
 		viewers[i] = c.UserID
 	}
-	up := presence.UserPresence{UserID: e.UserID, Status: e.Status, LastSeen: e.LastSeen}
-	if e.Status != presence.Offline {
-		up.Since = e.At
-	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ps, err := s.viewers.PresencesFor(ctx, up, viewers)
+	var ps []lastseen.Presence
+	var err error
+	if e.Kind == refreshEvent {
+		ps, err = s.current(ctx, e.UserID, viewers)
+	} else {
+		up := presence.UserPresence{UserID: e.UserID, Status: e.Status, LastSeen: e.LastSeen}
+		if e.Status != presence.Offline {
+			up.Since = e.At
+		}
+		ps, err = s.viewers.PresencesFor(ctx, up, viewers)
+	}
 	if err != nil {
 		s.log.Warn("presence update not delivered", "user_id", e.UserID, "err", err)
 		return
 	}
 	for i, c := range conns {
 		if i < len(ps) && remember(c, ps[i]) {
-			if err := c.sock.Emit("presence:update", ps[i]); err != nil {
+			if err := s.send(c, "presence:update", ps[i]); err != nil {
 				s.log.Debug("presence update emit failed", "sid", c.sid, "err", err)
 			}
 		}
 	}
+}
+
+// refreshEvent is a queued "the user's privacy changed": subscribers are
+// sent the user's current presence, filtered anew, if it differs from what
+// they last saw. So a user who hides is shown hidden at once, and their
+// next status change is not the moment their subscribers see them go
+// hidden.
+const refreshEvent presence.EventKind = -1
+
+// Refresh queues a refresh of a user's subscribers on this node (their
+// last-seen setting changed).
+func (s *Subscriptions) Refresh(userID string) {
+	s.Deliver(context.Background(), presence.Event{Kind: refreshEvent, UserID: userID})
+}
+
+// current reads a user's presence as each viewer may see it now.
+func (s *Subscriptions) current(ctx context.Context, user string, viewers []string) ([]lastseen.Presence, error) {
+	seen := map[string]lastseen.Presence{}
+	out := make([]lastseen.Presence, len(viewers))
+	for i, v := range viewers {
+		p, ok := seen[v]
+		if !ok {
+			ps, err := s.viewers.Presences(ctx, v, []string{user})
+			if err != nil {
+				return nil, err
+			}
+			if len(ps) != 1 {
+				return nil, fmt.Errorf("subscriptions: %d presences for 1 user", len(ps))
+			}
+			p = ps[0]
+			seen[v] = p
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+func (s *Subscriptions) send(c *Conn, event string, payload any) error {
+	if s.emit != nil {
+		return s.emit(c, event, payload)
+	}
+	return c.sock.Emit(event, payload)
 }
 
 // seed records the presences a subscribe ack returned as last sent.
@@ -147,7 +377,7 @@ func seed(c *Conn, ps []lastseen.Presence) {
 	for _, p := range ps {
 		if _, ok := c.subs[p.UserID]; ok {
 			b, _ := json.Marshal(p)
-			c.subs[p.UserID] = string(b)
+			c.subs[p.UserID] = subState{json: string(b), hidden: p.Status == lastseen.StatusHidden}
 		}
 	}
 }

@@ -39,7 +39,11 @@ type Config struct {
 	// buffer in one batch, 1s.
 	PushInterval time.Duration
 	// RetryMin and RetryMax bound the exponential back-off of Run after a
-	// failed flush: 1s, doubling, at most 5m (with ±20% jitter).
+	// failed flush: 1s, doubling, at most 30s (with ±20% jitter). One
+	// statement every half minute does not burden a store that is down,
+	// and once it is back the backlog goes out within that bound (at most
+	// 5m, as before, left the buffer growing for minutes after a one-minute
+	// outage).
 	RetryMin, RetryMax time.Duration
 	// Now is the clock, time.Now.
 	Now func() time.Time
@@ -71,7 +75,7 @@ func (c Config) withDefaults() Config {
 		c.RetryMin = time.Second
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = 5 * time.Minute
+		c.RetryMax = 30 * time.Second
 	}
 	c.RetryMax = max(c.RetryMax, c.RetryMin)
 	if c.Now == nil {

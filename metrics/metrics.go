@@ -32,6 +32,10 @@ type Metrics struct {
 	// SlowConsumerDisconnects counts sockets closed for data they did not read.
 	SlowConsumerDisconnects prometheus.Counter
 
+	EventsRateLimited *prometheus.CounterVec // event
+	SocketsRefused    prometheus.Counter     // handshakes over the sockets-per-user cap
+	TokensExpired     prometheus.Counter     // connections closed at their token's exp
+
 	AdapterPublished     prometheus.Counter
 	AdapterPublishFailed prometheus.Counter
 	AdapterReceived      prometheus.Counter
@@ -68,6 +72,18 @@ func New() *Metrics {
 			Name: "presenced_slow_consumer_disconnects_total",
 			Help: "Sockets disconnected because their client left too much outbound data unread, or unread too long.",
 		}),
+		EventsRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "presenced_events_rate_limited_total",
+			Help: "Client events refused with rate_limited (over the socket's limit for the event), by event name (\"unknown\" for unknown events).",
+		}, []string{"event"}),
+		SocketsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_sockets_refused_total",
+			Help: "Handshakes refused because the user already had PRESENCE_MAX_SOCKETS_PER_USER sockets in the cluster.",
+		}),
+		TokensExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_tokens_expired_total",
+			Help: "Connections closed because their token expired (the client reconnects with a fresh token).",
+		}),
 		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_adapter_published_total",
 			Help: "Messages the cluster adapter published to Redis.",
@@ -83,6 +99,7 @@ func New() *Metrics {
 	}
 	reg.MustRegister(
 		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects, m.SlowConsumerDisconnects,
+		m.EventsRateLimited, m.SocketsRefused, m.TokensExpired,
 		m.AdapterPublished, m.AdapterPublishFailed, m.AdapterReceived,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

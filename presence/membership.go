@@ -25,7 +25,7 @@ type MemberStore interface {
 
 // CachedMembership reads membership through a cache whose answers are at
 // most MaxAge old; Forget drops a conversation's answers at once (when its
-// member list is replaced on this node).
+// member list is replaced, through any node).
 type CachedMembership struct {
 	store  MemberStore
 	maxAge time.Duration
@@ -34,6 +34,9 @@ type CachedMembership struct {
 
 	mu      sync.Mutex
 	entries map[[2]string]cached
+	// forgets counts Forget calls: an answer whose store read spanned one
+	// may predate the change and is returned but not cached.
+	forgets uint64
 }
 
 type cached struct {
@@ -59,6 +62,7 @@ func (c *CachedMembership) IsMember(ctx context.Context, conv, user string) (boo
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.entries[key]
+	gen := c.forgets
 	c.mu.Unlock()
 	if ok && now.Sub(e.at) < c.maxAge {
 		return e.member, nil
@@ -68,10 +72,12 @@ func (c *CachedMembership) IsMember(ctx context.Context, conv, user string) (boo
 		return false, err
 	}
 	c.mu.Lock()
-	if len(c.entries) >= c.max {
-		c.evict(now)
+	if c.forgets == gen {
+		if len(c.entries) >= c.max {
+			c.evict(now)
+		}
+		c.entries[key] = cached{member: member, at: now}
 	}
-	c.entries[key] = cached{member: member, at: now}
 	c.mu.Unlock()
 	return member, nil
 }
@@ -96,9 +102,11 @@ func (c *CachedMembership) evict(now time.Time) {
 	}
 }
 
-// Forget drops the cached answers of a conversation.
+// Forget drops the cached answers of a conversation (its member list was
+// replaced, on this node or another).
 func (c *CachedMembership) Forget(conv string) {
 	c.mu.Lock()
+	c.forgets++
 	for k := range c.entries {
 		if k[0] == conv {
 			delete(c.entries, k)

@@ -47,12 +47,12 @@ const (
 // Config of an engine. Zero values mean the documented defaults.
 type Config struct {
 	NodeID           string
-	TTL              time.Duration    // presence entry lifetime without refresh, 45s
+	TTL              time.Duration    // presence entry lifetime without refresh; Redis: the longest a stale entry of a live node lives, 45s
 	TypingTTL        time.Duration    // 5s
 	FlapGrace        time.Duration    // 3s
 	AwayAfter        time.Duration    // 5m
 	MaxConversations int              // per socket, 100
-	LeaseTTL         time.Duration    // a node is dead this long after its last lease renewal, 5s
+	LeaseTTL         time.Duration    // a node is dead this long after its last lease renewal (Redis: on Redis's clock), 5s
 	Now              func() time.Time // clock, time.Now
 	Sink             Sink             // receives events; required
 }
@@ -191,7 +191,8 @@ type Engine interface {
 	Users(ctx context.Context, userIDs []string) ([]UserPresence, error)
 	// Conversations lists the conversations a local socket has joined.
 	Conversations(socketID string) []string
-	// Tick runs the timers: refresh of this node's sockets and lease, flap
+	// Tick runs the timers: this node's lease (and, in memory, the refresh
+	// of its sockets; in Redis, the reconciliation of its entries), flap
 	// grace expiry, typing expiry, away transitions, sweeps of expired
 	// entries and dead nodes. Run calls it periodically.
 	Tick(ctx context.Context) error

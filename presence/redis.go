@@ -6,48 +6,76 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
 // RedisConfig configures the Redis backend. Zero values mean the defaults.
 type RedisConfig struct {
 	Prefix string // key prefix, default "presence"
-	// RefreshEvery is how often a node re-scores its live sockets (default
-	// TTL/3; the work is spread over the period, see refreshSlices);
-	// LeaseEvery how often it renews its lease (default 1s).
-	RefreshEvery time.Duration
-	LeaseEvery   time.Duration
-	// RefreshBatch is the number of commands per pipelined round trip of
-	// the refresh (default 1000).
-	RefreshBatch int
-	Log          *slog.Logger
+	// ReconcileEvery is how often a node compares its entries in Redis with
+	// its sockets and removes those of sockets it no longer has (default
+	// TTL/2: such a ghost lives less than TTL); LeaseEvery how often it
+	// renews its lease (default 1s, at most a third of the lease).
+	ReconcileEvery time.Duration
+	LeaseEvery     time.Duration
+	Log            *slog.Logger
 }
 
+// ErrNodeIDTaken: another live instance holds this node's id.
+var ErrNodeIDTaken = errors.New("presence: the node id is held by another live node")
+
+// errLeaseWait: the lease cannot be claimed yet (the id's previous holder
+// has not lapsed yet, or this instance is being reaped); try again later.
+var errLeaseWait = errors.New("presence: waiting to claim the node lease")
+
+// timerClaim is how long a node that claimed due timers has to fire and
+// acknowledge them before they are due again (for another node, if it died).
+const timerClaim = 5 * time.Second
+
+// reapClaim is how long a reaper holds a dead instance before another node
+// may take the reap over; the reaper extends it as it goes.
+const reapClaim = 15 * time.Second
+
 // RedisEngine is one node's Engine over Redis (cluster mode).
+//
+// Liveness is a lease per node id, held by one process (a random instance
+// token) and kept on Redis's clock: nodes' clocks are never compared. A
+// live node's entries live as long as its lease; a node whose lease lapsed
+// is reaped by the others, and only by a node whose own lease has been
+// renewed without a gap for a full lease period.
 type RedisEngine struct {
 	rdb  redis.UniversalClient
 	cfg  Config
 	rcfg RedisConfig
 	log  *slog.Logger
 
-	kUsers, kDue, kNodes, kReap, kNode string
+	kUsers, kDue, kClaimed, kLease, kHolder, kReap, kNode string
 
-	mu        sync.Mutex
-	local     map[string]*rSocket  // this node's sockets
-	lastAct   map[string]time.Time // user → when this node next sends the user's activity
-	pending   map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
-	lastRef   time.Time            // the refresh schedule: the last slice's time
-	nextSlice uint                 // and the slice due next
-	lastLse   time.Time
-	selfDone  bool
+	token     string           // this process's instance token
+	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
+
+	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
+	held       atomic.Bool // this instance holds (or held) the node id
+	lastLse    time.Time   // node clock: the last lease renewal (schedule only)
+	takenUntil int64       // while starting: the live holder's expiry first seen
+	resyncDue  bool        // entries to register again (after a reap or a data loss)
+	reaped     prometheus.Counter
+
+	mu      sync.Mutex
+	local   map[string]*rSocket  // this node's sockets
+	lastAct map[string]time.Time // user → when this node next sends the user's activity
+	pending map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
+	leaving map[string]struct{}  // disconnected sockets whose removal is under way
+	lastRec time.Time            // the last reconciliation
 
 	act activityBatcher // group commit of activity records (redis_activity.go)
 }
@@ -65,25 +93,50 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	if rcfg.Prefix == "" {
 		rcfg.Prefix = "presence"
 	}
-	if rcfg.RefreshEvery <= 0 {
-		rcfg.RefreshEvery = cfg.TTL / 3
+	if rcfg.ReconcileEvery <= 0 {
+		rcfg.ReconcileEvery = cfg.TTL / 2
 	}
 	if rcfg.LeaseEvery <= 0 {
 		rcfg.LeaseEvery = min(time.Second, cfg.LeaseTTL/3)
 	}
-	if rcfg.RefreshBatch <= 0 {
-		rcfg.RefreshBatch = 1000
-	}
 	if rcfg.Log == nil {
 		rcfg.Log = slog.New(slog.DiscardHandler)
 	}
+	rcfg.LeaseEvery = min(rcfg.LeaseEvery, cfg.LeaseTTL/3)
 	p := rcfg.Prefix
-	return &RedisEngine{
+	e := &RedisEngine{
 		rdb: rdb, cfg: cfg, rcfg: rcfg, log: rcfg.Log,
-		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kNodes: p + ":{g}:nodes", kReap: p + ":{g}:reap",
-		kNode: p + ":{n:" + cfg.NodeID + "}:socks",
+		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
+		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
+		leaving: map[string]struct{}{},
+		reaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "presenced_nodes_reaped_total",
+			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
+		}),
 	}
+	e.kNode = e.registryKey(cfg.NodeID, e.token)
+	return e
+}
+
+// randomToken names this process among the instances of its node id.
+func randomToken() string { return fmt.Sprintf("%016x", rand.Uint64()) }
+
+// registryKey is the key of a node instance's socket registry.
+func (e *RedisEngine) registryKey(node, token string) string {
+	return e.rcfg.Prefix + ":{n:" + node + "}:" + token + ":socks"
+}
+
+// Collectors are the engine's metrics, for the owner's registry.
+func (e *RedisEngine) Collectors() []prometheus.Collector { return []prometheus.Collector{e.reaped} }
+
+// clk is the clock argument of the scripts: "" (Redis's own clock), or in
+// tests the fake clock's time.
+func (e *RedisEngine) clk() string {
+	if e.fakeClock != nil {
+		return strconv.FormatInt(ms(e.fakeClock()), 10)
+	}
+	return ""
 }
 
 // convKeys are a conversation's keys: on sk su m ty tyo.
@@ -114,7 +167,8 @@ func unavailable(op string, err error) error {
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
 var scripts = []*redis.Script{convJoin, convRoster, convLeave, convGrace, typingStart, typingStop,
-	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, popDue, claimDead}
+	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue,
+	nodeLease, nodeRelease, claimDead, reapHeld}
 
 // exec runs a pipeline. Scripts in pipelines go as EVALSHA, which fails
 // with NOSCRIPT when Redis lost its script cache (a restart, a failover):
@@ -152,8 +206,6 @@ func (e *RedisEngine) emit(ctx context.Context, b batch) {
 	}
 }
 
-func (e *RedisEngine) keyTTL() int64 { return (3 * e.cfg.TTL).Milliseconds() }
-
 // registry is a socket's line in this node's registry.
 func registry(s *rSocket) string {
 	var b strings.Builder
@@ -165,8 +217,16 @@ func registry(s *rSocket) string {
 	return b.String()
 }
 
-// Connect implements Engine.
+// Connect implements Engine. The node's first connection claims its lease.
 func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
+	if !e.held.Load() {
+		if _, err := e.lease(ctx, e.cfg.Now()); err != nil {
+			if errors.Is(err, errLeaseWait) {
+				return unavailable("connect", err)
+			}
+			return err
+		}
+	}
 	e.mu.Lock()
 	if _, ok := e.local[s.ID]; ok {
 		e.mu.Unlock()
@@ -175,13 +235,13 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
 	e.local[s.ID] = rs
 	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
+	reg := registry(rs)     // under mu: a Join may already write rs.convs
 	e.mu.Unlock()
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
-	pipe.ZAddNX(ctx, e.kNodes, redis.Z{Score: float64(ms(now)), Member: e.cfg.NodeID})
-	pipe.HSet(ctx, e.kNode, s.ID, registry(rs))
-	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, ms(now), e.cfg.AwayAfter.Milliseconds())
+	pipe.HSet(ctx, e.kNode, s.ID, reg)
+	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		// The scripts may have run although the reply was lost: the
 		// socket is cleaned up (idempotently) by the pending retries.
@@ -194,7 +254,19 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	if n, _ := came.Int(); n == 1 {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}
+	e.cleanIfGone(rs)
 	return nil
+}
+
+// cleanIfGone queues the removal of a socket that disconnected while an
+// operation of it was under way: the disconnect's removal may have run in
+// Redis before that operation's writes, which would be left behind.
+func (e *RedisEngine) cleanIfGone(s *rSocket) {
+	e.mu.Lock()
+	if _, live := e.local[s.id]; !live {
+		e.pending[s.id] = s
+	}
+	e.mu.Unlock()
 }
 
 // Disconnect implements Engine.
@@ -203,48 +275,65 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	s, ok := e.local[socketID]
 	if ok {
 		delete(e.local, socketID)
+		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
 	}
 	e.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	now := e.cfg.Now()
-	b, err := e.removeSocket(ctx, s, now, "grace", now)
+	b, err := e.removeSocket(ctx, s, now)
 	e.emit(ctx, b)
+	e.mu.Lock()
+	delete(e.leaving, socketID)
 	if err != nil {
 		// keep it for Tick to retry: no entry is left behind for good
-		e.mu.Lock()
 		e.pending[socketID] = s
-		e.mu.Unlock()
-		return err
 	}
-	return nil
+	e.mu.Unlock()
+	return err
 }
 
-// removeSocket removes a socket from its conversations and user in one
-// pipelined round trip, then schedules the grace timers. mode "grace" or
-// "timeout" (then at is the last proof of life).
-func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time, mode string, at time.Time) (batch, error) {
-	return e.removeFrom(ctx, e.kNode, s, now, mode, at)
+// removeSocket removes a disconnected socket of this node: its leaves and
+// offline wait for the flap grace.
+func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time) (batch, error) {
+	return e.removeFrom(ctx, e.kNode, s, now, "grace", time.Time{})
 }
 
-func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, at time.Time) (batch, error) {
-	deadline := now.Add(e.cfg.FlapGrace)
+// removeFrom removes a socket from its conversations and user, and
+// schedules the grace timers, in one pipelined round trip. mode "grace" or
+// "timeout" (then lastProof, if set, is the socket's last proof of life).
+func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
+	at := ""
+	if !lastProof.IsZero() {
+		at = strconv.FormatInt(ms(lastProof), 10)
+	}
+	grace := e.cfg.FlapGrace.Milliseconds()
+	// s.convs is written under mu by a Leave, Join or undoJoin of the same
+	// socket that may still be running.
+	e.mu.Lock()
 	convs := sortedKeys(s.convs)
+	e.mu.Unlock()
 	pipe := e.rdb.Pipeline()
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
 		k := e.conv(c)
 		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
-			s.id, s.user, ms(now), mode, ms(deadline), ms(at))
+			s.id, s.user, e.clk(), mode, grace, at)
+		if mode == "grace" {
+			// The grace's timer goes in the same round trip, whether or
+			// not this was the user's last socket there (if not, it finds
+			// nothing to do): a retry after a failure, whose leave finds
+			// the socket gone, still leaves the timer scheduled.
+			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
+		}
 	}
-	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, ms(now), mode, ms(deadline), ms(at))
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at)
 	pipe.HDel(ctx, regKey, s.id)
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)
 	}
 	var b batch
-	var due []redis.Z
 	for i, c := range convs {
 		v, _ := leaves[i].Int64Slice()
 		if len(v) < 3 {
@@ -255,17 +344,10 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		}
 		if v[1] == 1 {
 			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: fromMs(v[2]), Reason: reasonOf(mode)})
-		} else if mode == "grace" {
-			due = append(due, redis.Z{Score: float64(ms(deadline)), Member: "g\t" + c + "\t" + s.user})
 		}
 	}
 	if v, _ := user.Int64Slice(); len(v) == 2 && v[0] == 1 {
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: fromMs(v[1])})
-	}
-	if len(due) > 0 {
-		if err := e.rdb.ZAdd(ctx, e.kDue, due...).Err(); err != nil {
-			return b, unavailable("schedule grace", err)
-		}
 	}
 	return b, nil
 }
@@ -311,8 +393,8 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
-	join := convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, socketID, s.user, ms(now), e.keyTTL())
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
+	join := convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, socketID, s.user, e.clk())
+	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		if !already {
 			e.undoJoin(s, conv)
@@ -328,10 +410,11 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
+	e.cleanIfGone(s)
 	if len(raw) != 4 {
 		return JoinResult{}, unavailable("join", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]), now)
+	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]))
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:
@@ -342,10 +425,9 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	now := e.cfg.Now()
 	k := e.conv(conv)
 	err := convLeave.Run(ctx, e.rdb, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
-		s.id, s.user, ms(now), "left", 0, ms(now)).Err()
+		s.id, s.user, e.clk(), "left", 0, "").Err()
 	if err != nil {
 		e.log.Warn("join outcome unknown; kept for the disconnect to clean", "sid", s.id, "conversation_id", conv, "err", err)
 		return
@@ -358,7 +440,7 @@ func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 }
 
 // rosterOf completes a roster with each member's status (one HMGET).
-func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string, now time.Time) (JoinResult, error) {
+func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string) (JoinResult, error) {
 	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
 	if res.Typing == nil {
 		res.Typing = []string{}
@@ -379,7 +461,7 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 		if recs == nil {
 			st = Online
 		} else if r, ok := parseUser(recs[i]); ok {
-			st = r.status(now, e.cfg.AwayAfter)
+			st = r.status()
 			if st == Offline {
 				st = Away
 			}
@@ -422,11 +504,14 @@ func parseUser(v any) (userRec, bool) {
 	return r, true
 }
 
-func (r userRec) status(now time.Time, awayAfter time.Duration) Status {
+// status is the record's: its away timer (on Redis's clock, like the
+// activity it follows) turns it away, activity back online. The node's
+// clock is not compared with the activity's time.
+func (r userRec) status() Status {
 	if r.n == 0 && r.grace == 0 {
 		return Offline
 	}
-	if ms(now)-r.act >= awayAfter.Milliseconds() {
+	if r.st == "away" {
 		return Away
 	}
 	return Online
@@ -463,8 +548,8 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	if in {
 		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
-		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, ms(now), "left", 0, ms(now))
-		act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
+		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, e.clk(), "left", 0, "")
+		act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 		if err := e.exec(ctx, pipe); err != nil {
 			return unavailable("leave", err)
 		}
@@ -493,9 +578,9 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	return nil
 }
 
-// Heartbeat implements Engine. A live socket's entries are re-scored by
-// the node's batched refresh (every TTL/3) and its liveness is the node's
-// lease, so a heartbeat only has to record activity, and that at most once
+// Heartbeat implements Engine. A live socket's entries live as long as its
+// node's lease (nothing re-scores them), so a heartbeat only has to record
+// activity, and that at most once
 // per activityEvery per user from this node: most heartbeats cost no Redis
 // round trip at all, and none costs more than one whatever the number of
 // conversations.
@@ -540,15 +625,6 @@ func (e *RedisEngine) forgetActivity(user string) {
 	e.mu.Unlock()
 }
 
-// refreshConv re-scores a socket's entries in a conversation (only if they
-// exist: XX) and extends the keys' lifetime.
-func (e *RedisEngine) refreshConv(ctx context.Context, pipe redis.Pipeliner, conv, sid, user string, now time.Time) {
-	k := e.conv(conv)
-	score := float64(ms(now))
-	pipe.ZAddArgs(ctx, k.sk, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: score, Member: sid}}})
-	pipe.ZAddArgs(ctx, k.on, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: score, Member: user}}})
-}
-
 // Touch implements Engine.
 func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 	s, err := e.socket(socketID)
@@ -559,7 +635,7 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 	if !e.activityDue(s.user, now) {
 		return nil
 	}
-	back, err := e.recordActivity(ctx, s.user, now)
+	back, err := e.recordActivity(ctx, s.user)
 	if err != nil {
 		e.forgetActivity(s.user)
 		return unavailable("activity", err)
@@ -605,13 +681,13 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 	pipe := e.rdb.Pipeline()
 	var res *redis.Cmd
 	if start {
-		expiry := now.Add(e.cfg.TypingTTL)
-		res = typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now), ms(expiry))
-		pipe.ZAddArgs(ctx, e.kDue, redis.ZAddArgs{LT: true, Members: []redis.Z{{Score: float64(ms(expiry)), Member: "t\t" + conv}}})
+		ttl := e.cfg.TypingTTL.Milliseconds()
+		res = typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, e.clk(), ttl)
+		dueIn.Run(ctx, pipe, []string{e.kDue}, "t\t"+conv, ttl, 1, e.clk())
 	} else {
-		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, ms(now))
+		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, e.clk())
 	}
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, ms(now), e.cfg.AwayAfter.Milliseconds())
+	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
 		return unavailable("typing", err)
 	}
@@ -631,16 +707,15 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 
 // Roster implements Engine.
 func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, error) {
-	now := e.cfg.Now()
 	k := e.conv(conv)
-	raw, err := convRoster.Run(ctx, e.rdb, []string{k.on, k.m, k.ty}, ms(now)).Slice()
+	raw, err := convRoster.Run(ctx, e.rdb, []string{k.on, k.m, k.ty}, e.clk()).Slice()
 	if err != nil {
 		return JoinResult{}, unavailable("roster", err)
 	}
 	if len(raw) != 3 {
 		return JoinResult{}, unavailable("roster", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]), now)
+	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]))
 }
 
 // Users implements Engine: one HMGET whatever the number of ids.
@@ -648,12 +723,11 @@ func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, 
 	if len(ids) == 0 {
 		return []UserPresence{}, nil
 	}
-	now := e.cfg.Now()
 	recs, err := e.rdb.HMGet(ctx, e.kUsers, ids...).Result()
 	if err != nil {
 		return nil, unavailable("users", err)
 	}
-	return e.usersFrom(ids, recs, now), nil
+	return e.usersFrom(ids, recs), nil
 }
 
 // QueueUsers queues the read of Users on a pipeline of the same Redis, so
@@ -663,18 +737,17 @@ func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids 
 	if len(ids) == 0 {
 		return func() ([]UserPresence, error) { return []UserPresence{}, nil }
 	}
-	now := e.cfg.Now()
 	cmd := pipe.HMGet(ctx, e.kUsers, ids...)
 	return func() ([]UserPresence, error) {
 		recs, err := cmd.Result()
 		if err != nil {
 			return nil, unavailable("users", err)
 		}
-		return e.usersFrom(ids, recs, now), nil
+		return e.usersFrom(ids, recs), nil
 	}
 }
 
-func (e *RedisEngine) usersFrom(ids []string, recs []any, now time.Time) []UserPresence {
+func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
 	out := make([]UserPresence, len(ids))
 	for i, id := range ids {
 		out[i] = UserPresence{UserID: id, Status: Offline}
@@ -685,7 +758,7 @@ func (e *RedisEngine) usersFrom(ids []string, recs []any, now time.Time) []UserP
 		if !ok {
 			continue
 		}
-		out[i].Status = r.status(now, e.cfg.AwayAfter)
+		out[i].Status = r.status()
 		if out[i].Status != Offline {
 			out[i].Since = fromMs(r.act)
 		}
@@ -708,41 +781,25 @@ func (e *RedisEngine) Conversations(socketID string) []string {
 func (e *RedisEngine) Tick(ctx context.Context) error {
 	now := e.cfg.Now()
 	var errs []error
-	if !e.selfDone {
-		// A node restarted under the same id: what its previous process
-		// left in the registry is dead.
-		if err := e.reapNode(ctx, e.cfg.NodeID, now, now, true); err != nil {
+	if e.leaseDue(now) {
+		renewed, err := e.lease(ctx, now)
+		switch {
+		case errors.Is(err, ErrNodeIDTaken):
+			return err
+		case errors.Is(err, errLeaseWait):
+		case err != nil:
+			errs = append(errs, err)
+		case renewed:
+			if err := e.reapDead(ctx, now); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if e.held.Load() && now.Sub(e.lastRec) >= e.rcfg.ReconcileEvery {
+		if err := e.reconcile(ctx, now); err != nil {
 			errs = append(errs, err)
 		} else {
-			e.selfDone = true
-		}
-	}
-	if now.Sub(e.lastLse) >= e.rcfg.LeaseEvery {
-		added, err := e.rdb.ZAdd(ctx, e.kNodes, redis.Z{Score: float64(ms(now)), Member: e.cfg.NodeID}).Result()
-		switch {
-		case err != nil:
-			errs = append(errs, unavailable("lease", err))
-		case added == 1 && !e.lastLse.IsZero():
-			// Our lease had lapsed (a long pause, a partition) and another
-			// node reaped our entries: put them back.
-			e.log.Warn("this node's lease had lapsed; re-registering its sockets")
-			if err := e.resync(ctx, now); err != nil {
-				errs = append(errs, err)
-				break
-			}
-			e.lastLse = now
-		default:
-			e.lastLse = now
-		}
-		if err := e.reapDead(ctx, now); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	lastRef, next := e.lastRef, e.nextSlice
-	if due := e.dueSlices(now); due != 0 {
-		if err := e.refresh(ctx, now, due); err != nil {
-			errs = append(errs, err)
-			e.lastRef, e.nextSlice = lastRef, next // due again next tick
+			e.lastRec = now
 		}
 	}
 	if err := e.retryPending(ctx, now); err != nil {
@@ -754,17 +811,96 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// resync registers every local socket again, after this node was reaped.
-func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
+// leaseDue reports whether the lease must be claimed or renewed now.
+func (e *RedisEngine) leaseDue(now time.Time) bool {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	return !e.held.Load() || e.resyncDue || now.Sub(e.lastLse) >= e.rcfg.LeaseEvery
+}
+
+// Claim takes the node id's lease before the node serves. It returns
+// ErrNodeIDTaken if a live instance holds the id. A holder that does not
+// renew (this node's previous process, crashed) is waited out: at most one
+// lease period. A Redis error is returned (ErrUnavailable); the claim is
+// then made at the first connection to Redis, by Tick or Connect, and Run
+// ends with ErrNodeIDTaken if the id is taken then.
+func (e *RedisEngine) Claim(ctx context.Context) error {
+	for {
+		_, err := e.lease(ctx, e.cfg.Now())
+		if !errors.Is(err, errLeaseWait) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.rcfg.LeaseEvery / 2):
+		}
+	}
+}
+
+// lease claims or renews this instance's lease (one script on Redis's
+// clock) and acts on the answer: renewed reports a lease renewed without a
+// gap for at least the last renewal period (the caller may reap others;
+// the script checks the full period).
+func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, err error) {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk()).Int64Slice()
+	if err == nil && len(v) != 3 {
+		err = errors.New("unexpected script reply")
+	}
+	if err != nil {
+		return false, unavailable("lease", err)
+	}
+	switch v[0] {
+	case 1:
+		renewed = true
+	case 2:
+		e.log.Warn("this node's lease had lapsed (a stall of Redis or of this node); renewed before anyone reaped it")
+	case 3:
+		if e.held.Load() {
+			e.log.Warn("this node's lease had lapsed and its entries were reaped (or Redis lost its data); registering its sockets again")
+			e.resyncDue = true
+		}
+	case -1:
+		if e.held.Load() {
+			// we lapsed, and another process took the id meanwhile
+			return false, fmt.Errorf("%w (it was taken over while this node's lease had lapsed)", ErrNodeIDTaken)
+		}
+		if e.takenUntil == 0 {
+			e.takenUntil = v[1]
+		} else if v[1] != e.takenUntil {
+			return false, ErrNodeIDTaken // the holder renewed: it is alive
+		}
+		return false, errLeaseWait
+	case -2:
+		return false, errLeaseWait
+	default:
+		return false, unavailable("lease", fmt.Errorf("unexpected lease answer %d", v[0]))
+	}
+	e.held.Store(true)
+	e.takenUntil = 0
+	e.lastLse = now
+	if e.resyncDue {
+		if err := e.resync(ctx); err != nil {
+			return false, err
+		}
+		e.resyncDue = false
+	}
+	return renewed, nil
+}
+
+// resync registers every local socket again, after this node was reaped
+// (or Redis lost its data). It is idempotent: what is still there stays.
+func (e *RedisEngine) resync(ctx context.Context) error {
+	now := e.cfg.Now()
 	e.mu.Lock()
 	var socks []*rSocket
 	regs := map[string]string{}
+	convs := map[string][]string{}
 	for _, s := range e.local {
 		socks = append(socks, s)
 		regs[s.id] = registry(s)
-	}
-	convs := map[string][]string{}
-	for _, s := range socks {
 		convs[s.id] = sortedKeys(s.convs)
 	}
 	e.mu.Unlock()
@@ -772,11 +908,11 @@ func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.kNode, s.id, regs[s.id])
-		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, ms(now), e.cfg.AwayAfter.Milliseconds())
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), e.cfg.AwayAfter.Milliseconds())
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
-			joins[i] = convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, s.id, s.user, ms(now), e.keyTTL())
+			joins[i] = convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, s.id, s.user, e.clk())
 		}
 		if err := e.exec(ctx, pipe); err != nil {
 			e.emit(ctx, b)
@@ -795,84 +931,110 @@ func (e *RedisEngine) resync(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// The refresh is spread over its period: conversation c is re-scored in
-// slice sliceOf(c), and one of refreshSlices slices is due every
-// RefreshEvery/refreshSlices. Each entry is still re-scored every
-// RefreshEvery, but a node with many sockets sends a fifteenth of the
-// commands each second instead of all of them at once (a burst of
-// commands, garbage and engine-lock time that showed in the heartbeats'
-// tail latency).
-const refreshSlices = 15
-
-const allSlices = 1<<refreshSlices - 1
-
-func sliceOf(conv string) uint {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(conv); i++ {
-		h ^= uint32(conv[i])
-		h *= 16777619
-	}
-	return uint(h % refreshSlices)
-}
-
-// dueSlices returns the slices due at now (a bit per slice) and moves the
-// schedule past them. A node far behind (its first tick, a long pause)
-// refreshes every slice at once and starts the schedule again from now.
-func (e *RedisEngine) dueSlices(now time.Time) uint32 {
-	period := max(e.rcfg.RefreshEvery/refreshSlices, time.Millisecond)
-	var due uint32
-	for n := 0; n < refreshSlices && now.Sub(e.lastRef) >= period; n++ {
-		due |= 1 << e.nextSlice
-		e.nextSlice = (e.nextSlice + 1) % refreshSlices
-		e.lastRef = e.lastRef.Add(period)
-	}
-	if now.Sub(e.lastRef) >= period {
-		e.lastRef = now
-	}
-	return due
-}
-
-// refresh re-scores the local sockets' entries in the conversations of the
-// due slices, many per round trip.
-func (e *RedisEngine) refresh(ctx context.Context, now time.Time, due uint32) error {
-	type item struct{ sid, user, conv string }
+// reconcile compares this node's entries in Redis (its registry) with its
+// sockets, a chunk at a time: a socket the node no longer has (its leave
+// or disconnect never reached Redis: a lost reply, a race with a join) is
+// removed, as timed out now; a conversation a live socket no longer has is
+// left. Cost: one HSCAN per thousand sockets per ReconcileEvery, plus the
+// removals; nothing per user per period.
+func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
-	if due&1 != 0 {
-		for u, next := range e.lastAct {
-			if !now.Before(next) {
-				delete(e.lastAct, u)
-			}
-		}
-	}
-	// held under mu: sized for no regrowth
-	items := make([]item, 0, 3*len(e.local)*bits.OnesCount32(due)/refreshSlices+16)
-	for _, s := range e.local {
-		for c := range s.convs {
-			if due == allSlices || due&(1<<sliceOf(c)) != 0 {
-				items = append(items, item{s.id, s.user, c})
-			}
+	for u, next := range e.lastAct {
+		if !now.Before(next) {
+			delete(e.lastAct, u)
 		}
 	}
 	e.mu.Unlock()
-	per := max(1, e.rcfg.RefreshBatch/2)
-	expired := map[string]bool{}
-	for start := 0; start < len(items); start += per {
-		pipe := e.rdb.Pipeline()
-		for _, it := range items[start:min(start+per, len(items))] {
-			e.refreshConv(ctx, pipe, it.conv, it.sid, it.user, now)
-			if !expired[it.conv] {
-				expired[it.conv] = true
-				k := e.conv(it.conv)
-				for _, key := range []string{k.on, k.sk, k.su, k.m} {
-					pipe.PExpire(ctx, key, 3*e.cfg.TTL)
+	var cursor uint64
+	for {
+		kv, next, err := e.rdb.HScan(ctx, e.kNode, cursor, "", 1000).Result()
+		if err != nil {
+			return unavailable("reconcile", err)
+		}
+		var ghosts, stale []*rSocket
+		var regs []string
+		e.mu.Lock()
+		for i := 0; i+1 < len(kv); i += 2 {
+			sid, f := kv[i], strings.Split(kv[i+1], "\t")
+			s, live := e.local[sid]
+			if !live {
+				_, pending := e.pending[sid]
+				_, leaving := e.leaving[sid]
+				if !pending && !leaving {
+					ghosts = append(ghosts, &rSocket{id: sid, user: f[0], convs: setOf(f[1:])})
+				}
+				continue
+			}
+			var gone map[string]struct{}
+			for _, c := range f[1:] {
+				if _, in := s.convs[c]; !in {
+					if gone == nil {
+						gone = map[string]struct{}{}
+					}
+					gone[c] = struct{}{}
 				}
 			}
+			if gone != nil {
+				stale = append(stale, &rSocket{id: sid, user: s.user, convs: gone})
+				regs = append(regs, registry(s))
+			}
 		}
-		if err := e.exec(ctx, pipe); err != nil {
-			return unavailable("refresh", err)
+		e.mu.Unlock()
+		for _, g := range ghosts {
+			e.log.Warn("removing an entry of a socket this node no longer has", "sid", g.id, "user_id", g.user)
+			b, err := e.removeFrom(ctx, e.kNode, g, now, "timeout", time.Time{})
+			e.emit(ctx, b)
+			if err != nil {
+				return err
+			}
+		}
+		for i, s := range stale {
+			if err := e.leaveStale(ctx, s, regs[i], now); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// leaveStale takes a live socket out of conversations it no longer has
+// and corrects its registry line.
+func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, now time.Time) error {
+	convs := sortedKeys(s.convs)
+	pipe := e.rdb.Pipeline()
+	leaves := make([]*redis.Cmd, len(convs))
+	for i, c := range convs {
+		k := e.conv(c)
+		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, s.id, s.user, e.clk(), "left", 0, "")
+	}
+	pipe.HSet(ctx, e.kNode, s.id, reg)
+	if err := e.exec(ctx, pipe); err != nil {
+		return unavailable("reconcile", err)
+	}
+	var b batch
+	for i, c := range convs {
+		if v, _ := leaves[i].Int64Slice(); len(v) == 3 {
+			if v[0] == 1 {
+				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
+			}
+			if v[1] == 1 {
+				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: now, Reason: ReasonLeft})
+			}
 		}
 	}
+	e.emit(ctx, b)
 	return nil
+}
+
+func setOf(keys []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	return m
 }
 
 // retryPending retries the cleanup of sockets whose disconnect failed.
@@ -890,7 +1052,7 @@ func (e *RedisEngine) retryPending(ctx context.Context, now time.Time) error {
 		if live {
 			continue
 		}
-		b, err := e.removeSocket(ctx, s, now, "grace", now)
+		b, err := e.removeSocket(ctx, s, now)
 		e.emit(ctx, b)
 		if err != nil {
 			return err
@@ -902,95 +1064,114 @@ func (e *RedisEngine) retryPending(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// reapDead cleans up after nodes whose lease lapsed; exactly one node
-// claims each.
+// reapDead cleans up after dead node instances; exactly one node claims
+// each (claimDead, which also refuses a caller whose own lease is not
+// established).
 func (e *RedisEngine) reapDead(ctx context.Context, now time.Time) error {
-	items, err := claimDead.Run(ctx, e.rdb, []string{e.kNodes, e.kReap}, ms(now), e.cfg.LeaseTTL.Milliseconds(), (30 * time.Second).Milliseconds()).StringSlice()
+	raw, err := claimDead.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token,
+		e.cfg.LeaseTTL.Milliseconds(), reapClaim.Milliseconds(), e.clk()).Slice()
 	if err != nil {
 		return unavailable("claim dead nodes", err)
 	}
-	for _, item := range items {
-		node, leaseStr, _ := strings.Cut(item, "\t")
-		lease, _ := strconv.ParseInt(leaseStr, 10, 64)
-		if node == e.cfg.NodeID {
-			// we were presumed dead (a long pause): our sockets are gone
-			// from Redis; forget them locally too so they reconnect cleanly
-			e.log.Warn("this node's lease lapsed; its presence entries were reaped")
-		}
-		if err := e.reapNode(ctx, node, fromMs(lease), now, false); err != nil {
-			return err
+	if len(raw) < 2 {
+		return nil
+	}
+	deadline := toInt(raw[0])
+	for _, x := range raw[1:] {
+		item, _ := x.(string)
+		f := strings.Split(item, "\t")
+		if len(f) == 3 {
+			lastProof, _ := strconv.ParseInt(f[2], 10, 64)
+			done, err := e.reapNode(ctx, item, deadline, f[0], f[1], fromMs(lastProof), now)
+			if err != nil {
+				return err
+			}
+			if !done {
+				continue // another reaper took it over
+			}
+			e.reaped.Inc()
+			e.log.Info("reaped dead node", "dead_node", f[0], "last_lease", fromMs(lastProof))
 		}
 		if err := e.rdb.ZRem(ctx, e.kReap, item).Err(); err != nil {
 			return unavailable("reap done", err)
 		}
-		e.log.Info("reaped dead node", "dead_node", node, "last_lease", fromMs(lease))
 	}
 	return nil
 }
 
-// reapNode removes every socket a node registered, as timed out at
-// lastProof. self: the previous process of this node id.
-func (e *RedisEngine) reapNode(ctx context.Context, node string, lastProof, now time.Time, self bool) error {
-	regKey := e.rcfg.Prefix + ":{n:" + node + "}:socks"
-	entries, err := e.rdb.HGetAll(ctx, regKey).Result()
-	if err != nil {
-		return unavailable("read registry", err)
-	}
-	e.mu.Lock()
-	for sid := range entries {
-		if self {
-			if _, live := e.local[sid]; live {
-				delete(entries, sid) // registered by this process
+// reapNode removes every socket a dead node instance registered, as timed
+// out at lastProof, a chunk at a time; before each chunk it extends its
+// claim on the reap, and stops if it lost it (done false).
+func (e *RedisEngine) reapNode(ctx context.Context, item string, deadline int64, node, token string, lastProof, now time.Time) (done bool, err error) {
+	regKey := e.registryKey(node, token)
+	for {
+		kv, _, err := e.rdb.HScan(ctx, regKey, 0, "", 500).Result()
+		if err != nil {
+			return false, unavailable("read registry", err)
+		}
+		if len(kv) == 0 {
+			return true, nil
+		}
+		deadline, err = reapHeld.Run(ctx, e.rdb, []string{e.kReap}, item, deadline, reapClaim.Milliseconds(), e.clk()).Int64()
+		if err != nil {
+			return false, unavailable("reap claim", err)
+		}
+		if deadline == 0 {
+			return false, nil
+		}
+		var all batch
+		for i := 0; i+1 < len(kv); i += 2 {
+			f := strings.Split(kv[i+1], "\t")
+			s := &rSocket{id: kv[i], user: f[0], convs: map[string]struct{}{}}
+			for _, c := range f[1:] {
+				s.convs[c] = struct{}{}
+			}
+			b, err := e.removeFrom(ctx, regKey, s, now, "timeout", lastProof)
+			all = append(all, b...)
+			if err != nil {
+				e.emit(ctx, all)
+				return false, err
 			}
 		}
+		e.emit(ctx, all)
 	}
-	e.mu.Unlock()
-	if self && len(entries) > 0 {
-		if t, err := e.rdb.ZScore(ctx, e.kNodes, node).Result(); err == nil {
-			lastProof = fromMs(int64(t))
-		}
-	}
-	var all batch
-	for _, sid := range sortedKeys(entries) {
-		f := strings.Split(entries[sid], "\t")
-		s := &rSocket{id: sid, user: f[0], convs: map[string]struct{}{}}
-		for _, c := range f[1:] {
-			s.convs[c] = struct{}{}
-		}
-		b, err := e.removeFrom(ctx, regKey, s, now, "timeout", lastProof)
-		all = append(all, b...)
-		if err != nil {
-			e.emit(ctx, all)
-			return err
-		}
-	}
-	e.emit(ctx, all)
-	return nil
 }
 
 // runDue runs the timers that are due: typing expiry, grace ends, away.
+// Timers are claimed, fired, then acknowledged: a node that dies (or loses
+// a reply) between the two leaves them claimed, and they fire again, on
+// any node, once the claim runs out. Firing is idempotent: each script
+// checks that its moment has come and its work is not done yet, and only
+// a change it makes is announced.
 func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
 	for range 10 { // at most 10 × 200 timers per tick
-		items, err := popDue.Run(ctx, e.rdb, []string{e.kDue}, ms(now), 200).StringSlice()
-		if err != nil {
+		raw, err := claimDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, e.clk(), 200, timerClaim.Milliseconds()).Slice()
+		if err != nil || len(raw) == 0 {
 			return unavailable("timers", err)
 		}
+		claim, items := raw[0], raw[1:]
 		if len(items) == 0 {
 			return nil
 		}
 		var b batch
-		var failed []redis.Z
-		for _, it := range items {
-			ev, err := e.fire(ctx, it, now)
+		var failed int
+		ack := []any{claim, e.clk()}
+		for _, x := range items {
+			it, _ := x.(string)
+			ev, wait, err := e.fire(ctx, it, now)
 			b = append(b, ev...)
 			if err != nil {
-				failed = append(failed, redis.Z{Score: float64(ms(now.Add(time.Second))), Member: it})
+				failed++
+				wait = time.Second.Milliseconds() // retried in 1s
 			}
+			ack = append(ack, it, wait)
 		}
 		e.emit(ctx, b)
-		if len(failed) > 0 {
-			_ = e.rdb.ZAdd(ctx, e.kDue, failed...).Err()
-			return unavailable("timers", errors.New("some timers failed; retried in 1s"))
+		if err := ackDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, ack...).Err(); err != nil {
+			return unavailable("timers ack", err) // they fire again when the claim runs out
+		}
+		if failed > 0 {
+			return unavailable("timers", fmt.Errorf("%d timers failed; retried in 1s", failed))
 		}
 		if len(items) < 200 {
 			return nil
@@ -999,80 +1180,90 @@ func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (batch, error) {
+// fire runs one timer and returns its events, and how long until it must
+// run again (0: done). A timer that finds its moment not come yet (the
+// timer's clock and the data's are different Redis servers, or a failover
+// moved the clock) runs again when the time that remains has passed.
+func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b batch, wait int64, err error) {
 	f := strings.Split(item, "\t")
 	switch {
 	case f[0] == "t" && len(f) == 2:
 		k := e.conv(f[1])
-		raw, err := typingExpire.Run(ctx, e.rdb, []string{k.ty, k.tyo}, ms(now)).Slice()
+		raw, err := typingExpire.Run(ctx, e.rdb, []string{k.ty, k.tyo}, e.clk()).Slice()
 		if err != nil || len(raw) != 2 {
-			return nil, unavailable("typing expiry", err)
+			return nil, 0, unavailable("typing expiry", err)
 		}
-		var b batch
 		for _, u := range strs(raw[0]) {
 			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: u, At: now, Typing: false})
 		}
-		if next := toInt(raw[1]); next > 0 {
-			e.rdb.ZAddArgs(ctx, e.kDue, redis.ZAddArgs{LT: true, Members: []redis.Z{{Score: float64(next), Member: item}}})
-		}
-		return b, nil
+		return b, toInt(raw[1]), nil
 	case f[0] == "g" && len(f) == 3:
 		k := e.conv(f[1])
-		v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, f[2], ms(now)).Int64Slice()
-		if err != nil || len(v) != 3 {
-			return nil, unavailable("grace", err)
+		v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, f[2], e.clk()).Int64Slice()
+		if err != nil || len(v) != 4 {
+			return nil, 0, unavailable("grace", err)
 		}
-		var b batch
 		if v[2] == 1 {
 			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: f[2], At: now, Typing: false})
 		}
 		if v[0] == 1 {
 			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: fromMs(v[1]), Reason: ReasonDisconnected})
 		}
-		return b, nil
+		return b, v[3], nil
 	case f[0] == "u" && len(f) == 2:
-		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, f[1], ms(now)).Int64Slice()
-		if err != nil || len(v) != 2 {
-			return nil, unavailable("grace", err)
+		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, f[1], e.clk()).Int64Slice()
+		if err != nil || len(v) != 3 {
+			return nil, 0, unavailable("grace", err)
 		}
 		if v[0] == 1 {
-			return batch{{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: fromMs(v[1])}}, nil
+			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: fromMs(v[1])})
 		}
-		return nil, nil
+		return b, v[2], nil
 	case f[0] == "a" && len(f) == 2:
-		n, err := userAway.Run(ctx, e.rdb, []string{e.kUsers}, f[1], ms(now), e.cfg.AwayAfter.Milliseconds()).Int()
-		if err != nil {
-			return nil, unavailable("away", err)
+		v, err := userAway.Run(ctx, e.rdb, []string{e.kUsers}, f[1], e.clk(), e.cfg.AwayAfter.Milliseconds()).Int64Slice()
+		if err != nil || len(v) != 2 {
+			return nil, 0, unavailable("away", err)
 		}
-		if n == 1 {
-			return batch{{Kind: EventStatus, UserID: f[1], At: now, Status: Away}}, nil
+		if v[0] == 1 {
+			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Away})
 		}
-		return nil, nil
+		return b, v[1], nil
 	}
 	e.log.Warn("unknown timer dropped", "timer", item)
-	return nil, nil
+	return nil, 0, nil
 }
 
-// Run implements Engine.
+// Run implements Engine. It ends early, with ErrNodeIDTaken, if another
+// live instance holds this node's id.
 func (e *RedisEngine) Run(ctx context.Context) error {
-	return runTicker(ctx, e.cfg, func(ctx context.Context) error {
-		if err := e.Tick(ctx); err != nil && ctx.Err() == nil {
+	var fatal error
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	_ = runTicker(tctx, e.cfg, func(ctx context.Context) error {
+		err := e.Tick(ctx)
+		switch {
+		case errors.Is(err, ErrNodeIDTaken):
+			fatal = err
+			cancel()
+		case err != nil && ctx.Err() == nil:
 			e.log.Warn("presence tick failed", "err", err)
 		}
 		return nil
 	})
+	return fatal
 }
 
-// Close implements Engine: the node leaves the lease set so that survivors
-// do not reap it (its sockets were disconnected by the shutdown).
+// Close implements Engine: the node gives its id up so that survivors do
+// not reap it (its sockets were disconnected by the shutdown) and it can
+// start again at once.
 func (e *RedisEngine) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	e.mu.Lock()
 	live := len(e.local) + len(e.pending)
 	e.mu.Unlock()
-	if live > 0 {
+	if live > 0 || !e.held.Load() {
 		return nil // leave the lease to lapse: survivors reap what is left
 	}
-	return e.rdb.ZRem(ctx, e.kNodes, e.cfg.NodeID).Err()
+	return nodeRelease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder}, e.cfg.NodeID, e.token).Err()
 }

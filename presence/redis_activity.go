@@ -24,8 +24,7 @@ const activityFlushTimeout = 5 * time.Second
 
 type activityReq struct {
 	user string
-	at   int64 // ms
-	back bool  // the user came back from away
+	back bool // the user came back from away
 	err  error
 	done chan struct{}
 }
@@ -36,10 +35,11 @@ type activityBatcher struct {
 	busy  bool // a flusher goroutine is running
 }
 
-// recordActivity records user's activity at now with the next batch and
-// waits for its result: whether the user came back from away.
-func (e *RedisEngine) recordActivity(ctx context.Context, user string, now time.Time) (bool, error) {
-	r := &activityReq{user: user, at: ms(now), done: make(chan struct{})}
+// recordActivity records user's activity with the next batch (at Redis's
+// time of the batch) and waits for its result: whether the user came back
+// from away.
+func (e *RedisEngine) recordActivity(ctx context.Context, user string) (bool, error) {
+	r := &activityReq{user: user, done: make(chan struct{})}
 	b := &e.act
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
@@ -84,7 +84,7 @@ func (e *RedisEngine) sendActivity(batch []*activityReq) {
 	cmds := make([]*redis.Cmd, len(batch))
 	away := e.cfg.AwayAfter.Milliseconds()
 	for i, r := range batch {
-		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, r.user, r.at, away)
+		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, r.user, e.clk(), away)
 	}
 	_ = e.exec(ctx, pipe) // each command carries its own result or error
 	for i, r := range batch {

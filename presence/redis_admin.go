@@ -94,25 +94,61 @@ func (e *RedisEngine) ConversationCounts(ctx context.Context, prefix string, off
 	return len(all), pageOf(all, offset, limit), nil
 }
 
-// UserSockets implements AdminView: the user's socket set, then each live
-// node's registry line of those sockets (node and conversations), in one
-// pipelined round trip.
-func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketInfo, error) {
+// holders reads the live node instances: node → instance token and last
+// lease renewal (Redis's clock), from the lease set and the holders.
+func (e *RedisEngine) holders(ctx context.Context) (map[string]holder, error) {
 	pipe := e.rdb.Pipeline()
-	sidsCmd := pipe.SMembers(ctx, e.userSockets(userID))
-	nodesCmd := pipe.ZRange(ctx, e.kNodes, 0, -1)
+	leaseCmd := pipe.ZRangeWithScores(ctx, e.kLease, 0, -1)
+	holderCmd := pipe.HGetAll(ctx, e.kHolder)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("leases", err)
+	}
+	hs := holderCmd.Val()
+	out := map[string]holder{}
+	for _, z := range leaseCmd.Val() {
+		node, ok := z.Member.(string)
+		if !ok {
+			continue
+		}
+		h := holder{last: fromMs(int64(z.Score) - e.cfg.LeaseTTL.Milliseconds())}
+		// "token|since|last"
+		if f := strings.Split(hs[node], "|"); len(f) == 3 {
+			h.token = f[0]
+			if last, err := strconv.ParseInt(f[2], 10, 64); err == nil && last > 0 {
+				h.last = fromMs(last)
+			}
+		}
+		out[node] = h
+	}
+	return out, nil
+}
+
+type holder struct {
+	token string
+	last  time.Time
+}
+
+// UserSockets implements AdminView: the user's socket set, then each live
+// node instance's registry line of those sockets (node and conversations),
+// in one pipelined round trip.
+func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketInfo, error) {
+	sids, err := e.rdb.SMembers(ctx, e.userSockets(userID)).Result()
+	if err != nil && err != redis.Nil {
 		return nil, unavailable("user sockets", err)
 	}
-	sids, nodes := sidsCmd.Val(), nodesCmd.Val()
 	out := make([]SocketInfo, 0, len(sids))
 	if len(sids) == 0 {
 		return out, nil
 	}
-	pipe = e.rdb.Pipeline()
+	hs, err := e.holders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := sortedKeys(hs)
+	pipe := e.rdb.Pipeline()
 	regs := make([]*redis.SliceCmd, len(nodes))
 	for i, n := range nodes {
-		regs[i] = pipe.HMGet(ctx, e.rcfg.Prefix+":{n:"+n+"}:socks", sids...)
+		regs[i] = pipe.HMGet(ctx, e.registryKey(n, hs[n].token), sids...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, unavailable("user sockets", err)
@@ -134,17 +170,16 @@ func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketI
 	return out, nil
 }
 
-// Leases implements AdminView.
+// Leases implements AdminView: every live node's last renewal, on Redis's
+// clock.
 func (e *RedisEngine) Leases(ctx context.Context) (map[string]time.Time, error) {
-	zs, err := e.rdb.ZRangeWithScores(ctx, e.kNodes, 0, -1).Result()
+	hs, err := e.holders(ctx)
 	if err != nil {
-		return nil, unavailable("leases", err)
+		return nil, err
 	}
-	out := make(map[string]time.Time, len(zs))
-	for _, z := range zs {
-		if n, ok := z.Member.(string); ok {
-			out[n] = fromMs(int64(z.Score))
-		}
+	out := make(map[string]time.Time, len(hs))
+	for n, h := range hs {
+		out[n] = h.last
 	}
 	return out, nil
 }

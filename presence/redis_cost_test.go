@@ -3,6 +3,9 @@ package presence_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
 )
 
 // roundTrips counts the client's round trips to Redis: one per command sent
@@ -54,7 +58,7 @@ func TestRedisCosts(t *testing.T) {
 	rdb.AddHook(counter)
 	// The first active heartbeat records activity: one round trip, however
 	// many conversations. Within the activity window, and when idle, a
-	// heartbeat costs none: the node's batched refresh keeps the entries.
+	// heartbeat costs none: the entries live as long as the node's lease.
 	for i, tc := range []struct {
 		active bool
 		want   int64
@@ -81,41 +85,30 @@ func TestRedisCosts(t *testing.T) {
 	}
 }
 
-func TestRedisRefreshBatches(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
-	ctx := context.Background()
-	const sockets = 1000
-	eng, clock := refreshFleet(t, rdb, presence.RedisConfig{Prefix: prefix, RefreshBatch: 1000}, sockets, 50)
-	if err := eng.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	counter := &roundTrips{}
-	rdb.AddHook(counter)
-	clock.Add((16 * time.Second).Milliseconds()) // past TTL/3: the refresh is due
-	if err := eng.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// 3,000 socket-conversation entries at 500 per pipeline: 6 round trips,
-	// plus the tick's lease, dead-node check and timers (a handful).
-	if got := counter.n.Load(); got > 12 {
-		t.Errorf("refresh of %d sockets in 3 conversations: %d round trips, want ≤ 12", sockets, got)
-	}
-	score, err := rdb.ZScore(ctx, prefix+":{c:c7}:sk", "s7").Result()
-	if err != nil || int64(score) != clock.Load() {
-		t.Errorf("socket s7 in c7 not re-scored: %v %v, want %d", score, err, clock.Load())
+// commands counts the client's commands to Redis (a script is one).
+type commands struct{ n atomic.Int64 }
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
 	}
 }
 
-// refreshFleet connects sockets s0… (users u0…) to an engine on a test
-// clock, each joining 3 of convs conversations c0….
-func refreshFleet(t *testing.T, rdb redis.UniversalClient, rcfg presence.RedisConfig, sockets, convs int) (*presence.RedisEngine, *atomic.Int64) {
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// fleet connects sockets s0… (users u0…) to an engine, each joining 3 of
+// convs conversations c0….
+func fleet(t *testing.T, eng *presence.RedisEngine, sockets, convs int) {
 	t.Helper()
 	ctx := context.Background()
-	clock := &atomic.Int64{}
-	clock.Store(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMilli())
-	cfg := presence.Config{NodeID: "n1", TTL: 45 * time.Second, MaxConversations: 3, Now: func() time.Time { return time.UnixMilli(clock.Load()) }}
-	eng := presence.NewRedisEngine(rdb, cfg, rcfg)
 	for i := range sockets {
 		sid := fmt.Sprintf("s%d", i)
 		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: fmt.Sprintf("u%d", i)}); err != nil {
@@ -127,60 +120,109 @@ func refreshFleet(t *testing.T, rdb redis.UniversalClient, rcfg presence.RedisCo
 			}
 		}
 	}
-	return eng, clock
 }
 
-// The refresh is spread over its period: each tick re-scores a slice of
-// the conversations, and within one period every entry is re-scored.
-func TestRedisRefreshSpread(t *testing.T) {
+// Idle users cost Redis nothing: a live node's entries live as long as its
+// lease, so what an idle node sends (lease, dead-node check, timers, the
+// reconciliation of its registry) grows with nodes, not users. Target:
+// at most 0.05 commands per online user per second. (With every entry
+// re-scored every TTL/3 it was about 0.45.)
+func TestRedisIdleCost(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	const sockets, window = 500, 4 * time.Second
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", MaxConversations: 3}, presence.RedisConfig{Prefix: prefix})
+	fleet(t, eng, sockets, 50)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(ctx) }()
+	time.Sleep(time.Second) // the first tick's work done
+	counter := &commands{}
+	rdb.AddHook(counter)
+	time.Sleep(window)
+	cancel()
+	<-done
+	n := counter.n.Load()
+	per := float64(n) / float64(sockets) / window.Seconds()
+	t.Logf("%d idle sockets in 3 conversations each: %d commands in %s, %.4f per user per second", sockets, n, window, per)
+	if per > 0.05 {
+		t.Errorf("idle cost %.4f commands per user per second, want ≤ 0.05", per)
+	}
+	// the entries are all still there
+	if n, err := rdb.HLen(context.Background(), prefix+":{c:c7}:su").Result(); err != nil || n != 3*sockets/50 {
+		t.Errorf("conversation c7 holds %d sockets (%v), want %d", n, err, 3*sockets/50)
+	}
+}
+
+// A stale entry of a live node (its socket's leave never reached Redis)
+// is removed by the node's reconciliation within TTL, as timed out; the
+// node's live sockets stay.
+func TestRedisGhostEntry(t *testing.T) {
 	rdb := testRedis(t)
 	prefix := uniquePrefix(t, rdb)
 	ctx := context.Background()
-	const sockets, convs = 300, 60
-	eng, clock := refreshFleet(t, rdb, presence.RedisConfig{Prefix: prefix, RefreshEvery: 15 * time.Second}, sockets, convs)
-	if err := eng.Tick(ctx); err != nil { // the first tick refreshes everything
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	const ttl = 10 * time.Second
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: ttl, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, clock.Now)
+	if err := eng.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	scores := func() map[string]int64 { // "conv/socket" → score
-		out := map[string]int64{}
-		for c := range convs {
-			zs, err := rdb.ZRangeWithScores(ctx, fmt.Sprintf("%s:{c:c%d}:sk", prefix, c), 0, -1).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, z := range zs {
-				out[fmt.Sprintf("c%d/%v", c, z.Member)] = int64(z.Score)
-			}
+	if _, err := eng.Join(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The ghost: socket g1 of user gus in c1, registered by this node
+	// instance, which does not have it.
+	holder, err := rdb.HGet(ctx, prefix+":{g}:holder", "n1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.Split(holder, "|")[0]
+	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
+	c := prefix + ":{c:c1}:"
+	pipe := rdb.TxPipeline()
+	pipe.HSet(ctx, prefix+":{n:n1}:"+token+":socks", "g1", "gus\tc1")
+	pipe.HSet(ctx, c+"su", "g1", "gus")
+	pipe.ZAdd(ctx, c+"sk", redis.Z{Score: 1, Member: "g1"})
+	pipe.ZAdd(ctx, c+"on", redis.Z{Score: 1, Member: "gus"})
+	pipe.HSet(ctx, c+"m", "gus", "1|"+at+"|0|0")
+	pipe.SAdd(ctx, prefix+":{g}:usk:gus", "g1")
+	pipe.HSet(ctx, prefix+":{g}:users", "gus", "1|"+at+"|on|0|0")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.Take()
+	start := clock.Now()
+	for rosterHas(t, eng, "c1", "gus") {
+		if clock.Now().Sub(start) > ttl {
+			t.Fatalf("ghost entry still there after TTL (%s)", ttl)
 		}
-		return out
-	}
-	before := scores()
-	if len(before) != sockets*3 {
-		t.Fatalf("%d entries, want %d", len(before), sockets*3)
-	}
-	maxTick := 0
-	for range 15 {
-		prev := scores()
-		clock.Add(time.Second.Milliseconds())
+		clock.Advance(250 * time.Millisecond)
 		if err := eng.Tick(ctx); err != nil {
 			t.Fatal(err)
 		}
-		moved := 0
-		for k, v := range scores() {
-			if v != prev[k] {
-				moved++
-			}
-		}
-		maxTick = max(maxTick, moved)
 	}
-	if maxTick > len(before)/3 {
-		t.Errorf("one tick re-scored %d of %d entries: the refresh is not spread", maxTick, len(before))
+	t.Logf("ghost removed after %s", clock.Now().Sub(start))
+	got := rec.Take()
+	slices.Sort(got)
+	if want := []string{"leave c1 gus timeout", "status gus offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
 	}
-	for k, v := range scores() {
-		if v <= before[k] {
-			t.Fatalf("entry %s not re-scored within the refresh period", k)
-		}
+	if got := rosterUsers(t, eng, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("roster %v, want alice", got)
 	}
+	if ps, err := eng.Users(ctx, []string{"gus", "alice"}); err != nil || ps[0].Status != presence.Offline || ps[1].Status != presence.Online {
+		t.Fatalf("statuses %+v %v", ps, err)
+	}
+}
+
+func rosterHas(t *testing.T, eng presence.Engine, conv, user string) bool {
+	t.Helper()
+	return slices.Contains(rosterUsers(t, eng, conv), user)
 }
 
 // After Redis lost its script cache (a restart, a failover), pipelined
@@ -267,6 +309,7 @@ func TestRedisActivityGroupCommit(t *testing.T) {
 	clock.Store(time.Now().UnixMilli())
 	now := func() time.Time { return time.UnixMilli(clock.Load()) }
 	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: 45 * time.Second, AwayAfter: time.Minute, Now: now}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, now)
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import "github.com/redis/go-redis/v9"
 // that each script's keys share a slot):
 //
 // per conversation C, slot {c:C}
-//   P:{c:C}:on   ZSET user → last refresh ms        who is online
-//   P:{c:C}:sk   ZSET socket → last refresh ms      their sockets
+//   P:{c:C}:on   ZSET user → join ms                who is online
+//   P:{c:C}:sk   ZSET socket → join ms              their sockets
 //   P:{c:C}:su   HASH socket → user
 //   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
@@ -17,19 +17,43 @@ import "github.com/redis/go-redis/v9"
 //   P:{g}:usk:U  SET of U's sockets (n above is its size)
 //   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
 //                of U in C, "u\tU" grace of U, "a\tU" away check of U)
-//   P:{g}:nodes  ZSET node → last lease renewal ms
-//   P:{g}:reap   ZSET "node\tleaseMs" → claim ms   (dead nodes being cleaned)
-// per node N, slot {n:N}
-//   P:{n:N}:socks HASH socket → "user\tC1\tC2…"     what N must clean if it dies
+//   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
+//   P:{g}:lease  ZSET node → lease expiry ms
+//   P:{g}:holder HASH node → "token|since|last": the instance holding the
+//                node id (a random token per process), since when its lease
+//                has been renewed without a gap, and its last renewal
+//   P:{g}:reap   ZSET "node\ttoken\tlastProofMs" → claim deadline ms
+//                (dead instances being cleaned; 0: waiting for a reaper)
+// per node instance N/T, slot {n:N}
+//   P:{n:N}:T:socks HASH socket → "user\tC1\tC2…"  what it must clean if it dies
 //
-// Every conversation key expires 3×TTL after its last write or refresh.
+// Every time in these keys is Redis's own (TIME, in the scripts): nodes'
+// clocks are never compared with each other. clockLib reads it; tests
+// replace it with a fake clock through the clock argument ("" in
+// production).
+//
+// Keys do not expire: a live node's entries live as long as its lease (no
+// periodic re-scoring: idle users cost Redis nothing); a dead node's are
+// reaped; a live node removes its own stale ones (reconcile); timers end
+// graces and typing.
+
+// clockLib reads Redis's clock in ms, or the fake one a test passes.
+// Scripts that call TIME and then write are replicated by their effects
+// (Redis ≥ 5's default, 7's only mode).
+const clockLib = `
+local function clock(fake)
+  if fake and fake ~= '' then return tonumber(fake) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
 
 // convJoin adds a socket to a conversation.
-// KEYS on sk su m ty; ARGV sid user now keyTTLms
+// KEYS on sk su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
-var convJoin = redis.NewScript(rosterLib + `
+var convJoin = redis.NewScript(clockLib + rosterLib + `
 local on, sk, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local sid, user, now, kttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local first = 0
 if redis.call('HEXISTS', su, sid) == 0 then
   redis.call('HSET', su, sid, user)
@@ -44,15 +68,14 @@ if redis.call('HEXISTS', su, sid) == 0 then
   end
   redis.call('ZADD', on, 'GT', now, user) -- GT still adds a new member
 end
-for _, k in ipairs({on, sk, su, m}) do redis.call('PEXPIRE', k, kttl) end
 local users, since, typing = roster(on, m, ty, now)
 return {first, users, since, typing}
 `)
 
 // convRoster reads a conversation's roster.
-// KEYS on m ty; ARGV now → {users[], since[], typing[]}
-var convRoster = redis.NewScript(rosterLib + `
-local now = tonumber(ARGV[1])
+// KEYS on m ty; ARGV clock → {users[], since[], typing[]}
+var convRoster = redis.NewScript(clockLib + rosterLib + `
+local now = clock(ARGV[1])
 local users, since, typing = roster(KEYS[1], KEYS[2], KEYS[3], now)
 return {users, since, typing}
 `)
@@ -74,13 +97,15 @@ end
 `
 
 // convLeave removes a socket from a conversation. mode: "left" (leave now),
-// "grace" (the user's leave waits for graceDeadline), "timeout" (leave now,
-// at = atMs).
-// KEYS on sk su m ty tyo; ARGV sid user now mode graceDeadline atMs
+// "grace" (the user's leave waits graceMs), "timeout" (leave now, at =
+// atMs; "" is now).
+// KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
-var convLeave = redis.NewScript(`
+var convLeave = redis.NewScript(clockLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local sid, user, now, mode, deadline, at = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6]
+local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
+local deadline = now + tonumber(ARGV[5])
+local at = tonumber(ARGV[6]) or now
 if redis.call('HGET', su, sid) ~= user then return {0, 0, 0} end
 redis.call('HDEL', su, sid)
 redis.call('ZREM', sk, sid)
@@ -114,15 +139,18 @@ end
 return {stopped, 1, at}
 `)
 
-// convGrace ends a user's flap grace in a conversation if it is still due.
-// KEYS on m ty tyo; ARGV user now → {left(0|1), leftAt, typingStopped}
-var convGrace = redis.NewScript(`
+// convGrace ends a user's flap grace in a conversation if it is due; if it
+// is not due yet (the timer's clock, another Redis server's, ran ahead),
+// it says how long to wait.
+// KEYS on m ty tyo; ARGV user clock → {left(0|1), leftAt, typingStopped, waitMs}
+var convGrace = redis.NewScript(clockLib + `
 local on, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local user, now = ARGV[1], tonumber(ARGV[2])
+local user, now = ARGV[1], clock(ARGV[2])
 local v = redis.call('HGET', m, user)
-if not v then return {0, 0, 0} end
+if not v then return {0, 0, 0, 0} end
 local n, since, deadline, left = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)$')
-if tonumber(n) > 0 or tonumber(deadline) == 0 or tonumber(deadline) > now then return {0, 0, 0} end
+if tonumber(n) > 0 or tonumber(deadline) == 0 then return {0, 0, 0, 0} end
+if tonumber(deadline) > now then return {0, 0, 0, tonumber(deadline) - now} end
 redis.call('HDEL', m, user)
 redis.call('ZREM', on, user)
 local stopped = 0
@@ -132,14 +160,15 @@ if exp then
   redis.call('HDEL', tyo, user)
   if tonumber(exp) > now then stopped = 1 end
 end
-return {1, tonumber(left), stopped}
+return {1, tonumber(left), stopped, 0}
 `)
 
-// typingStart records typing. KEYS ty tyo su; ARGV sid user now expiry
+// typingStart records typing. KEYS ty tyo su; ARGV sid user clock ttlMs
 // → -1 not joined, 1 started, 0 refreshed
-var typingStart = redis.NewScript(`
+var typingStart = redis.NewScript(clockLib + `
 local ty, tyo, su = KEYS[1], KEYS[2], KEYS[3]
-local sid, user, now, expiry = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
+local expiry = now + tonumber(ARGV[4])
 if redis.call('HGET', su, sid) ~= user then return -1 end
 local cur = redis.call('ZSCORE', ty, user)
 redis.call('ZADD', ty, expiry, user)
@@ -153,11 +182,11 @@ if cur and tonumber(cur) > now then return 0 end
 return 1
 `)
 
-// typingStop clears typing. KEYS ty tyo su; ARGV sid user now
+// typingStop clears typing. KEYS ty tyo su; ARGV sid user clock
 // → -1 not joined, 1 stopped, 0 was not typing
-var typingStop = redis.NewScript(`
+var typingStop = redis.NewScript(clockLib + `
 local ty, tyo, su = KEYS[1], KEYS[2], KEYS[3]
-local sid, user, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 if redis.call('HGET', su, sid) ~= user then return -1 end
 local cur = redis.call('ZSCORE', ty, user)
 if not cur then return 0 end
@@ -168,10 +197,10 @@ return 0
 `)
 
 // typingExpire removes expired typing entries.
-// KEYS ty tyo; ARGV now → {users[], nextExpiry or 0}
-var typingExpire = redis.NewScript(`
+// KEYS ty tyo; ARGV clock → {users[], ms to the next expiry, or 0}
+var typingExpire = redis.NewScript(clockLib + `
 local ty, tyo = KEYS[1], KEYS[2]
-local now = tonumber(ARGV[1])
+local now = clock(ARGV[1])
 local users = redis.call('ZRANGEBYSCORE', ty, '-inf', now)
 for _, u in ipairs(users) do
   redis.call('ZREM', ty, u)
@@ -179,7 +208,7 @@ for _, u in ipairs(users) do
 end
 local nxt = redis.call('ZRANGE', ty, 0, 0, 'WITHSCORES')
 local n = 0
-if #nxt > 0 then n = tonumber(nxt[2]) end
+if #nxt > 0 then n = math.max(1, tonumber(nxt[2]) - now) end
 return {users, n}
 `)
 
@@ -199,10 +228,10 @@ end
 
 // userConnect counts a new connection of a user: its socket joins the
 // user's socket set (so that counting is idempotent per socket).
-// KEYS users due usk; ARGV user sid now awayAfter → 1 if the user came online
-var userConnect = redis.NewScript(userLib + `
+// KEYS users due usk; ARGV user sid clock awayAfter → 1 if the user came online
+var userConnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
-local user, sid, now, away = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local user, sid, now, away = ARGV[1], ARGV[2], clock(ARGV[3]), tonumber(ARGV[4])
 local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0}
 redis.call('SADD', usk, sid)
 u.n = redis.call('SCARD', usk)
@@ -217,12 +246,14 @@ return came
 `)
 
 // userDisconnect uncounts a connection (a socket not counted is a no-op).
-// mode grace: offline waits for the deadline; timeout: offline now with
-// lastSeen atMs.
-// KEYS users due usk; ARGV user sid now mode deadline atMs → {offline(0|1), lastSeen}
-var userDisconnect = redis.NewScript(userLib + `
+// mode grace: offline waits graceMs; timeout: offline now with lastSeen
+// atMs ("" is now).
+// KEYS users due usk; ARGV user sid clock mode graceMs atMs → {offline(0|1), lastSeen}
+var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
-local user, sid, now, mode, deadline, at = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
+local deadline = now + tonumber(ARGV[5])
+local at = tonumber(ARGV[6]) or now
 if redis.call('SREM', usk, sid) == 0 then return {0, 0} end
 local u = uget(h, user)
 if not u then return {0, 0} end
@@ -240,23 +271,24 @@ redis.call('ZREM', due, 'u\t' .. user, 'a\t' .. user)
 return {1, at}
 `)
 
-// userGrace ends a user's flap grace if still due.
-// KEYS users due; ARGV user now → {offline(0|1), disconnectedAt}
-var userGrace = redis.NewScript(userLib + `
+// userGrace ends a user's flap grace if it is due, or says how long to wait.
+// KEYS users due; ARGV user clock → {offline(0|1), disconnectedAt, waitMs}
+var userGrace = redis.NewScript(clockLib + userLib + `
 local h, due = KEYS[1], KEYS[2]
-local user, now = ARGV[1], tonumber(ARGV[2])
+local user, now = ARGV[1], clock(ARGV[2])
 local u = uget(h, user)
-if not u or u.n > 0 or u.grace == 0 or u.grace > now then return {0, 0} end
+if not u or u.n > 0 or u.grace == 0 then return {0, 0, 0} end
+if u.grace > now then return {0, 0, u.grace - now} end
 redis.call('HDEL', h, user)
 redis.call('ZREM', due, 'a\t' .. user)
-return {1, u.disc}
+return {1, u.disc, 0}
 `)
 
-// userActivity records activity. KEYS users due; ARGV user now awayAfter
+// userActivity records activity. KEYS users due; ARGV user clock awayAfter
 // → 1 if an away user came back online
-var userActivity = redis.NewScript(userLib + `
+var userActivity = redis.NewScript(clockLib + userLib + `
 local h, due = KEYS[1], KEYS[2]
-local user, now, away = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local user, now, away = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
 local u = uget(h, user)
 if not u then return 0 end
 local back = 0
@@ -268,44 +300,171 @@ redis.call('ZADD', due, now + away, 'a\t' .. user)
 return back
 `)
 
-// userAway turns a connected, idle user away. KEYS users; ARGV user now
-// awayAfter → 1 if the user turned away
-var userAway = redis.NewScript(userLib + `
+// userAway turns a connected, idle user away, or says how long to wait.
+// KEYS users; ARGV user clock awayAfter → {turned(0|1), waitMs}
+var userAway = redis.NewScript(clockLib + userLib + `
 local h = KEYS[1]
-local user, now, away = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local user, now, away = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
 local u = uget(h, user)
-if not u or u.n == 0 or u.st ~= 'on' or u.act + away > now then return 0 end
+if not u or u.n == 0 or u.st ~= 'on' then return {0, 0} end
+if u.act + away > now then return {0, u.act + away - now} end
 u.st = 'away'
 uset(h, user, u)
+return {1, 0}
+`)
+
+// dueIn schedules a timer delayMs from now. lt: only if earlier than an
+// existing one. KEYS due; ARGV member delayMs lt(0|1) clock
+var dueIn = redis.NewScript(clockLib + `
+local at = clock(ARGV[4]) + tonumber(ARGV[2])
+if ARGV[3] == '1' then return redis.call('ZADD', KEYS[1], 'LT', at, ARGV[1]) end
+return redis.call('ZADD', KEYS[1], at, ARGV[1])
+`)
+
+// claimDue claims due timers for the caller: each moves from the due set
+// to the claimed set until claimMs from now; claims that ran out (their
+// node died before acknowledging them) are claimed again. A timer
+// scheduled anew while claimed is simply due again.
+// KEYS due claimed; ARGV clock limit claimMs → {claimScore, members…}
+var claimDue = redis.NewScript(clockLib + `
+local due, claimed = KEYS[1], KEYS[2]
+local now, limit = clock(ARGV[1]), tonumber(ARGV[2])
+local at = now + tonumber(ARGV[3])
+local out = {at}
+local seen = {}
+for _, it in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)) do
+  redis.call('ZREM', due, it)
+  redis.call('ZADD', claimed, at, it)
+  seen[it] = true
+  table.insert(out, it)
+end
+for _, it in ipairs(redis.call('ZRANGEBYSCORE', claimed, '-inf', now, 'LIMIT', 0, limit)) do
+  if not seen[it] then
+    redis.call('ZADD', claimed, at, it)
+    table.insert(out, it)
+  end
+end
+return out
+`)
+
+// ackDue acknowledges fired timers: each leaves the claimed set (unless
+// another node claimed it meanwhile), and one with more to do is due again
+// waitMs from now (or earlier, if it was scheduled anew).
+// KEYS due claimed; ARGV claimScore clock member waitMs [member waitMs …]
+var ackDue = redis.NewScript(clockLib + `
+local due, claimed = KEYS[1], KEYS[2]
+local claim = tonumber(ARGV[1])
+local now = clock(ARGV[2])
+for i = 3, #ARGV, 2 do
+  local m, wait = ARGV[i], tonumber(ARGV[i + 1])
+  local cur = redis.call('ZSCORE', claimed, m)
+  if cur and tonumber(cur) == claim then redis.call('ZREM', claimed, m) end
+  if wait > 0 then redis.call('ZADD', due, 'LT', now + wait, m) end
+end
 return 1
 `)
 
-// popDue claims due timers: whoever pops one owns it.
-// KEYS due; ARGV now limit → members
-var popDue = redis.NewScript(`
-local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #items > 0 then redis.call('ZREM', KEYS[1], unpack(items)) end
-return items
+// holderLib reads and writes the holder record "token|since|last".
+const holderLib = `
+local function hget(holder, node)
+  local v = redis.call('HGET', holder, node)
+  if not v then return nil end
+  local tok, since, last = string.match(v, '^([^|]*)|(%d+)|(%d+)$')
+  if not tok then return nil end
+  return {tok = tok, since = tonumber(since), last = tonumber(last)}
+end
+local function hset(holder, node, tok, since, last)
+  redis.call('HSET', holder, node, tok .. '|' .. since .. '|' .. last)
+end
+`
+
+// nodeLease claims or renews a node id's lease for the instance token.
+// KEYS lease holder reap; ARGV node token leaseMs clock
+// → {code, n, now}: 1 renewed without a gap since n; 2 renewed after a
+// lapse nobody acted on (entries intact; the gap-free period restarts);
+// 3 claimed afresh (first start, or after a reap or a loss of data: the
+// caller registers its sockets again); -1 held by a live instance until
+// n; -2 this instance is being reaped: try again once the reap is done.
+var nodeLease = redis.NewScript(clockLib + holderLib + `
+local lease, holder, reap = KEYS[1], KEYS[2], KEYS[3]
+local node, token, len = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = clock(ARGV[4])
+local exp = tonumber(redis.call('ZSCORE', lease, node) or '0')
+local h = hget(holder, node)
+if h and h.tok == token then
+  local code, since = 1, h.since
+  if exp <= now then code, since = 2, now end
+  hset(holder, node, token, since, now)
+  redis.call('ZADD', lease, now + len, node)
+  return {code, since, now}
+end
+if h then
+  if exp > now then return {-1, exp, now} end
+  -- a previous instance under this id died: queue it for a reaper
+  redis.call('ZREM', lease, node)
+  redis.call('ZADD', reap, 0, node .. '\t' .. h.tok .. '\t' .. h.last)
+else
+  local mine = node .. '\t' .. token .. '\t'
+  for _, item in ipairs(redis.call('ZRANGE', reap, 0, -1)) do
+    if string.sub(item, 1, #mine) == mine then return {-2, 0, now} end
+  end
+end
+hset(holder, node, token, now, now)
+redis.call('ZADD', lease, now + len, node)
+return {3, now, now}
 `)
 
-// claimDead moves nodes whose lease lapsed to the reap set, and reclaims
-// reaps abandoned by a reaper that died. KEYS nodes reap; ARGV now leaseTTL
-// reclaimAfter → {"node\tleaseMs", …} claimed by the caller
-var claimDead = redis.NewScript(`
-local nodes, reap = KEYS[1], KEYS[2]
-local now, lease, reclaim = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {}
-local dead = redis.call('ZRANGEBYSCORE', nodes, '-inf', now - lease, 'WITHSCORES')
-for i = 1, #dead, 2 do
-  redis.call('ZREM', nodes, dead[i])
-  local item = dead[i] .. '\t' .. dead[i + 1]
-  redis.call('ZADD', reap, now, item)
-  table.insert(out, item)
+// nodeRelease gives a node id up (a clean shutdown).
+// KEYS lease holder; ARGV node token → 1 if released
+var nodeRelease = redis.NewScript(holderLib + `
+local h = hget(KEYS[2], ARGV[1])
+if not h or h.tok ~= ARGV[2] then return 0 end
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
+return 1
+`)
+
+// claimDead claims dead instances for the caller to reap: those whose
+// lease lapsed, those queued by their successor, and reaps abandoned by a
+// reaper that died (claim deadline passed). Only an instance whose own
+// lease has been renewed without a gap for a full lease period reaps: after
+// a stall of Redis every lease lapses, and every node must have had the
+// time to renew its own first.
+// KEYS lease holder reap; ARGV node token leaseMs claimMs clock
+// → {claimDeadline, "node\ttoken\tlastProofMs", …}
+var claimDead = redis.NewScript(clockLib + holderLib + `
+local lease, holder, reap = KEYS[1], KEYS[2], KEYS[3]
+local node, token, len, claim = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = clock(ARGV[5])
+local me = hget(holder, node)
+local exp = tonumber(redis.call('ZSCORE', lease, node) or '0')
+if not me or me.tok ~= token or exp <= now or now - me.since < len then return {0} end
+local out = {now + claim}
+local dead = redis.call('ZRANGEBYSCORE', lease, '-inf', now)
+for _, n in ipairs(dead) do
+  redis.call('ZREM', lease, n)
+  local h = hget(holder, n)
+  if h then
+    redis.call('HDEL', holder, n)
+    local item = n .. '\t' .. h.tok .. '\t' .. h.last
+    redis.call('ZADD', reap, now + claim, item)
+    table.insert(out, item)
+  end
 end
-local stale = redis.call('ZRANGEBYSCORE', reap, '-inf', now - reclaim)
-for _, item in ipairs(stale) do
-  redis.call('ZADD', reap, now, item)
+for _, item in ipairs(redis.call('ZRANGEBYSCORE', reap, '-inf', now)) do
+  redis.call('ZADD', reap, now + claim, item)
   table.insert(out, item)
 end
 return out
+`)
+
+// reapHeld extends the caller's claim on a reap; 0 if the claim was lost
+// (another reaper took it over, or it is done).
+// KEYS reap; ARGV item deadline claimMs clock → new deadline or 0
+var reapHeld = redis.NewScript(clockLib + `
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not cur or tonumber(cur) ~= tonumber(ARGV[2]) then return 0 end
+local d = clock(ARGV[4]) + tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], d, ARGV[1])
+return d
 `)

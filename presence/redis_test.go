@@ -58,7 +58,9 @@ func TestRedisEngine(t *testing.T) {
 		rdb := testRedis(t)
 		prefix := uniquePrefix(t, rdb)
 		return func(cfg presence.Config) presence.Engine {
-			return presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix})
+			eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix})
+			presence.SetRedisClock(eng, cfg.Now) // the suite moves time
+			return eng
 		}
 	})
 }

@@ -24,6 +24,8 @@ type StatusBus interface {
 	Watch(userIDs ...string)
 	Unwatch(userIDs ...string)
 	// Run delivers the status changes of watched users until ctx ends.
+	// deliver is called from the bus's reader: it must not wait (the
+	// subscriptions queue the change and filter it elsewhere).
 	Run(ctx context.Context, deliver func(context.Context, Event)) error
 }
 

@@ -10,6 +10,7 @@ import (
 
 	ws "github.com/gorilla/websocket"
 
+	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/server"
 )
 
@@ -102,7 +103,10 @@ func BenchmarkSocketHeartbeat(b *testing.B) {
 		library bool
 	}{{"direct", false}, {"library", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			ts := newTestServer(b, server.Config{LibraryWebsocket: mode.library})
+			// Limits the benchmark never reaches: the limiter's cost is
+			// measured, not its refusals.
+			high := handlers.Limit{Rate: 1e9, Burst: 1e9}
+			ts := newTestServerWith(b, server.Config{LibraryWebsocket: mode.library}, handlers.SessionConfig{NodeID: "n1", Limits: handlers.EventLimits{Heartbeat: high}})
 			const perProc = 32
 			sockets := perProc * runtime.GOMAXPROCS(0)
 			clients := make(chan *wsClient, sockets)

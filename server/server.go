@@ -197,8 +197,15 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		}))
 		return
 	}
+	if err := s.deps.Sockets.Prepare(sock, claims); err != nil {
+		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
+		next(socket.NewExtendedError("unauthorized", map[string]any{
+			"code":   "unauthorized",
+			"reason": handlers.RefusalReason(err),
+		}))
+		return
+	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
-	s.deps.Sockets.Prepare(sock, claims.UserID)
 	conn, user := sock.Conn(), claims.UserID
 	watchConn(conn, &outboundGuard{maxBytes: s.cfg.MaxUnread, maxWait: s.cfg.MaxUnreadAge, trip: func(why string, pending int64) {
 		s.deps.Metrics.SlowConsumerDisconnects.Inc()

@@ -34,13 +34,18 @@ type testServer struct {
 
 func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *testServer {
 	tb.Helper()
+	return newTestServerWith(tb, cfg, handlers.SessionConfig{NodeID: "n1"}, ready...)
+}
+
+func newTestServerWith(tb testing.TB, cfg server.Config, scfg handlers.SessionConfig, ready ...server.Check) *testServer {
+	tb.Helper()
 	v, err := auth.NewHS256([]byte(secret))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	sockets := newSockets(m)
+	sockets := newSocketsWith(m, scfg)
 	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready})
 	if err != nil {
 		tb.Fatal(err)
@@ -54,10 +59,14 @@ func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *tes
 }
 
 func newSockets(m *metrics.Metrics) *handlers.Sockets {
+	return newSocketsWith(m, handlers.SessionConfig{NodeID: "n1"})
+}
+
+func newSocketsWith(m *metrics.Metrics, scfg handlers.SessionConfig) *handlers.Sockets {
 	log := slog.New(slog.DiscardHandler)
 	rooms := handlers.NewRooms(0, log)
 	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	return handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
+	return handlers.NewSockets(scfg, handlers.SocketDeps{
 		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
 	})
 }

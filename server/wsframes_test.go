@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"net"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +182,38 @@ func TestFrameReaderDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// loopConn serves data over and over, at most 4096 bytes per read (a
+// socket's read).
+type loopConn struct {
+	scriptConn
+	all []byte
+}
+
+func (c *loopConn) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		c.data = c.all
+	}
+	return c.scriptConn.Read(p)
+}
+
+func heartbeats() []byte {
+	return bytes.Repeat(frame(true, opText, []byte(`42["heartbeat",{"active":true}]`), false), 1000)
+}
+
+// BenchmarkFrameReader reads small masked text frames, heartbeats, from
+// an in-memory connection (wsframes_gobwas_test.go compares gobwas/ws).
+func BenchmarkFrameReader(b *testing.B) {
+	all := heartbeats()
+	f := &frameReader{conn: &loopConn{scriptConn: scriptConn{chunk: 4096}, all: all}, ctl: &ctlLog{}, limit: 100 << 10}
+	b.SetBytes(int64(len(all) / 1000))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := f.next(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // A declared length that would overflow when added to the fragment so far
 // is refused at once (the reader used to wrap negative, pass the limit
 // check, and spin on an empty read forever).
@@ -230,9 +266,182 @@ func TestFrameReaderHugeLengthsRefused(t *testing.T) {
 // fill refuses a count no frame can need, rather than trusting it.
 func TestFrameReaderFillBounded(t *testing.T) {
 	f, _ := newFrames(nil, 4096)
-	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, 1<<62 + 5} {
+	for _, n := range []int{-1, 100<<10 + maxFrameHead + 1, math.MaxInt} {
 		if err := f.fill(n); !errors.Is(err, errProtocol) {
 			t.Errorf("fill(%d): %v", n, err)
 		}
+	}
+}
+
+// allocatedBy reports the bytes fn allocates.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A frame's declared length is memory the reader grows into as the bytes
+// arrive, not at once: a 14-byte header declaring a message of the limit's
+// size used to cost a buffer of that size per connection, whether or not
+// anything followed.
+func TestFrameReaderGrowsAsBytesArrive(t *testing.T) {
+	const limit = 16 << 20
+	in := []byte{0x81, 0x80 | 127}
+	in = binary.BigEndian.AppendUint64(in, limit-1)
+	in = append(in, 1, 2, 3, 4)
+	in = append(in, bytes.Repeat([]byte{'x'}, 1000)...) // then the connection ends
+	f := &frameReader{conn: &scriptConn{data: in, chunk: 4096}, ctl: &ctlLog{}, limit: limit}
+	var err error
+	got := allocatedBy(func() { _, _, err = f.next() })
+	var ce *ws.CloseError
+	if !errors.As(err, &ce) || ce.Code != ws.CloseAbnormalClosure {
+		t.Fatalf("cut message: %v, want close 1006", err)
+	}
+	if got > 64<<10 {
+		t.Fatalf("%d bytes read allocated %d bytes", len(in), got)
+	}
+	// and a message of that size still arrives whole
+	msg := bytes.Repeat([]byte("0123456789abcdef"), (limit-16)/16)
+	f = &frameReader{conn: &scriptConn{data: frame(true, opBinary, msg, false), chunk: 64 << 10}, ctl: &ctlLog{}, limit: limit}
+	if mt, got, err := f.next(); err != nil || mt != ws.BinaryMessage || !bytes.Equal(got, msg) {
+		t.Fatalf("large message: %d bytes, %v", len(got), err)
+	}
+}
+
+// After a large message, the buffer kept for the next one is small even
+// when the last read brought in the next frame's first bytes (the large
+// buffer was kept as long as reads kept overlapping frames).
+func TestFrameReaderShrinksAfterLargeMessage(t *testing.T) {
+	mid := bytes.Repeat([]byte("0123456789"), 300)
+	big := bytes.Repeat([]byte("0123456789"), 500)
+	small := []byte(`42["heartbeat",{"active":true}]`)
+	smalls := bytes.Repeat(frame(true, opText, small, false), 3)
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		large [][]byte
+	}{
+		// a large message in a buffer grown for an earlier one
+		{"after a smaller one", slices.Concat(frame(true, opText, mid, false), frame(true, opText, big, false), smalls), [][]byte{mid, big}},
+		// a fragment read into the buffer grown for the first
+		{"fragmented", slices.Concat(frame(false, opText, big[:4500], false), frame(true, opContinuation, big[4500:], false), smalls), [][]byte{big}},
+	} {
+		for _, chunk := range []int{7, 100, 1000, 1 << 20} {
+			f, _ := newFrames(tc.in, chunk)
+			for _, want := range tc.large {
+				if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, want) {
+					t.Fatalf("%s, chunk %d: large message: %d bytes, %v", tc.name, chunk, len(msg), err)
+				}
+			}
+			for i := range 3 {
+				if _, msg, err := f.next(); err != nil || !bytes.Equal(msg, small) {
+					t.Fatalf("%s, chunk %d: message %d: %q, %v", tc.name, chunk, i, msg, err)
+				}
+				if cap(f.buf) > frameBufKeep {
+					t.Fatalf("%s, chunk %d: a buffer of %d bytes kept after the large message", tc.name, chunk, cap(f.buf))
+				}
+			}
+		}
+	}
+}
+
+// fuzzFrameLimit is the fuzzed reader's limit: above frameBufKeep, so that
+// buffers grown for a large message, and released after it, are exercised.
+const fuzzFrameLimit = 6000
+
+type readFrames struct {
+	msgs  []string // type and bytes of each message
+	ctl   []string // control frames written
+	err   string   // how the reader ended
+	wrong string   // a bound the reader broke
+}
+
+// readAllFrames runs a reader over in, served chunk bytes per read, until
+// it fails, checking its bounds after every message.
+func readAllFrames(in []byte, chunk int) readFrames {
+	l := &ctlLog{}
+	f := &frameReader{conn: &scriptConn{data: in, chunk: chunk}, ctl: l, limit: fuzzFrameLimit}
+	var out readFrames
+	for {
+		mt, msg, err := f.next()
+		if err != nil {
+			out.ctl, out.err = l.frames, err.Error()
+			return out
+		}
+		// a message is 6 bytes of input at least (2 of header, 4 of mask)
+		switch {
+		case len(out.msgs) >= len(in)/6:
+			out.wrong = fmt.Sprintf("more messages than %d bytes can hold", len(in))
+		case len(msg) > fuzzFrameLimit:
+			out.wrong = fmt.Sprintf("a message of %d bytes, over the limit", len(msg))
+		case cap(f.buf) > max(fuzzFrameLimit, frameBufKeep):
+			out.wrong = fmt.Sprintf("a buffer of %d bytes for a message of %d", cap(f.buf), len(msg))
+		}
+		if out.wrong != "" {
+			return out
+		}
+		out.msgs = append(out.msgs, string(rune('0'+mt))+":"+string(msg))
+		// between messages (as next starts): what is kept stays small,
+		// as what a read brings in beyond a message is less than a chunk
+		f.release()
+		if cap(f.buf) > frameBufKeep || cap(f.frag) > frameBufKeep {
+			out.wrong = fmt.Sprintf("buffers of %d and %d bytes kept between messages (reads of %d bytes)", cap(f.buf), cap(f.frag), chunk)
+			return out
+		}
+	}
+}
+
+// FuzzFrameReader feeds bytes to the frame reader, in small reads: it must
+// neither panic nor hang, keep its limit and its buffers' bounds, and read
+// the same messages, write the same control frames and end the same way
+// whatever the size of the reads. testdata/fuzz/FuzzFrameReader holds the
+// edge cases: 64-bit lengths (2^63-1, 2^63, 2^64-1, just over the limit),
+// fragments with control frames between them, bad CLOSE frames.
+func FuzzFrameReader(f *testing.F) {
+	hb := []byte(`42["heartbeat",{"active":true}]`)
+	f.Add(byte(3), bytes.Join([][]byte{frame(true, opText, hb, false), frame(true, opText, hb, false), frame(true, opBinary, []byte{0, 1}, false)}, nil))
+	f.Add(byte(7), bytes.Join([][]byte{
+		frame(false, opText, []byte(`42["a`), false), frame(true, opPing, []byte("p"), false),
+		frame(true, opContinuation, []byte(`"]`), false), frame(true, opClose, []byte{0x03, 0xe8}, false),
+	}, nil))
+	f.Add(byte(63), frame(true, opText, bytes.Repeat([]byte("x"), fuzzFrameLimit+1), false))
+	f.Fuzz(func(t *testing.T, chunk byte, in []byte) {
+		done := make(chan [2]readFrames, 1)
+		go func() {
+			done <- [2]readFrames{readAllFrames(in, int(chunk%64)+1), readAllFrames(in, len(in)+1)}
+		}()
+		select {
+		case got := <-done:
+			small, whole := got[0], got[1]
+			for _, r := range got {
+				if r.wrong != "" {
+					t.Fatal(r.wrong)
+				}
+			}
+			if !slices.Equal(small.msgs, whole.msgs) || !slices.Equal(small.ctl, whole.ctl) || small.err != whole.err {
+				t.Fatalf("reads of %d bytes: %q %q %s\nall at once: %q %q %s", chunk%64+1, small.msgs, small.ctl, small.err, whole.msgs, whole.ctl, whole.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d bytes not read within 10 s", len(in))
+		}
+	})
+}
+
+// With a limit above what an int holds (32-bit platforms), a declared
+// length there is refused: int(n) used to keep its low 32 bits, and 2^32+3
+// read as a 3-byte message, the rest of the stream taken for frames. (On
+// 64 bits the length is within the limit, and the connection ends first.)
+func TestFrameReaderLengthBeyondInt(t *testing.T) {
+	in := []byte{0x81, 0x80 | 127}
+	in = binary.BigEndian.AppendUint64(in, 1<<32+3)
+	in = append(in, 0, 0, 0, 0)
+	in = append(in, "abc"...)
+	in = append(in, frame(true, opText, []byte(`42["heartbeat"]`), false)...)
+	f := &frameReader{conn: &scriptConn{data: in, chunk: 4096}, ctl: &ctlLog{}, limit: 1 << 40}
+	if mt, msg, err := f.next(); err == nil {
+		t.Fatalf("read a message %d %q out of a frame of 2^32+3 bytes", mt, msg)
 	}
 }

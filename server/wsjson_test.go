@@ -103,3 +103,103 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		t.Error("channel encoded")
 	}
 }
+
+// valueBuilder makes, from fuzz input, values of the kinds the server's
+// acks and events hold: b is a small program (each byte picks a kind, a
+// length or a piece of a number), and strings are cut from s.
+type valueBuilder struct {
+	b []byte
+	s string
+	x float64
+}
+
+func (vb *valueBuilder) next() byte {
+	if len(vb.b) == 0 {
+		return 0
+	}
+	c := vb.b[0]
+	vb.b = vb.b[1:]
+	return c
+}
+
+func (vb *valueBuilder) u64() uint64 {
+	var u uint64
+	for range 8 {
+		u = u<<8 | uint64(vb.next())
+	}
+	return u
+}
+
+func (vb *valueBuilder) str() string {
+	if vb.s == "" {
+		return ""
+	}
+	i := int(vb.next()) % len(vb.s)
+	j := i + int(vb.next())%(len(vb.s)-i+1)
+	return vb.s[i:j]
+}
+
+func (vb *valueBuilder) value(depth int) any {
+	switch op := vb.next() % 14; {
+	case op == 0:
+		return nil
+	case op == 1:
+		return vb.next()&1 == 1
+	case op == 2:
+		return vb.str()
+	case op == 3:
+		return int(vb.u64())
+	case op == 4:
+		return int64(int16(vb.u64()))
+	case op == 5:
+		return vb.x
+	case op == 6:
+		return math.Float64frombits(vb.u64())
+	case op == 7:
+		return float64(int32(vb.u64())) / float64(int(vb.next())%8+1)
+	case op == 8 && depth < 6:
+		a := []any{}
+		for range vb.next() % 5 {
+			a = append(a, vb.value(depth+1))
+		}
+		return a
+	case op == 9 && depth < 6:
+		m := map[string]any{}
+		for range vb.next() % 5 {
+			m[vb.str()] = vb.value(depth + 1)
+		}
+		return m
+	case op == 10:
+		if vb.next()&1 == 1 {
+			return []any(nil)
+		}
+		return map[string]any(nil)
+	case op == 11:
+		return []string{vb.str(), vb.str()}
+	case op == 12:
+		return json.RawMessage(vb.str()) // encoding/json checks it
+	}
+	return int32(vb.u64())
+}
+
+// FuzzAppendJSON checks the encoding direction of the fast path (acks are
+// written with appendJSON): for values built from the input, the output or
+// the refusal is encoding/json's.
+func FuzzAppendJSON(f *testing.F) {
+	f.Add([]byte{9, 3, 2, 0, 3, 1, 1, 7, 1, 2, 3, 4, 5, 6, 7, 8, 2}, "okserverTimenextInMs2026-11-30T15:17:54.203Z", 19434.0)
+	f.Add([]byte{8, 4, 2, 0, 5, 5, 6, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1, 10, 1, 11, 0, 3, 2, 1}, "caf\u00e9 <b>\"\\\n\xff\u2028", math.Inf(1))
+	f.Add([]byte{9, 2, 0, 2, 8, 2, 9, 1, 1, 3, 2, 12, 0, 40}, `{"a": [1, 2]} x`, -0.0)
+	f.Add([]byte{8, 3, 6, 0x44, 0x50, 0, 0, 0, 0, 0, 0, 6, 0x3e, 0xb0, 0xc6, 0xf7, 0xa0, 0xb5, 0xed, 0x8d, 6, 0, 0, 0, 0, 0, 0, 0, 1}, "", 1e21)
+	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
+		vb := &valueBuilder{b: prog, s: s, x: x}
+		v := vb.value(0)
+		want, werr := json.Marshal(v)
+		got, gerr := appendJSON([]byte("43"), v)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
+		}
+		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
+			t.Fatalf("%#v: %s, encoding/json %s", v, got[2:], want)
+		}
+	})
+}

@@ -559,9 +559,9 @@ func checkJoinAck(raw json.RawMessage, err error, conv string) string {
 		OK             bool   `json:"ok"`
 		ConversationID string `json:"conversationId"`
 		Online         []struct {
-			UserID string `json:"userId"`
-			Status string `json:"status"`
-			Since  string `json:"since"`
+			UserID string  `json:"userId"`
+			Status string  `json:"status"`
+			Since  *string `json:"since"` // null unless the user's last-seen setting is everyone
 		} `json:"online"`
 		Typing []string `json:"typing"`
 	}
@@ -569,7 +569,7 @@ func checkJoinAck(raw json.RawMessage, err error, conv string) string {
 		return "WRONG: " + clip(raw)
 	}
 	for _, m := range a.Online {
-		if m.UserID == "" || (m.Status != "online" && m.Status != "away") || m.Since == "" {
+		if m.UserID == "" || (m.Status != "online" && m.Status != "away") || (m.Since != nil && *m.Since == "") {
 			return "WRONG member: " + clip(raw)
 		}
 	}

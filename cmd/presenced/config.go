@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/handlers"
 )
 
 // Config is the validated configuration of one process (CONTRACT §4).
@@ -18,6 +20,8 @@ type Config struct {
 	Addr              string
 	JWTSecret         string
 	JWKSURL           string
+	JWTAudience       []string // accepted aud values; empty: not checked
+	JWTIssuer         string   // required iss; empty: not checked
 	ServiceToken      string
 	AdminToken        string
 	CORSOrigins       []string
@@ -25,6 +29,7 @@ type Config struct {
 	DatabaseURL       string
 	DataPath          string
 	NodeID            string
+	NodeLease         time.Duration
 	PingInterval      time.Duration
 	PingTimeout       time.Duration
 	HeartbeatInterval time.Duration
@@ -34,6 +39,7 @@ type Config struct {
 	FlapGrace         time.Duration
 	AwayAfter         time.Duration
 	MaxConversations  int
+	MaxSocketsPerUser int    // 0: no cap
 	Membership        string // store | open
 	RedisPrefix       string
 	RedisSharded      bool
@@ -46,6 +52,7 @@ type Config struct {
 	MaxBuffer         int64
 	AllowEIO3         bool
 	HandshakeLimit    int
+	EventLimits       handlers.EventLimits
 	HandshakeWindow   time.Duration
 	TrustedProxies    []netip.Prefix
 	Parser            string        // json | msgpack
@@ -112,6 +119,16 @@ var settings = []setting{
 		c.JWKSURL = v
 		return nil
 	}},
+	{"PRESENCE_JWT_AUDIENCE", "", "required aud of client tokens (comma-separated: any one of them); unset: aud is not checked", func(c *Config, v string) error {
+		c.JWTAudience = nil
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.JWTAudience = append(c.JWTAudience, a)
+			}
+		}
+		return nil
+	}},
+	{"PRESENCE_JWT_ISSUER", "", "required iss of client tokens; unset: iss is not checked", str(func(c *Config) *string { return &c.JWTIssuer })},
 	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
 	{"PRESENCE_ADMIN_TOKEN", "", "admin panel login token (/admin; panel off without it, except in dev mode where one is generated and printed)", str(func(c *Config) *string { return &c.AdminToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
@@ -181,6 +198,7 @@ var settings = []setting{
 		c.NodeID = v
 		return nil
 	}},
+	{"PRESENCE_NODE_LEASE", "5s", "cluster mode: a node that stops renewing its lease this long is dead and its users are evicted (crash cleanup takes about this plus 1s)", dur(func(c *Config) *time.Duration { return &c.NodeLease }, time.Second)},
 	{"PRESENCE_PING_INTERVAL", "25s", "Engine.IO ping interval", dur(func(c *Config) *time.Duration { return &c.PingInterval }, 100*time.Millisecond)},
 	{"PRESENCE_PING_TIMEOUT", "20s", "Engine.IO ping timeout", dur(func(c *Config) *time.Duration { return &c.PingTimeout }, 100*time.Millisecond)},
 	{"PRESENCE_HEARTBEAT_INTERVAL", "15s", "heartbeat interval hinted to clients", dur(func(c *Config) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
@@ -195,6 +213,14 @@ var settings = []setting{
 			return errors.New("must be a whole number from 1 to 100000")
 		}
 		c.MaxConversations = n
+		return nil
+	}},
+	{"PRESENCE_MAX_SOCKETS_PER_USER", "20", "sockets one user may have open across the cluster; beyond, connect_error unauthorized (too many connections); 0 = no cap", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 100000 {
+			return errors.New("must be a whole number from 0 (no cap) to 100000")
+		}
+		c.MaxSocketsPerUser = n
 		return nil
 	}},
 	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode", func(c *Config, v string) error {
@@ -292,6 +318,12 @@ var settings = []setting{
 		c.HandshakeLimit, c.HandshakeWindow = n, d
 		return nil
 	}},
+	eventLimit("PRESENCE_TYPING_LIMIT", "5/1s:10", "typing:start and typing:stop", func(l *handlers.EventLimits) *handlers.Limit { return &l.Typing }),
+	eventLimit("PRESENCE_JOIN_LIMIT", "20/1s:200", "conversation:join and conversation:leave together", func(l *handlers.EventLimits) *handlers.Limit { return &l.Join }),
+	eventLimit("PRESENCE_QUERY_LIMIT", "5/1s:10", "presence:query and presence:subscribe together", func(l *handlers.EventLimits) *handlers.Limit { return &l.Query }),
+	eventLimit("PRESENCE_STATE_LIMIT", "30/1s:60", "state:set (its broadcasts are coalesced to 10/s)", func(l *handlers.EventLimits) *handlers.Limit { return &l.State }),
+	eventLimit("PRESENCE_HEARTBEAT_LIMIT", "10/1s:20", "heartbeat", func(l *handlers.EventLimits) *handlers.Limit { return &l.Heartbeat }),
+	eventLimit("PRESENCE_EVENT_LIMIT", "20/1s:50", "any other client event", func(l *handlers.EventLimits) *handlers.Limit { return &l.Other }),
 	{"PRESENCE_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of load balancers whose X-Forwarded-For is believed for per-IP limits and logs; from anyone else the header is ignored", func(c *Config, v string) error {
 		c.TrustedProxies = nil
 		for _, part := range strings.Split(v, ",") {
@@ -485,6 +517,48 @@ func parseLimit(v string) (int, time.Duration, error) {
 		return 0, 0, errors.New("the window must be a duration of at least 1s")
 	}
 	return count, d, nil
+}
+
+// eventLimit is the setting of one class of per-socket event limits.
+func eventLimit(env, def, events string, dst func(*handlers.EventLimits) *handlers.Limit) setting {
+	help := events + " per socket, as N/duration:burst (token bucket; burst defaults to N); 0 lifts the limit (load tests)"
+	return setting{env, def, help, func(c *Config, v string) error {
+		l, err := parseBucket(v)
+		if err != nil {
+			return err
+		}
+		*dst(&c.EventLimits) = l
+		return nil
+	}}
+}
+
+// parseBucket reads "N/duration[:burst]" ("5/1s:10" or "5/s:10": 5 per
+// second sustained, 10 at once), or "0" / "off" for no limit.
+func parseBucket(v string) (handlers.Limit, error) {
+	if v == "0" || v == "off" {
+		return handlers.NoLimit, nil
+	}
+	const form = "must be N/duration:burst (such as 5/1s:10), or 0 for no limit"
+	rate, burst, hasBurst := strings.Cut(v, ":")
+	n, w, ok := strings.Cut(rate, "/")
+	count, err := strconv.Atoi(n)
+	if !ok || err != nil || count <= 0 {
+		return handlers.Limit{}, errors.New(form)
+	}
+	if w == "ms" || w == "s" || w == "m" || w == "h" {
+		w = "1" + w // "5/s"
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Millisecond {
+		return handlers.Limit{}, errors.New("the window must be a duration of at least 1ms (such as 1s)")
+	}
+	b := count
+	if hasBurst {
+		if b, err = strconv.Atoi(burst); err != nil || b < 1 || b > 1000000 {
+			return handlers.Limit{}, errors.New("the burst must be a whole number from 1 to 1000000")
+		}
+	}
+	return handlers.Limit{Rate: float64(count) / d.Seconds(), Burst: b}, nil
 }
 
 func redact(raw string) string {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
 
@@ -136,12 +137,25 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	// shutdown's disconnect work needs them; then they stop in order.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone, pipelineDone, busDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() { defer close(engineDone); _ = a.engine.Run(bg) }()
+	subsDone := make(chan struct{})
+	// The engine ends early only if another live node holds this node's id
+	// (found at the first connection to Redis): the server stops then.
+	sctx, stopServe := context.WithCancel(ctx)
+	defer stopServe()
+	var engineErr error
+	go func() {
+		defer close(engineDone)
+		if engineErr = a.engine.Run(bg); engineErr != nil {
+			log.Error("presence engine stopped; shutting down", "err", engineErr)
+			stopServe()
+		}
+	}()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
+	go func() { defer close(subsDone); a.subs.Run(bg) }()
 	if a.admin != nil {
 		go func() { _ = a.admin.Run(bg) }()
 		// the admin pages' live streams would hold up the graceful shutdown
-		defer context.AfterFunc(ctx, a.admin.EndStreams)()
+		defer context.AfterFunc(sctx, a.admin.EndStreams)()
 	}
 	go func() {
 		defer close(busDone)
@@ -156,7 +170,7 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		}
 	}()
 
-	serveErr := a.srv.Serve(ctx, ln)
+	serveErr := a.srv.Serve(sctx, ln)
 
 	fctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -167,15 +181,24 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 			log.Warn("presence drain failed", "err", err)
 		}
 	}
+	// The disconnect work's events (leaves, offline statuses) reach the
+	// rooms and the last-seen buffer before anything below stops.
+	if err := a.events.Close(fctx); err != nil {
+		log.Warn("presence events not all delivered at shutdown", "err", err)
+	}
 	stopBG()
 	<-engineDone
 	<-pipelineDone
 	<-busDone
+	<-subsDone
 	if err := a.pipeline.Flush(fctx); err != nil {
 		log.Error("last-seen flush at shutdown failed", "err", err)
 	}
 	if err := a.engine.Close(); err != nil {
 		log.Warn("presence close failed", "err", err)
+	}
+	if errors.Is(engineErr, presence.ErrNodeIDTaken) {
+		return nodeIDTaken(cfg)
 	}
 	if serveErr != nil {
 		return serveErr
@@ -188,14 +211,14 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 // dev mode the generated secret (whose file it returns).
 func newVerifier(ctx context.Context, cfg Config, log *slog.Logger) (auth.Verifier, string, error) {
 	if cfg.JWKSURL != "" {
-		v, err := auth.NewJWKS(ctx, auth.JWKSConfig{URL: cfg.JWKSURL, Log: log.With("component", "jwks")})
+		v, err := auth.NewJWKS(ctx, auth.JWKSConfig{URL: cfg.JWKSURL, Log: log.With("component", "jwks")}, cfg.tokenOptions()...)
 		return v, "", err
 	}
 	secret, file, err := secretFor(cfg)
 	if err != nil {
 		return nil, "", err
 	}
-	v, err := auth.NewHS256(secret)
+	v, err := auth.NewHS256(secret, cfg.tokenOptions()...)
 	return v, file, err
 }
 
@@ -281,7 +304,13 @@ func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return auth.SignHS256(secret, user, validFor, time.Now())
+	return auth.SignHS256(secret, user, validFor, time.Now(), cfg.tokenOptions()...)
+}
+
+// tokenOptions are the token requirements of PRESENCE_JWT_AUDIENCE and
+// PRESENCE_JWT_ISSUER (none when unset).
+func (c Config) tokenOptions() []auth.Option {
+	return []auth.Option{auth.WithAudience(c.JWTAudience...), auth.WithIssuer(c.JWTIssuer)}
 }
 
 // displayAddr turns a listen address into one a browser can open.
@@ -328,7 +357,7 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if err != nil {
 		return err
 	}
-	t, err := auth.SignHS256(secret, user, validFor, time.Now())
+	t, err := auth.SignHS256(secret, user, validFor, time.Now(), cfg.tokenOptions()...)
 	if err != nil {
 		return err
 	}

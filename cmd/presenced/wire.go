@@ -106,6 +106,7 @@ type app struct {
 	rdb      redis.UniversalClient
 	engine   presence.Engine
 	pipeline *lastseen.Pipeline
+	events   *presence.AsyncSink // the engine's events, delivered off the operations' path
 	rooms    *handlers.Rooms
 	sockets  *handlers.Sockets
 	bus      presence.StatusBus
@@ -134,9 +135,10 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, migrate bool) 
 // build wires every component; nothing listens yet.
 func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error) {
 	a = &app{cfg: cfg, log: log, metrics: metrics.New()}
+	built := a // a is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
-			a.close()
+			built.close()
 		}
 	}()
 
@@ -161,6 +163,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		FlapGrace:        cfg.FlapGrace,
 		AwayAfter:        cfg.AwayAfter,
 		MaxConversations: cfg.MaxConversations,
+		LeaseTTL:         cfg.NodeLease,
 	}
 	lcfg := lastseen.Config{
 		Coarse:        cfg.LastSeenCoarse,
@@ -170,6 +173,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Log:           log.With("component", "lastseen"),
 	}
 	var buf lastseen.Buffer
+	var perr error // Redis unreachable at start
 	if cfg.RedisURL != "" {
 		opts, _ := parseRedisURL(cfg.RedisURL)
 		// Context deadlines bound each command: a stalled Redis fails fast.
@@ -184,7 +188,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		a.rdb = redis.NewUniversalClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		perr := a.rdb.Ping(pctx).Err()
+		perr = a.rdb.Ping(pctx).Err()
 		cancel()
 		if perr != nil {
 			log.Warn("redis not reachable at start; will retry", "err", perr)
@@ -197,15 +201,35 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.pipeline = lastseen.NewPipeline(buf, st, lcfg)
 	a.metrics.Registry.MustRegister(a.pipeline.Collectors()...)
 
-	roomSink := a.rooms.Sink()
-	pcfg.Sink = func(ctx context.Context, ev []presence.Event) {
+	// Room fan-out, status publication and last-seen records run after
+	// the operation that caused them has answered (a join's ack does not
+	// wait for them), in order per conversation and per user.
+	// (Locals, not a's fields, in the closures: a is nil once an error
+	// return has run.)
+	roomSink, pipeline := a.rooms.Sink(), a.pipeline
+	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
 		roomSink(ctx, ev)
-		a.pipeline.HandleEvents(ctx, ev)
-	}
+		pipeline.HandleEvents(ctx, ev)
+	}, 0, 0)
+	a.events = events
+	a.closers = append(a.closers, func() error { // when serve did not run
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return events.Close(ctx)
+	})
+	pcfg.Sink = events.Sink()
+	var admission presence.Admission
 	if a.rdb != nil {
-		a.engine = presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+		eng := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
+		a.metrics.Registry.MustRegister(eng.Collectors()...)
+		a.engine, admission = eng, eng // the sockets-per-user cap is cluster-wide
+		if err := claimNodeID(ctx, eng, cfg, log, perr); err != nil {
+			return nil, err
+		}
 	} else {
-		a.engine = presence.NewMemoryEngine(presence.NewMemory(), pcfg)
+		mem := presence.NewMemory()
+		a.engine = presence.NewMemoryEngine(mem, pcfg)
+		admission = presence.NewMemoryAdmission(mem, nil)
 	}
 
 	var membership presence.Membership = presence.Open{}
@@ -214,12 +238,15 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	}
 
 	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: st})
+	settings := lastseen.NewSettings(st, lastseen.SettingsConfig{})
+	a.rooms.UseSettings(settings)
 	if a.rdb != nil {
 		a.bus = presence.NewRedisBus(a.rdb, cfg.RedisPrefix, log.With("component", "statusbus"))
 	} else {
 		a.bus = presence.NewLocalBus()
 	}
 	a.subs = handlers.NewSubscriptions(a.bus, reader, log.With("component", "subscriptions"))
+	a.metrics.Registry.MustRegister(a.subs.Collectors()...)
 	a.rooms.OnStatus(func(ctx context.Context, e presence.Event) {
 		if err := a.bus.Publish(ctx, e); err != nil {
 			log.Warn("status change not published", "user_id", e.UserID, "err", err)
@@ -231,7 +258,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		HeartbeatJitter:   cfg.HeartbeatJitter,
 		TypingTTL:         cfg.TypingTTL,
+		Limits:            cfg.EventLimits,
+		MaxSocketsPerUser: maxSockets(cfg.MaxSocketsPerUser),
 	}, handlers.SocketDeps{
+		Admission:     admission,
 		Log:           log.With("component", "sockets"),
 		Metrics:       a.metrics,
 		Engine:        a.engine,
@@ -266,6 +296,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Rosters:      a.engine,
 		Store:        st,
 		Membership:   membership,
+		Settings:     settings,
+		PrivacyChanged: func(ctx context.Context, user string, v store.Visibility) {
+			a.sockets.PrivacyChanged(ctx, user, v)
+		},
 		Evict: func(ctx context.Context, conv string, users []string) error {
 			return a.sockets.Evict(ctx, conv, users)
 		},
@@ -303,6 +337,33 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	return a, nil
 }
 
+// claimNodeID takes the node id's lease before the node serves: a live node
+// holding the id is a configuration error (exit 2). With Redis unreachable
+// the claim waits for the first connection (the engine's Run then ends
+// with presence.ErrNodeIDTaken if the id is taken).
+func claimNodeID(ctx context.Context, eng *presence.RedisEngine, cfg Config, log *slog.Logger, pingErr error) error {
+	if pingErr != nil {
+		return nil
+	}
+	// a crashed previous process of this node holds the id until its lease lapses
+	cctx, cancel := context.WithTimeout(ctx, cfg.NodeLease+5*time.Second)
+	defer cancel()
+	err := eng.Claim(cctx)
+	switch {
+	case errors.Is(err, presence.ErrNodeIDTaken):
+		return nodeIDTaken(cfg)
+	case err != nil:
+		log.Warn("node id not claimed yet; claiming it at the first connection to redis", "err", err)
+	}
+	return nil
+}
+
+// nodeIDTaken is the configuration error of a duplicate node id.
+func nodeIDTaken(cfg Config) error {
+	return &ConfigError{Setting: "PRESENCE_NODE_ID (--node-id)", Value: cfg.NodeID,
+		Err: fmt.Errorf("%w: give every node its own id", presence.ErrNodeIDTaken)}
+}
+
 func (a *app) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		if err := a.closers[i](); err != nil {
@@ -310,4 +371,13 @@ func (a *app) close() {
 		}
 	}
 	a.closers = nil
+}
+
+// maxSockets maps PRESENCE_MAX_SOCKETS_PER_USER (0: no cap) to the
+// handlers' setting (0: the default, negative: no cap).
+func maxSockets(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

@@ -1,0 +1,338 @@
+package adapter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// allocatedBy reports the bytes fn allocates.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// Containers nested inside each other, each declaring as many elements as
+// there are bytes left, must not each get a slice of that size: the
+// elements still owed by the enclosing containers need those bytes too.
+// (Each level used to allocate 16 bytes per remaining input byte: 6.5 KB
+// of input made the decoder allocate 40 MB.)
+func TestMsgpackNestedLengthsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		head byte
+	}{{"array 32", 0xdd}, {"map 32", 0xdf}, {"array 16", 0xdc}, {"map 16", 0xde}} {
+		const depth, pad = 500, 4000
+		width := 4
+		if tc.head == 0xdc || tc.head == 0xde {
+			width = 2
+		}
+		total := depth*(1+width) + pad
+		var in []byte
+		for len(in) < depth*(1+width) {
+			n := total - len(in) - 1 - width // every byte after this header
+			in = append(in, tc.head)
+			if width == 4 {
+				in = binary.BigEndian.AppendUint32(in, uint32(n))
+			} else {
+				in = binary.BigEndian.AppendUint16(in, uint16(min(n, 0xffff)))
+			}
+		}
+		in = append(in, bytes.Repeat([]byte{0xc0}, pad)...)
+		var err error
+		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		if !errors.Is(err, errShortBuffer) {
+			t.Errorf("%s: %v, want %v", tc.name, err, errShortBuffer)
+		}
+		if limit := uint64(64 * len(in)); got > limit {
+			t.Errorf("%s: %d bytes of input made the decoder allocate %d bytes (more than %d)", tc.name, len(in), got, limit)
+		}
+	}
+}
+
+// A declared length beyond the input left is refused before anything of
+// its size is made, whatever it counts. (On a 64-bit platform these were
+// refused already; on a 32-bit one a 32-bit length of 2^31 or more became
+// a negative int, and make panicked on it.)
+func TestMsgpackDeclaredLengthsRefused(t *testing.T) {
+	for _, head := range [][]byte{
+		{0xd9, 0xff}, {0xda, 0xff, 0xff}, {0xdb, 0xff, 0xff, 0xff, 0xff}, {0xdb, 0x80, 0, 0, 0}, // str
+		{0xc4, 0xff}, {0xc5, 0xff, 0xff}, {0xc6, 0xff, 0xff, 0xff, 0xff}, {0xc6, 0x80, 0, 0, 0}, // bin
+		{0xc7, 0xff, 1}, {0xc8, 0xff, 0xff, 1}, {0xc9, 0xff, 0xff, 0xff, 0xff, 1}, {0xc9, 0x80, 0, 0, 0, 1}, // ext
+		{0xdc, 0xff, 0xff}, {0xdd, 0xff, 0xff, 0xff, 0xff}, {0xdd, 0x80, 0, 0, 0}, // array
+		{0xde, 0xff, 0xff}, {0xdf, 0xff, 0xff, 0xff, 0xff}, {0xdf, 0x80, 0, 0, 0}, // map
+		{0x9f}, {0x8f}, {0xbf}, {0xd8, 1}, // fix types
+	} {
+		in := append(bytes.Clone(head), 1, 2, 3)
+		var err error
+		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		if !errors.Is(err, errShortBuffer) {
+			t.Errorf("% x: %v, want %v", in, err, errShortBuffer)
+		}
+		if got > 64<<10 {
+			t.Errorf("% x: allocated %d bytes", in, got)
+		}
+	}
+	// a map of 3 pairs needs 6 bytes at least; an array of 6 elements fits
+	if _, err := decodeMsgpack([]byte{0xde, 0, 3, 1, 2, 3, 4, 5}); !errors.Is(err, errShortBuffer) {
+		t.Errorf("map of 3 pairs in 5 bytes: %v", err)
+	}
+	if v, err := decodeMsgpack([]byte{0xdc, 0, 6, 1, 2, 3, 4, 5, 6}); err != nil || len(v.([]any)) != 6 {
+		t.Errorf("array of 6: %v %v", v, err)
+	}
+	// uint 32 is unsigned whatever the platform's int
+	if v, err := decodeMsgpack([]byte{0xce, 0xff, 0xff, 0xff, 0xff}); err != nil || v != float64(1<<32-1) {
+		t.Errorf("uint 32 max: %v %v", v, err)
+	}
+}
+
+// sameValue compares decoded values: NaN equals NaN, and an empty slice or
+// map equals a nil one.
+func sameValue(a, b any) bool {
+	switch a := a.(type) {
+	case float64:
+		b, ok := b.(float64)
+		return ok && (a == b || a != a && b != b)
+	case []byte:
+		b, ok := b.([]byte)
+		return ok && bytes.Equal(a, b)
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !sameValue(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, v := range a {
+			w, ok := b[k]
+			if !ok || !sameValue(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return a == b
+}
+
+// FuzzMsgpackDecode reads arbitrary bytes: no panic, no more memory than a
+// small multiple of the input, and what it reads is what it writes (the
+// value decodes again, from its encoding, to itself, and that encoding is
+// stable).
+func FuzzMsgpackDecode(f *testing.F) {
+	for _, seed := range [][]byte{
+		{0x93, 0xa3, 'u', 'i', 'd', 0x82, 0xa4, 't', 'y', 'p', 'e', 0x02, 0xa3, 'n', 's', 'p', 0xa1, '/', 0xc0},
+		{0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0},
+		{0xdf, 0, 0, 0, 2, 0xcb, 0x7f, 0xef, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x92, 0x01, 0x02, 0xc3},
+		{0xd6, 0xff, 0, 0, 0, 1}, {0xd7, 0xff, 0xff, 0xff, 0xff, 0xfc, 0xff, 0xff, 0xff, 0xff}, {0xc7, 12, 0xff, 0x3b, 0x9a, 0xc9, 0xff, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		{0xd4, 0, 0}, {0xd5, 0, 1, 2}, {0xd8, 5, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15},
+		{0xca, 0x7f, 0xc0, 0, 0}, {0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, {0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0},
+		{0xc6, 0, 0, 0, 3, 1, 2, 3}, {0xdb, 0, 0, 0, 2, 0xff, 0xfe}, {0xc1},
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var v any
+		var err error
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v, err = decodeMsgpack(in)
+		runtime.ReadMemStats(&after)
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(64*len(in)+64<<10); got > limit {
+			t.Fatalf("%d bytes of input allocated %d bytes", len(in), got)
+		}
+		if err != nil {
+			return
+		}
+		enc, err := encodeMsgpack(v)
+		if err != nil {
+			t.Fatalf("%#v decoded, but does not encode: %v", v, err)
+		}
+		back, err := decodeMsgpack(enc)
+		if err != nil || !sameValue(v, back) {
+			t.Fatalf("%#v decoded, encoded as % x, read back as %#v, %v", v, enc, back, err)
+		}
+		if again, _ := encodeMsgpack(back); !bytes.Equal(again, enc) {
+			t.Fatalf("%#v encodes as % x, then as % x", v, enc, again)
+		}
+	})
+}
+
+// msgpackBuilder makes, from fuzz input, values of the kinds the adapter
+// encodes: b is a small program (each byte picks a kind, a length or a
+// piece of a number), strings and binary are cut from s. value returns the
+// value and what decoding its encoding must give (the JavaScript view:
+// every number a float64, objects maps).
+type msgpackBuilder struct {
+	b []byte
+	s string
+	x float64
+}
+
+func (mb *msgpackBuilder) next() byte {
+	if len(mb.b) == 0 {
+		return 0
+	}
+	c := mb.b[0]
+	mb.b = mb.b[1:]
+	return c
+}
+
+func (mb *msgpackBuilder) u64() uint64 {
+	var u uint64
+	for range 8 {
+		u = u<<8 | uint64(mb.next())
+	}
+	return u
+}
+
+func (mb *msgpackBuilder) str() string {
+	if mb.s == "" {
+		return ""
+	}
+	i := int(mb.next()) % len(mb.s)
+	j := i + int(mb.next())%(len(mb.s)-i+1)
+	s := mb.s[i:j]
+	if mb.next()%8 == 0 { // now and then a long one, for the 16- and 32-bit lengths
+		s = strings.Repeat(s, 1+int(mb.next())<<4)
+	}
+	return s
+}
+
+func (mb *msgpackBuilder) value(depth int) (v, want any) {
+	switch op := mb.next() % 16; {
+	case op == 0:
+		return nil, nil
+	case op == 1:
+		b := mb.next()&1 == 1
+		return b, b
+	case op == 2:
+		s := mb.str()
+		return s, s
+	case op == 3:
+		i := int64(mb.u64())
+		return i, float64(i)
+	case op == 4:
+		u := mb.u64()
+		return u, float64(u)
+	case op == 5:
+		i := int(int16(mb.u64()))
+		return i, float64(i)
+	case op == 6:
+		return mb.x, mb.x
+	case op == 7:
+		f := math.Float64frombits(mb.u64())
+		return f, f
+	case op == 8:
+		p := []byte(mb.str())
+		return p, p
+	case op == 9 && depth < 6:
+		var a, w []any
+		for range mb.next() % 5 {
+			v, want := mb.value(depth + 1)
+			a, w = append(a, v), append(w, want)
+		}
+		return a, w
+	case op == 10 && depth < 6:
+		m, w := map[string]any{}, map[string]any{}
+		for range mb.next() % 5 {
+			k := mb.str()
+			m[k], w[k] = mb.value(depth + 1)
+		}
+		return m, w
+	case op == 11 && depth < 6:
+		var o obj
+		w := map[string]any{}
+		for range mb.next() % 5 {
+			k := mb.str()
+			v, want := mb.value(depth + 1)
+			o, w[k] = append(o, kv{k, v}), want // the last of a key wins
+		}
+		return o, w
+	case op == 12:
+		a, b := int8(mb.next()), uint16(mb.u64())
+		return []any{a, b}, []any{float64(a), float64(b)}
+	case op == 13:
+		ss := []string{mb.str(), mb.str()}
+		return ss, []any{ss[0], ss[1]}
+	case op == 14:
+		f := float32(mb.x)
+		return f, float64(f)
+	}
+	n := int32(mb.u64())
+	return n, float64(n)
+}
+
+// FuzzMsgpackRoundTrip encodes values built from the input and decodes
+// them back: decode(encode(x)) is x as JavaScript would see it.
+func FuzzMsgpackRoundTrip(f *testing.F) {
+	f.Add([]byte{9, 3, 2, 0, 5, 11, 2, 2, 0, 3, 1, 1, 0, 8, 2, 3}, "uidtypensp/", 1.5)
+	f.Add([]byte{10, 4, 3, 0x80, 0, 0, 0, 0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 7, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1, 6}, "k\xff\u00e9", math.Inf(-1))
+	f.Add([]byte{9, 4, 2, 0, 3, 0, 255, 8, 0, 3, 0, 200, 12, 0x80, 0xff, 0xff, 14}, "0123456789abcdefghijklmnopqrstuvwxyz", -0.0)
+	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
+		mb := &msgpackBuilder{b: prog, s: s, x: x}
+		v, want := mb.value(0)
+		enc, err := encodeMsgpack(v)
+		if err != nil {
+			t.Fatalf("%#v: %v", v, err)
+		}
+		got, err := decodeMsgpack(enc)
+		if err != nil || !sameValue(got, want) {
+			t.Fatalf("%#v encoded as % x, decoded as %#v, %v; want %#v", v, enc, got, err, want)
+		}
+	})
+}
+
+// A map key that is itself a map is "[object Object]", as in JavaScript:
+// it used to be printed whole (fmt), so maps nested as each other's keys
+// printed the innermost key once per level (a 10 KB key under 500 levels:
+// 11 KB of input, more than 10 MB allocated).
+func TestMsgpackKeysOfKeysBounded(t *testing.T) {
+	const depth, size = 500, 10000
+	in := bytes.Repeat([]byte{0x81}, depth)
+	in = append(in, 0xda, size>>8, size&0xff)
+	in = append(in, bytes.Repeat([]byte{'k'}, size)...)
+	in = append(in, bytes.Repeat([]byte{0xc0}, depth)...)
+	var v any
+	var err error
+	got := allocatedBy(func() { v, err = decodeMsgpack(in) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := v.(map[string]any); !ok || len(m) != 1 || !has(m, "[object Object]") {
+		t.Errorf("decoded %.80v", v)
+	}
+	if limit := uint64(64 * len(in)); got > limit {
+		t.Errorf("%d bytes of input allocated %d bytes (more than %d)", len(in), got, limit)
+	}
+	// keys of other kinds, as String(key) gives them in JavaScript
+	for _, tc := range []struct {
+		key  []byte
+		want string
+	}{
+		{[]byte{0x93, 0x01, 0xc0, 0x92, 0xa1, 'a', 0x80}, "1,,a,[object Object]"},
+		{[]byte{0xc4, 2, 'h', 'i'}, "hi"},
+		{[]byte{0xc0}, "null"}, {[]byte{0xc3}, "true"}, {[]byte{0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}, "1.5"}, {[]byte{0x90}, ""},
+	} {
+		v, err := decodeMsgpack(append(append([]byte{0x81}, tc.key...), 0xc0))
+		if m, ok := v.(map[string]any); err != nil || !ok || !has(m, tc.want) {
+			t.Errorf("key % x: %#v %v, want the key %q", tc.key, v, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store/storetest"
+)
+
+// holdNodeID keeps node id held on the Redis at addr under prefix, as a
+// live node would, until the test ends.
+func holdNodeID(t *testing.T, addr, prefix, id string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: id}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Claim(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = eng.Close()
+		_ = rdb.Close()
+	})
+}
+
+// serveEnv is a cluster node's environment.
+func serveEnv(t *testing.T, redisAddr, prefix, id string) func(string) (string, bool) {
+	env := map[string]string{
+		"REDIS_URL":             "redis://" + redisAddr,
+		"DATABASE_URL":          storetest.FreshPostgres(t, "presenced_nodeid"),
+		"PRESENCE_JWT_SECRET":   "0123456789abcdef0123",
+		"PRESENCE_NODE_ID":      id,
+		"PRESENCE_REDIS_PREFIX": prefix,
+		"PRESENCE_ADDR":         "127.0.0.1:0",
+		"PRESENCE_LOG_LEVEL":    "error",
+	}
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// serveExit runs serve until it returns (at most within) and maps its
+// error to the exit code.
+func serveExit(t *testing.T, getenv func(string) (string, bool), within time.Duration) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var stderr strings.Builder
+	err := run(ctx, []string{"serve"}, getenv, io.Discard, io.Discard)
+	if ctx.Err() != nil {
+		t.Fatalf("serve still running after %s (err %v)", within, err)
+	}
+	code := exitCode(err, &stderr)
+	return code, stderr.String()
+}
+
+// A node whose id is held by a live node refuses to start: exit 2, with
+// the setting named.
+func TestServeNodeIDTaken(t *testing.T) {
+	opt, err := redis.ParseURL(cmp.Or(os.Getenv("REDIS_TEST_URL"), "redis://127.0.0.1:6379"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := redis.NewClient(opt).Ping(context.Background()).Err(); err != nil {
+		t.Skipf("redis unreachable: %v", err)
+	}
+	prefix, id := "test-nodeid-"+randomSuffix(), "dup-"+randomSuffix()
+	t.Cleanup(func() { cleanPrefix(opt.Addr, prefix) })
+	holdNodeID(t, opt.Addr, prefix, id)
+	code, msg := serveExit(t, serveEnv(t, opt.Addr, prefix, id), 20*time.Second)
+	if code != 2 || !strings.Contains(msg, "PRESENCE_NODE_ID") || !strings.Contains(msg, id) {
+		t.Fatalf("exit %d %q, want 2 naming PRESENCE_NODE_ID and %s", code, msg, id)
+	}
+}
+
+// A node that starts while Redis is unreachable checks its id at its first
+// connection, and exits 2 then if the id is taken. (Redis is reached
+// through a proxy that starts listening once the id is held.)
+func TestServeNodeIDTakenLate(t *testing.T) {
+	opt, err := redis.ParseURL(cmp.Or(os.Getenv("REDIS_TEST_URL"), "redis://127.0.0.1:6379"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := redis.NewClient(opt).Ping(context.Background()).Err(); err != nil {
+		t.Skipf("redis unreachable: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxyAddr := ln.Addr().String()
+	_ = ln.Close()
+	prefix, id := "test-nodeid-"+randomSuffix(), "dup-"+randomSuffix()
+	t.Cleanup(func() { cleanPrefix(opt.Addr, prefix) })
+	getenv := serveEnv(t, proxyAddr, prefix, id)
+	type result struct {
+		code int
+		msg  string
+	}
+	res := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var stderr strings.Builder
+		err := run(ctx, []string{"serve"}, getenv, io.Discard, io.Discard)
+		res <- result{exitCode(err, &stderr), stderr.String()}
+	}()
+	time.Sleep(2 * time.Second) // the node is up, without Redis
+	holdNodeID(t, opt.Addr, prefix, id)
+	proxy, err := net.Listen("tcp", proxyAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	go func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", opt.Addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	r := <-res
+	if r.code != 2 || !strings.Contains(r.msg, "PRESENCE_NODE_ID") {
+		t.Fatalf("exit %d %q, want 2 naming PRESENCE_NODE_ID", r.code, r.msg)
+	}
+}
+
+func cleanPrefix(addr, prefix string) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+}

@@ -1,0 +1,93 @@
+// The docker-compose topology without Docker: three nodes on Redis and
+// PostgreSQL behind Debian's haproxy, run with the repository's own
+// deploy/haproxy.cfg (addresses from the environment, as in
+// docker-compose.yml). Polling-only, websocket-only and upgrading clients
+// (socket.io-client, withCredentials so that Node keeps the balancer's
+// sticky cookie) land on different nodes and share one conversation.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { freePort, SECRET } from '../lib/server.js';
+import { tokenFor } from '../lib/jwt.js';
+import { connect, sleep, waitUntil } from '../lib/client.js';
+import { request } from '../lib/http.js';
+import { Recorder, uid, ack, show, startTopology, clusterDatabase } from '../lib/presence.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const CONFIG = path.join(here, '..', '..', 'deploy', 'haproxy.cfg');
+
+function haveHaproxy() {
+  try { execFileSync('haproxy', ['-v'], { stdio: 'ignore' }); return true; } catch { return false; }
+}
+
+/** Starts haproxy in the foreground with deploy/haproxy.cfg; killed after t. */
+async function startBalancer(t, nodes) {
+  const [bind, monitor] = [await freePort(), await freePort()];
+  const env = {
+    ...process.env,
+    PRESENCE_LB_BIND: `127.0.0.1:${bind}`,
+    PRESENCE_LB_MONITOR: `127.0.0.1:${monitor}`,
+    PRESENCE_NODE1: nodes[0], PRESENCE_NODE2: nodes[1], PRESENCE_NODE3: nodes[2],
+  };
+  const child = spawn('haproxy', ['-db', '-f', CONFIG], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  child.stdout.on('data', (d) => { log += d; });
+  child.stderr.on('data', (d) => { log += d; });
+  t.after(() => child.kill('SIGKILL'));
+  const url = `http://127.0.0.1:${bind}`;
+  await waitUntil(async () => {
+    try { return (await request(`http://127.0.0.1:${monitor}/healthz`, { timeoutMs: 1000 })).status === 200; } catch { return false; }
+  }, { timeoutMs: 10000, message: `haproxy to start:\n${log}` });
+  // every node is up behind it once three new sessions reach three nodes
+  return { url, log: () => log };
+}
+
+describe('three nodes behind haproxy (deploy/haproxy.cfg)', { timeout: 120000, skip: !haveHaproxy() && !process.env.CI && 'haproxy is not installed' }, () => {
+  const holder = clusterDatabase('cluster', { before, after, tag: 'lb' });
+
+  it('polling, websocket and upgrading clients share rooms across nodes', async (t) => {
+    const topo = await startTopology('cluster', { t, db: holder.db, nodes: 3, tag: 'lb', args: ['--handshake-limit', '0', '--trusted-proxies', '127.0.0.1/32'] });
+    const lb = await startBalancer(t, topo.servers.map((s) => s.addr.replace(/^\[?::\]?:/, '127.0.0.1:')));
+    const conv = uid('lbc');
+    const kinds = [['polling'], ['polling'], ['polling'], ['websocket'], ['websocket'], ['websocket'], ['polling', 'websocket'], ['polling', 'websocket']];
+    const clients = [];
+    for (const transports of kinds) {
+      const user = uid(`lb${transports.join('')}`);
+      const { socket, session } = await connect(lb.url, { t, transports, withCredentials: true, token: tokenFor(user, SECRET) });
+      const rec = new Recorder(socket, user);
+      const joined = await ack(socket, 'conversation:join', { conversationId: conv });
+      assert.equal(joined.ok, true, show(joined));
+      clients.push({ user, socket, session, rec, transports });
+    }
+    const nodes = new Set(clients.map((c) => c.session.node));
+    t.diagnostic(`nodes used: ${[...nodes].join(', ')}`);
+    assert.equal(nodes.size, 3, `round robin spreads the sessions over the three nodes: ${[...nodes]}`);
+
+    // a typing start from each client reaches every other one, across nodes
+    for (const from of clients) {
+      const marks = clients.map((c) => c.rec.mark());
+      assert.equal((await ack(from.socket, 'typing:start', { conversationId: conv })).ok, true);
+      await Promise.all(clients.filter((c) => c !== from).map((c, i) => c.rec.wait('typing', {
+        since: marks[clients.indexOf(c)], pred: (p) => p.userId === from.user && p.typing === true, timeoutMs: 5000,
+        label: `typing of ${from.user} (${from.transports}, ${from.session.node}) at ${c.user} (${c.transports}, ${c.session.node})`,
+      })));
+      assert.equal((await ack(from.socket, 'typing:stop', { conversationId: conv })).ok, true);
+    }
+
+    // the roster through any node lists everybody
+    const roster = await ack(clients[0].socket, 'conversation:join', { conversationId: conv });
+    assert.deepEqual(roster.online.map((m) => m.userId).sort(), clients.map((c) => c.user).sort());
+
+    // polling sessions stayed on their node (no "Session ID unknown"), and
+    // the upgrading clients upgraded through the balancer
+    await sleep(500);
+    for (const c of clients) {
+      assert.ok(c.socket.connected, `${c.user} (${c.transports}) still connected`);
+      assert.equal(c.socket.io.engine.transport.name, c.transports.at(-1), `${c.user} on ${c.transports.at(-1)}`);
+    }
+  });
+});

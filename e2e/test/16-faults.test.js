@@ -1,0 +1,160 @@
+// Faults, each bounded in time: Redis unreachable at start, Redis restarted
+// (with an append-only file), PostgreSQL down for a minute during flushes,
+// SIGTERM under load on one node. Private Redis and PostgreSQL servers
+// (lib/faults.js), never the shared ones. A node killed with SIGKILL is in
+// 24-disconnect (its users leave within 10 s).
+
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { startServer, SECRET } from '../lib/server.js';
+import { tokenFor } from '../lib/jwt.js';
+import { connect, closeClient, sleep, waitUntil } from '../lib/client.js';
+import { request } from '../lib/http.js';
+import { Recorder, uid, ack, show, freshDatabase, REDIS_URL, flushRedisPrefix } from '../lib/presence.js';
+import { privateRedis, privatePostgres } from '../lib/faults.js';
+
+const readyz = async (url) => {
+  try { return await request(`${url}/readyz`, { timeoutMs: 3000 }); } catch (err) { return { status: 0, body: String(err) }; }
+};
+
+/** The user's own presence through REST: the exact last-seen. */
+async function ownPresence(url, user) {
+  const res = await request(`${url}/v1/users/${encodeURIComponent(user)}/presence`, { headers: { Authorization: `Bearer ${tokenFor(user, SECRET)}` } });
+  assert.equal(res.status, 200, res.body);
+  return JSON.parse(res.body);
+}
+
+describe('faults', { timeout: 300000 }, () => {
+  it('Redis unreachable at start: the node starts, /readyz is 503 until Redis comes', { timeout: 60000 }, async (t) => {
+    const redis = await privateRedis(t); // not started yet
+    const db = await freshDatabase('fault_redis_start');
+    t.after(() => db.drop());
+    const server = await startServer({ t, nodeId: uid('nr'), args: ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open'] });
+    const before = await readyz(server.url);
+    assert.equal(before.status, 503, before.body);
+    assert.match(before.body, /"redis":"unavailable"/);
+    assert.doesNotMatch(before.body, new RegExp(String(redis.port)), '/readyz names no address');
+
+    await redis.start();
+    await waitUntil(async () => (await readyz(server.url)).status === 200, { timeoutMs: 20000, message: '/readyz 200 once Redis is up' });
+    const { socket } = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(uid('a'), SECRET) });
+    const joined = await ack(socket, 'conversation:join', { conversationId: uid('c') });
+    assert.equal(joined.ok, true, show(joined));
+  });
+
+  it('Redis restarted (AOF): clients stay connected, rosters heal, buffered last-seen is kept', { timeout: 90000 }, async (t) => {
+    const redis = await privateRedis(t, { aof: true });
+    await redis.start();
+    const db = await freshDatabase('fault_redis_restart');
+    t.after(() => db.drop());
+    const args = ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open',
+      '--lastseen-flush-interval', '1h', '--flap-grace', '300ms', '--ttl', '6s'];
+    const server = await startServer({ t, nodeId: uid('rr'), args });
+    const conv = uid('rc');
+    const [A, B] = [uid('stay'), uid('gone')];
+    const a = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(A, SECRET) });
+    const rec = new Recorder(a.socket, A);
+    assert.equal((await ack(a.socket, 'conversation:join', { conversationId: conv })).ok, true);
+    const b = await connect(server.url, { transports: ['websocket'], token: tokenFor(B, SECRET) });
+    assert.equal((await ack(b.socket, 'conversation:join', { conversationId: conv })).ok, true);
+    const goneAt = Date.now();
+    closeClient(b.socket);
+    await rec.wait('presence:leave', { pred: (p) => p.userId === B, timeoutMs: 5000 });
+    let own;
+    await waitUntil(async () => { own = await ownPresence(server.url, B); return own.lastSeen !== null; }, { timeoutMs: 5000, message: "B's last-seen to be recorded" });
+    assert.equal(own.status, 'offline', show(own));
+    const lastSeen = Date.parse(own.lastSeen);
+    assert.ok(Math.abs(lastSeen - goneAt) < 2000, `B's last-seen ${own.lastSeen} near ${new Date(goneAt).toISOString()}`);
+
+    // Redis dies hard and comes back from its AOF
+    await redis.stop();
+    await sleep(1000);
+    await redis.start();
+    await waitUntil(async () => (await readyz(server.url)).status === 200, { timeoutMs: 20000, message: '/readyz 200 after the restart' });
+    assert.ok(a.socket.connected, 'the client stayed connected');
+    // within PRESENCE_TTL the roster holds A again (and never B)
+    await waitUntil(async () => {
+      const r = await ack(a.socket, 'conversation:join', { conversationId: conv }).catch(() => null);
+      return r?.ok && r.online.some((m) => m.userId === A) && !r.online.some((m) => m.userId === B);
+    }, { timeoutMs: 8000, message: 'the roster to hold A after the restart' });
+    const hb = await ack(a.socket, 'heartbeat', { active: true });
+    assert.equal(hb.ok, true, show(hb));
+
+    // the node's last flush writes B's buffered last-seen: nothing was lost
+    const stopped = await server.stop('SIGTERM', 20000);
+    assert.equal(stopped.code, 0, show(stopped));
+    const again = await startServer({ t, nodeId: uid('rr2'), args });
+    const after = await ownPresence(again.url, B);
+    assert.equal(after.lastSeen, own.lastSeen, 'the last-seen buffered in Redis across its restart reached the store');
+  });
+
+  it('PostgreSQL down for a minute during flushes: no last-seen is lost', { timeout: 180000 }, async (t) => {
+    const pg = await privatePostgres(t);
+    const prefix = uid('pgdown');
+    t.after(() => flushRedisPrefix(prefix));
+    const args = ['--redis-url', REDIS_URL, '--redis-prefix', prefix, '--database-url', pg.url, '--membership', 'open',
+      '--lastseen-flush-interval', '1s', '--flap-grace', '200ms'];
+    const server = await startServer({ t, nodeId: uid('pg'), args });
+
+    await pg.stop();
+    const users = Array.from({ length: 20 }, (_, i) => uid(`pgu${i}`));
+    const gone = new Map();
+    for (const u of users) {
+      const { socket } = await connect(server.url, { transports: ['websocket'], token: tokenFor(u, SECRET) });
+      closeClient(socket);
+      gone.set(u, Date.now());
+    }
+    await sleep(Number(process.env.PG_DOWN_MS ?? 60000)); // flushes fail all along
+    assert.equal((await readyz(server.url)).status, 503, 'not ready while its store is down');
+    await pg.start();
+    try {
+      await waitUntil(() => Number(pg.sql('SELECT count(*) FROM last_seen')) >= users.length, { timeoutMs: 45000, intervalMs: 500, message: 'every buffered last-seen flushed once PostgreSQL is back (the flush retries at least every 30 s ± 20 %)' });
+    } catch (err) {
+      throw new Error(`${err.message}; rows: ${pg.sql('SELECT count(*) FROM last_seen').trim()}; node warnings:\n${server.logs.filter((l) => l.level !== 'DEBUG' && l.level !== 'INFO').slice(-8).map((l) => JSON.stringify(l)).join('\n')}`);
+    }
+    const rows = new Map(pg.sql('SELECT user_id, seen_at FROM last_seen').trim().split('\n').map((l) => l.split('|')).map(([u, ms]) => [u, Number(ms)]));
+    for (const u of users) {
+      assert.ok(rows.has(u), `${u} has a row`);
+      assert.ok(Math.abs(rows.get(u) - gone.get(u)) < 2000, `${u}: stored ${rows.get(u)}, disconnected at ${gone.get(u)}`);
+    }
+  });
+
+  it('SIGTERM under load on one node: everyone offline with an exact last-seen, final flush, exit 0', { timeout: 90000 }, async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigterm-'));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--handshake-limit', '0',
+      '--lastseen-flush-interval', '1h', '--shutdown-timeout', '10s'];
+    const server = await startServer({ t, nodeId: uid('st'), args });
+    const conv = uid('stc');
+    const users = Array.from({ length: 100 }, (_, i) => uid(`st${i}`));
+    const sockets = [];
+    for (const u of users) {
+      const { socket } = await connect(server.url, { transports: ['websocket'], token: tokenFor(u, SECRET) });
+      sockets.push(socket);
+      socket.emit('conversation:join', { conversationId: conv });
+    }
+    // load: every socket heartbeats every 100 ms (1,000/s, within the per-socket limit)
+    const timer = setInterval(() => { for (const s of sockets) if (s.connected) s.emit('heartbeat', { active: true }); }, 100);
+    t.after(() => clearInterval(timer));
+    await sleep(2000);
+    const termAt = Date.now();
+    const res = await server.stop('SIGTERM', 15000);
+    const exitAt = Date.now();
+    clearInterval(timer);
+    for (const s of sockets) closeClient(s);
+    assert.equal(res.code, 0, show(res));
+    assert.ok(res.ms < 10000, `exited within the shutdown timeout (${res.ms} ms)`);
+
+    const again = await startServer({ t, nodeId: uid('st2'), args });
+    for (const u of users) {
+      const p = await ownPresence(again.url, u);
+      assert.equal(p.status, 'offline', `${u}: ${show(p)}`);
+      const seen = Date.parse(p.lastSeen);
+      assert.ok(seen >= termAt - 50 && seen <= exitAt + 50, `${u}: last-seen ${p.lastSeen} between SIGTERM (${new Date(termAt).toISOString()}) and exit (${new Date(exitAt).toISOString()})`);
+    }
+  });
+});

@@ -1,0 +1,100 @@
+// A hidden user's status changes are not observable through presence
+// subscriptions (CONTRACT §3), however a viewer churns its subscriptions:
+// viewer V has one socket subscribed to H (last-seen `nobody`) all along
+// and a second socket re-subscribing [H] and [] in a loop; H connects, then
+// disconnects. V gets no presence:update about H on either socket, and
+// every subscribe ack shows H hidden.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { request } from '../lib/http.js';
+import { tokenFor } from '../lib/jwt.js';
+import { SECRET } from '../lib/server.js';
+import { sleep } from '../lib/client.js';
+import {
+  TOPOLOGIES, uid, ack, show, connectUser, startTopology, clusterDatabase,
+} from '../lib/presence.js';
+
+for (const kind of TOPOLOGIES) {
+  describe(`subscribe churn and hidden users [${kind}]`, { timeout: 120000 }, () => {
+    const store = clusterDatabase(kind, { before, after, tag: '33' });
+
+    it('no presence:update about a nobody user, whatever the churn; visible users still update', { timeout: 40000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, tag: '33a', args: ['--flap-grace', '300ms'] });
+      const H = uid('H');
+      const W = uid('W'); // everyone: its updates must still arrive
+      const V = uid('V');
+      const res = await request(`${topo.url2}/v1/me/privacy`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${tokenFor(H, SECRET)}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ lastSeen: 'nobody' }),
+      });
+      assert.equal(res.status, 200, res.body);
+
+      const v1 = await connectUser(topo.url1, V, { t });
+      const sub = await ack(v1.socket, 'presence:subscribe', { userIds: [H, W] });
+      assert.equal(sub?.ok, true, show(sub));
+      assert.equal(sub.presences[0].status, 'hidden', show(sub));
+      const v2 = await connectUser(topo.url2, V, { t });
+
+      let stop = false;
+      const acks = [];
+      const churn = (async () => {
+        while (!stop) {
+          for (const ids of [[H], []]) {
+            const a = await ack(v2.socket, 'presence:subscribe', { userIds: ids });
+            if (a?.ok) acks.push(...a.presences);
+            else if (a?.error?.code === 'rate_limited') await sleep(50);
+            else throw new Error(`subscribe: ${show(a)}`);
+          }
+        }
+      })();
+
+      await sleep(300);
+      const h = await connectUser(topo.url1, H, { t });
+      const w = await connectUser(topo.url2, W, { t });
+      await v1.rec.wait('presence:update', { pred: (p) => p.userId === W && p.status === 'online', timeoutMs: 5000 });
+      await sleep(700);
+      h.socket.disconnect();
+      w.socket.disconnect();
+      await v1.rec.wait('presence:update', { pred: (p) => p.userId === W && p.status === 'offline', timeoutMs: 5000 });
+      await sleep(700);
+      stop = true;
+      await churn;
+
+      const leaked = [...v1.rec.payloads('presence:update'), ...v2.rec.payloads('presence:update')].filter((p) => p.userId === H);
+      assert.deepEqual(leaked, [], `presence:update about hidden H (socket 1:\n    ${v1.rec.dump()}\n  socket 2:\n    ${v2.rec.dump()})`);
+      assert.ok(acks.length > 0, 'the churn got acks');
+      for (const p of acks) {
+        assert.equal(p.userId, H);
+        assert.equal(p.status, 'hidden', `an ack shows H hidden: ${show(p)}`);
+        assert.equal(p.lastSeen, null, show(p));
+      }
+      t.diagnostic(`${acks.length} acks during the churn`);
+    });
+
+    it('a user who hides through the other node is shown hidden at once; their disconnect then tells nothing', { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, tag: '33b', args: ['--flap-grace', '300ms'] });
+      const H = uid('H');
+      const V = uid('V');
+      const h = await connectUser(topo.url2, H, { t });
+      const v = await connectUser(topo.url1, V, { t });
+      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [H] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const mark = v.rec.mark();
+      const res = await request(`${topo.url2}/v1/me/privacy`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${tokenFor(H, SECRET)}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ lastSeen: 'nobody' }),
+      });
+      assert.equal(res.status, 200, res.body);
+      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === H, timeoutMs: 3000 });
+      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
+      const mark2 = v.rec.mark();
+      h.socket.disconnect();
+      const after = await v.rec.quiet('presence:update', 1500, { since: mark2 });
+      assert.deepEqual(after.map((e) => e.payload), [], 'no update when the hidden user goes offline');
+    });
+  });
+}

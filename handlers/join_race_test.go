@@ -1,0 +1,199 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/server"
+)
+
+// gatedEngine holds Join, when armed, until released: the join has passed
+// its membership check and is inside the engine.
+type gatedEngine struct {
+	presence.Engine
+	mu      sync.Mutex
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedEngine) arm() (entered, release chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.entered, g.release = make(chan struct{}), make(chan struct{})
+	return g.entered, g.release
+}
+
+func (g *gatedEngine) Join(ctx context.Context, sid, conv string) (presence.JoinResult, error) {
+	g.mu.Lock()
+	entered, release := g.entered, g.release
+	g.entered, g.release = nil, nil
+	g.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
+	return g.Engine.Join(ctx, sid, conv)
+}
+
+// members is a Membership the test changes.
+type members struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (m *members) IsMember(_ context.Context, conv, user string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m[conv+"/"+user], nil
+}
+
+func (m *members) set(key string, v bool) { m.mu.Lock(); m.m[key] = v; m.mu.Unlock() }
+
+// wsSocket is just enough of a Socket.IO client over websocket: connect,
+// emit with an ack, read the ack.
+type wsSocket struct {
+	t    *testing.T
+	conn *websocket.Conn
+}
+
+func dialSocket(t *testing.T, base, token string) *wsSocket {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(base, "http") + "/socket.io/?EIO=4&transport=websocket"
+	conn, _, err := websocket.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	s := &wsSocket{t: t, conn: conn}
+	s.read("0")
+	b, _ := json.Marshal(map[string]string{"token": token})
+	if err := conn.WriteMessage(websocket.TextMessage, append([]byte("40"), b...)); err != nil {
+		t.Fatal(err)
+	}
+	s.read(`42["session"`)
+	return s
+}
+
+// read returns the next message starting with prefix (answering pings,
+// skipping others).
+func (s *wsSocket) read(prefix string) string {
+	s.t.Helper()
+	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, msg, err := s.conn.ReadMessage()
+		if err != nil {
+			s.t.Fatalf("waiting for %q: %v", prefix, err)
+		}
+		m := string(msg)
+		if m == "2" {
+			_ = s.conn.WriteMessage(websocket.TextMessage, []byte("3"))
+			continue
+		}
+		if strings.HasPrefix(m, prefix) {
+			return m
+		}
+	}
+}
+
+func (s *wsSocket) emit(id int, event string, payload any) {
+	s.t.Helper()
+	b, _ := json.Marshal([]any{event, payload})
+	if err := s.conn.WriteMessage(websocket.TextMessage, []byte("42"+itoa(id)+string(b))); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// A conversation:join that passed the membership check finishes after the
+// member was removed and evicted: it must not leave the removed member
+// joined (#12 finding 5). The test holds the join inside the engine, runs
+// the removal and its eviction, then lets the join finish.
+func TestJoinRacingEvictionIsUndone(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	mem := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	t.Cleanup(func() { mem.Close() })
+	eng := &gatedEngine{Engine: mem}
+	membership := &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}}
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: eng, Membership: membership, Rooms: rooms,
+	})
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewHS256(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooms.Bind(srv.IO())
+	sockets.ListenEvictions()
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.IO().Close(nil)
+		hs.Close()
+	})
+	token := func(user string) string {
+		tok, err := auth.SignHS256(secret, user, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+
+	bob := dialSocket(t, hs.URL, token("bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+
+	alice := dialSocket(t, hs.URL, token("alice"))
+	entered, release := eng.arm()
+	alice.emit(7, "conversation:join", map[string]string{"conversationId": "c1"})
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join did not reach the engine")
+	}
+	// Alice is removed, and the eviction runs, while her join is inside
+	// the engine.
+	membership.set("c1/alice", false)
+	if err := sockets.Evict(context.Background(), "c1", []string{"alice"}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+
+	ack := alice.read("437[")
+	if !strings.Contains(ack, `"code":"forbidden"`) {
+		t.Fatalf("the join that raced the eviction was answered %s, want forbidden", ack)
+	}
+	res, err := mem.Roster(context.Background(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range res.Online {
+		if mb.UserID == "alice" {
+			t.Fatalf("alice, removed, is still in the roster: %+v", res.Online)
+		}
+	}
+	// Bob was told of alice's join, so he is told of her leave too.
+	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
+	// And alice's socket is out of the room: she may not type there.
+	alice.emit(8, "typing:start", map[string]string{"conversationId": "c1"})
+	if got := alice.read("438["); !strings.Contains(got, `"code":"forbidden"`) {
+		t.Fatalf("typing after the undone join: %s", got)
+	}
+}

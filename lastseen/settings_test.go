@@ -1,0 +1,167 @@
+package lastseen_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/lastseen"
+	"github.com/presenced/presenced/store"
+)
+
+// settingStore is a SettingStore whose reads can be held up.
+type settingStore struct {
+	mu    sync.Mutex
+	v     map[string]store.Visibility
+	reads int
+	hold  chan struct{} // when set, reads wait for it to close
+	fail  error
+}
+
+func (s *settingStore) Privacy(ctx context.Context, ids []string) (map[string]store.Visibility, error) {
+	s.mu.Lock()
+	s.reads++
+	hold, fail := s.hold, s.fail
+	s.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if fail != nil {
+		return nil, fail
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]store.Visibility{}
+	for _, id := range ids {
+		v, ok := s.v[id]
+		if !ok {
+			v = store.DefaultVisibility
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+func (s *settingStore) readCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reads }
+
+func TestRoomTime(t *testing.T) {
+	at := time.Date(2026, 11, 30, 11, 47, 59, 999_000_000, time.UTC)
+	cases := []struct {
+		v     store.Visibility
+		known bool
+		at    time.Time
+		want  *string
+	}{
+		{store.Everyone, true, at, str("2026-11-30T11:47:00.000Z")},
+		{"", true, at, str("2026-11-30T11:47:00.000Z")}, // the default is everyone
+		{store.Contacts, true, at, nil},
+		{store.Nobody, true, at, nil},
+		{"bogus", true, at, nil},         // an unknown value hides
+		{store.Everyone, false, at, nil}, // not known in time: hidden
+		{store.Everyone, true, time.Time{}, nil},
+		{store.Everyone, true, at.In(time.FixedZone("x", 5*3600)), str("2026-11-30T11:47:00.000Z")},
+	}
+	for _, c := range cases {
+		got := lastseen.RoomTime(c.at, c.v, c.known)
+		if (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+			t.Errorf("RoomTime(%v, %q, %v) = %v, want %v", c.at, c.v, c.known, deref(got), deref(c.want))
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "null"
+	}
+	return *s
+}
+
+func TestSettingsCachesAndExpires(t *testing.T) {
+	st := &settingStore{v: map[string]store.Visibility{"n": store.Nobody}}
+	var mu sync.Mutex
+	clock := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{MaxAge: time.Minute, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }})
+	ctx := context.Background()
+	got := s.Lookup(ctx, []string{"n", "e", "n"})
+	if got["n"] != store.Nobody || got["e"] != store.Everyone || len(got) != 2 {
+		t.Fatalf("first lookup: %v", got)
+	}
+	s.Lookup(ctx, []string{"n", "e"})
+	if st.readCount() != 1 {
+		t.Fatalf("%d store reads for two lookups within MaxAge, want 1", st.readCount())
+	}
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	st.mu.Lock()
+	st.v["e"] = store.Contacts
+	st.mu.Unlock()
+	if got := s.Lookup(ctx, []string{"e"}); got["e"] != store.Contacts {
+		t.Fatalf("after MaxAge: %v, want contacts", got)
+	}
+	// Set is seen at once.
+	s.Set("e", store.Nobody)
+	if got := s.Lookup(ctx, []string{"e"}); got["e"] != store.Nobody {
+		t.Fatalf("after Set: %v", got)
+	}
+}
+
+// A slow store does not hold a lookup beyond Wait; the read goes on and
+// fills the cache.
+func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
+	hold := make(chan struct{})
+	st := &settingStore{v: map[string]store.Visibility{"n": store.Nobody}, hold: hold}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 50 * time.Millisecond})
+	start := time.Now()
+	got := s.Lookup(context.Background(), []string{"n", "e"})
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("lookup took %v on a stalled store", d)
+	}
+	if len(got) != 0 {
+		t.Fatalf("settings not read yet must be absent (hidden): %v", got)
+	}
+	// A second lookup meanwhile does not start another read.
+	s.Lookup(context.Background(), []string{"n"})
+	close(hold)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got = s.Lookup(context.Background(), []string{"n", "e"})
+		if len(got) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got["n"] != store.Nobody || got["e"] != store.Everyone {
+		t.Fatalf("after the store answered: %v", got)
+	}
+	if st.readCount() != 1 {
+		t.Fatalf("%d store reads, want 1", st.readCount())
+	}
+}
+
+// A Set made while a read is under way is not undone by the read's older
+// answer; a failed read leaves nothing behind.
+func TestSettingsSetWinsOverOlderRead(t *testing.T) {
+	hold := make(chan struct{})
+	st := &settingStore{v: map[string]store.Visibility{}, hold: hold}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: time.Millisecond})
+	s.Lookup(context.Background(), []string{"u"}) // starts a read that says everyone
+	s.Set("u", store.Nobody)
+	close(hold)
+	time.Sleep(50 * time.Millisecond)
+	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Nobody {
+		t.Fatalf("an older read undid Set: %v", got)
+	}
+
+	st2 := &settingStore{fail: errors.New("down")}
+	s2 := lastseen.NewSettings(st2, lastseen.SettingsConfig{Wait: 100 * time.Millisecond})
+	if got := s2.Lookup(context.Background(), []string{"u"}); len(got) != 0 {
+		t.Fatalf("a failed read: %v", got)
+	}
+}

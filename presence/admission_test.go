@@ -1,0 +1,142 @@
+package presence_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// clock is a settable time source.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+func (c *clock) now() time.Time                 { return time.Unix(0, c.ns.Load()) }
+func (c *clock) add(d time.Duration)            { c.ns.Add(int64(d)) }
+func nopSink(context.Context, []presence.Event) {}
+
+// admissionSuite checks one backend's cap on a user's sockets; n1 and n2
+// are two nodes' engines on the same backend, adm its Admission.
+func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission, clk *clock) {
+	ctx := context.Background()
+	const max = 3
+	admit := func(user, sid string) bool {
+		t.Helper()
+		ok, err := adm.Admit(ctx, user, sid, max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	connect := func(e presence.Engine, user, sid string) {
+		t.Helper()
+		if !admit(user, sid) {
+			t.Fatalf("%s refused", sid)
+		}
+		if err := e.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
+			t.Fatal(err)
+		}
+		if err := adm.Release(ctx, user, sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Connected sockets on both nodes count, cluster-wide.
+	connect(n1, "u", "a1")
+	connect(n2, "u", "a2")
+	if !admit("u", "a3") {
+		t.Fatal("third socket refused")
+	}
+	if admit("u", "a4") {
+		t.Fatal("a fourth socket admitted with two connected and one reserved (max 3)")
+	}
+	if !admit("u", "a3") || !admit("u", "a1") {
+		t.Error("admitting a reserved or connected socket again is idempotent")
+	}
+	if !admit("v", "b1") {
+		t.Error("another user is not limited by u")
+	}
+	// Between Connect and Release a socket is both connected and reserved:
+	// counted once.
+	if err := n1.Connect(ctx, presence.Socket{ID: "a3", UserID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if admit("u", "a4") {
+		t.Error("a4 admitted with 3 sockets")
+	}
+	if err := adm.Release(ctx, "u", "a3"); err != nil {
+		t.Fatal(err)
+	}
+	// A disconnect frees a place at once (a flap grace or not).
+	if err := n2.Disconnect(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if !admit("u", "a4") {
+		t.Fatal("a4 refused after a2 disconnected")
+	}
+	if admit("u", "a5") {
+		t.Fatal("a5 admitted: a4's reservation not counted")
+	}
+	// A reservation whose socket never connects lapses.
+	clk.add(presence.ReservationTTL + time.Second)
+	if !admit("u", "a5") {
+		t.Fatal("a5 refused after a4's reservation lapsed")
+	}
+	// Released reservations free their place.
+	if err := adm.Release(ctx, "u", "a5"); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.Release(ctx, "u", "a5"); err != nil {
+		t.Fatal("Release is idempotent:", err)
+	}
+
+	// Concurrent handshakes of one user: exactly max admitted.
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := adm.Admit(ctx, "w", fmt.Sprint("w", i), max)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != max {
+		t.Errorf("%d of 40 concurrent handshakes admitted, want %d", got, max)
+	}
+}
+
+func TestMemoryAdmission(t *testing.T) {
+	clk := newClock()
+	m := presence.NewMemory()
+	cfg := func(node string) presence.Config {
+		return presence.Config{NodeID: node, Now: clk.now, Sink: nopSink}
+	}
+	admissionSuite(t, presence.NewMemoryEngine(m, cfg("n1")), presence.NewMemoryEngine(m, cfg("n2")), presence.NewMemoryAdmission(m, clk.now), clk)
+}
+
+func TestRedisAdmission(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	clk := newClock()
+	cfg := func(node string) presence.Config {
+		return presence.Config{NodeID: node, Now: clk.now, Sink: nopSink}
+	}
+	n1 := presence.NewRedisEngine(rdb, cfg("n1"), presence.RedisConfig{Prefix: prefix})
+	n2 := presence.NewRedisEngine(rdb, cfg("n2"), presence.RedisConfig{Prefix: prefix})
+	admissionSuite(t, n1, n2, n2, clk)
+}

@@ -1,0 +1,24 @@
+package presence
+
+import (
+	"context"
+	"time"
+)
+
+// SetRedisClock replaces Redis's clock, as the engine's scripts read it,
+// with a test's fake clock.
+func SetRedisClock(e *RedisEngine, now func() time.Time) { e.fakeClock = now }
+
+// ClaimDueTimers claims the due timers as a tick does, and fires none: a
+// node that dies right after its claim.
+func ClaimDueTimers(ctx context.Context, e *RedisEngine) ([]string, error) {
+	raw, err := claimDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, e.clk(), 200, timerClaim.Milliseconds()).Slice()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, x := range raw[1:] {
+		out = append(out, x.(string))
+	}
+	return out, nil
+}

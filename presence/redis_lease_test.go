@@ -1,0 +1,425 @@
+package presence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
+)
+
+// privateRedis starts a redis-server of this test's own (for faults that
+// must not touch the shared server), killed at the end; restart kills it
+// and starts it again on the same port after a pause.
+func privateRedis(tb testing.TB, args ...string) (rdb redis.UniversalClient, addr string, restart func(pause time.Duration)) {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Skip("redis-server not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	var mu sync.Mutex
+	var cmd *exec.Cmd
+	start := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		cmd = exec.Command(bin, append([]string{"--port", fmt.Sprint(port), "--save", "", "--daemonize", "no"}, args...)...)
+		if err := cmd.Start(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	kill := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	start()
+	tb.Cleanup(kill)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	up := func() {
+		for i := 0; c.Ping(context.Background()).Err() != nil; i++ {
+			if i > 200 {
+				tb.Fatal("private redis-server did not start")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	up()
+	return c, addr, func(pause time.Duration) {
+		kill()
+		time.Sleep(pause)
+		start()
+		up()
+	}
+}
+
+// runNode runs an engine's loop until the returned stop is called (a crash:
+// no Close, the lease is left to lapse).
+func runNode(eng *presence.RedisEngine) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+func rosterUsers(t *testing.T, eng presence.Engine, conv string) []string {
+	t.Helper()
+	r, err := eng.Roster(context.Background(), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range r.Online {
+		out = append(out, m.UserID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Leases are kept on Redis's clock: two nodes whose clocks are 6 s apart
+// (twice the lease) do not reap each other, and a node that stops
+// renewing is still reaped within the lease and a renewal period.
+func TestRedisClockSkew(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	const lease = 3 * time.Second // less than the skew; enough not to lapse on a loaded machine
+	rec := &enginetest.Recorder{}
+	node := func(id string, skew time.Duration) *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: id, LeaseTTL: lease, Sink: rec.Sink(),
+			Now: func() time.Time { return time.Now().Add(skew) }}, presence.RedisConfig{Prefix: prefix})
+	}
+	n1, n2 := node("n1", 0), node("n2", 6*time.Second)
+	for _, c := range []struct {
+		eng       *presence.RedisEngine
+		sid, user string
+	}{{n1, "a1", "alice"}, {n2, "b1", "bob"}} {
+		if err := c.eng.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.eng.Join(ctx, c.sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop1, stop2 := runNode(n1), runNode(n2)
+	defer stop1()
+	time.Sleep(2 * lease)
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice", "bob"}) {
+		t.Fatalf("after %s of skewed clocks the roster is %v, want alice and bob", 2*lease, got)
+	}
+	for _, e := range rec.Take() {
+		if strings.HasPrefix(e, "leave") || strings.HasSuffix(e, "offline") {
+			t.Fatalf("event %q: a live node was reaped", e)
+		}
+	}
+	if n := testutil.ToFloat64(n1.Collectors()[0]) + testutil.ToFloat64(n2.Collectors()[0]); n != 0 {
+		t.Fatalf("%v nodes reaped, want none", n)
+	}
+
+	stop2() // n2 dies
+	dead := time.Now()
+	for !slices.Equal(rosterUsers(t, n1, "c1"), []string{"alice"}) {
+		if time.Since(dead) > lease+2*time.Second {
+			t.Fatalf("dead node not reaped within %s", lease+2*time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("dead node reaped %s after its last renewal at most", time.Since(dead))
+	if n := testutil.ToFloat64(n1.Collectors()[0]); n != 1 {
+		t.Fatalf("presenced_nodes_reaped_total %v, want 1", n)
+	}
+	if got := rec.Take(); !slices.Contains(got, "leave c1 bob timeout") || !slices.Contains(got, "status bob offline") {
+		t.Fatalf("events after the reap %q", got)
+	}
+}
+
+// A stall of Redis longer than the lease (here DEBUG SLEEP 8 against a
+// lease of 5 s) lapses every lease at once; no node reaps another, since
+// a node reaps only once its own lease has been renewed without a gap for
+// a full lease period, and every node renews within that.
+func TestRedisStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("16 s")
+	}
+	rdb, addr, _ := privateRedis(t, "--appendonly", "no", "--enable-debug-command", "yes")
+	ctx := context.Background()
+	rec := &enginetest.Recorder{}
+	var engs []*presence.RedisEngine
+	for i := range 3 {
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: fmt.Sprintf("n%d", i), Sink: rec.Sink()}, presence.RedisConfig{Prefix: "stall"})
+		sid, user := fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i)
+		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Join(ctx, sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		stop := runNode(eng)
+		defer stop()
+		engs = append(engs, eng)
+	}
+	rec.Take()
+	time.Sleep(1500 * time.Millisecond)
+	sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 20 * time.Second})
+	defer sleeper.Close()
+	if err := sleeper.Do(ctx, "DEBUG", "SLEEP", "8").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(7 * time.Second) // more than a lease after the stall
+	if got := rosterUsers(t, engs[0], "c1"); !slices.Equal(got, []string{"u0", "u1", "u2"}) {
+		t.Fatalf("roster after an 8 s stall: %v, want every user", got)
+	}
+	for _, e := range rec.Take() {
+		if strings.HasPrefix(e, "leave") || strings.HasSuffix(e, "offline") {
+			t.Fatalf("event %q after the stall: a live node was reaped", e)
+		}
+	}
+	for i, eng := range engs {
+		if n := testutil.ToFloat64(eng.Collectors()[0]); n != 0 {
+			t.Fatalf("node %d reaped %v nodes", i, n)
+		}
+	}
+}
+
+// Redis down for 8 s (a crash and restart with its data, as a failover
+// longer than the lease) lapses every lease at once; no node reaps another
+// when it comes back. (With leases on the nodes' clocks, the first node to
+// renew found every other lease 8 s old.)
+func TestRedisOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("16 s")
+	}
+	rdb, _, restart := privateRedis(t, "--appendonly", "yes", "--appendfsync", "always", "--dir", t.TempDir())
+	ctx := context.Background()
+	rec := &enginetest.Recorder{}
+	var engs []*presence.RedisEngine
+	for i := range 3 {
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: fmt.Sprintf("n%d", i), Sink: rec.Sink()}, presence.RedisConfig{Prefix: "outage"})
+		sid, user := fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i)
+		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Join(ctx, sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		stop := runNode(eng)
+		defer stop()
+		engs = append(engs, eng)
+	}
+	rec.Take()
+	time.Sleep(1500 * time.Millisecond)
+	restart(8 * time.Second)
+	time.Sleep(7 * time.Second) // more than a lease after the outage
+	if got := rosterUsers(t, engs[0], "c1"); !slices.Equal(got, []string{"u0", "u1", "u2"}) {
+		t.Fatalf("roster after an 8 s outage: %v, want every user", got)
+	}
+	for _, e := range rec.Take() {
+		if strings.HasPrefix(e, "leave") || strings.HasSuffix(e, "offline") {
+			t.Fatalf("event %q after the outage: a live node was reaped", e)
+		}
+	}
+}
+
+// A node whose lease lapsed and that was reaped registers its sockets
+// again, but not while the reap runs: the reaper would remove them again.
+func TestRedisResyncAfterReap(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	node := func(id string) *presence.RedisEngine {
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: id, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
+		presence.SetRedisClock(eng, clock.Now)
+		return eng
+	}
+	n1, n2 := node("n1"), node("n2")
+	for _, c := range []struct {
+		eng       *presence.RedisEngine
+		sid, user string
+	}{{n1, "a1", "alice"}, {n2, "b1", "bob"}} {
+		if err := c.eng.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.eng.Join(ctx, c.sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tick := func(engs ...*presence.RedisEngine) {
+		t.Helper()
+		for _, e := range engs {
+			if err := e.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rec.Take()
+	// n2 pauses; n1 reaps it once n1's own lease is 5 s old and n2's lapsed
+	for range 7 {
+		clock.Advance(time.Second)
+		tick(n1)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("roster %v, want alice (n2 reaped)", got)
+	}
+	rec.Take()
+	// n2 comes back: its lease is claimed afresh and its socket registered
+	// again; nobody reaps anybody after that.
+	for range 8 {
+		clock.Advance(time.Second)
+		tick(n1, n2)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice", "bob"}) {
+		t.Fatalf("roster %v after n2's resync, want alice and bob", got)
+	}
+	got := rec.Take()
+	slices.Sort(got)
+	if want := []string{"join c1 bob", "status bob online"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+
+	// While a reap of n2 is under way (claimed by a reaper that is still
+	// at work), n2 waits: it registers nothing until the reap is done.
+	holder, err := rdb.HGet(ctx, prefix+":{g}:holder", "n2").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := "n2\t" + strings.Split(holder, "|")[0] + "\t0"
+	far := float64(clock.Now().Add(time.Hour).UnixMilli())
+	rdb.HDel(ctx, prefix+":{g}:holder", "n2")
+	rdb.ZRem(ctx, prefix+":{g}:lease", "n2")
+	rdb.ZAdd(ctx, prefix+":{g}:reap", redis.Z{Score: far, Member: item})
+	rdb.HDel(ctx, prefix+":{c:c1}:su", "b1") // what the reaper removed so far
+	for range 3 {
+		clock.Advance(time.Second)
+		tick(n2)
+	}
+	if err := rdb.HGet(ctx, prefix+":{c:c1}:su", "b1").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("n2 registered its socket again during the reap of it: %v", err)
+	}
+	rdb.ZRem(ctx, prefix+":{g}:reap", item) // the reap is done
+	clock.Advance(time.Second)
+	tick(n2)
+	if err := rdb.HGet(ctx, prefix+":{c:c1}:su", "b1").Err(); err != nil {
+		t.Fatalf("n2 did not register its socket again after the reap: %v", err)
+	}
+}
+
+// Node ids are unique: a second live instance under an id is refused; the
+// id of a crashed instance is taken over once its lease lapsed, and that of
+// a cleanly stopped one at once.
+func TestRedisNodeIDUnique(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	const lease = 1500 * time.Millisecond
+	node := func() *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: "dup", LeaseTTL: lease}, presence.RedisConfig{Prefix: prefix})
+	}
+	first := node()
+	if err := first.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	stop := runNode(first)
+
+	t0 := time.Now()
+	if err := node().Claim(ctx); !errors.Is(err, presence.ErrNodeIDTaken) {
+		t.Fatalf("claim of a live node's id: %v, want ErrNodeIDTaken", err)
+	}
+	t.Logf("duplicate refused after %s", time.Since(t0))
+	// A node that could not claim at start (Redis unreachable) finds out at
+	// its first connection: its Run ends with ErrNodeIDTaken.
+	late := node()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := late.Run(rctx); !errors.Is(err, presence.ErrNodeIDTaken) {
+		t.Fatalf("Run of a duplicate: %v, want ErrNodeIDTaken", err)
+	}
+	if err := late.Connect(ctx, presence.Socket{ID: "x1", UserID: "mallory"}); err == nil {
+		t.Fatal("a duplicate node connected a socket")
+	}
+
+	stop() // crash: the lease lapses
+	t0 = time.Now()
+	second := node()
+	if err := second.Claim(ctx); err != nil {
+		t.Fatalf("restart after a crash: %v", err)
+	}
+	if d := time.Since(t0); d > lease+time.Second {
+		t.Fatalf("restart after a crash waited %s", d)
+	}
+	// the crashed instance's socket is reaped (by the new instance itself,
+	// once its own lease is established)
+	stop2 := runNode(second)
+	defer stop2()
+	for {
+		ps, err := second.Users(ctx, []string{"alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[0].Status == presence.Offline {
+			break
+		}
+		if time.Since(t0) > 2*lease+2*time.Second {
+			t.Fatal("the crashed instance's socket was not reaped")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop2()
+	if err := second.Close(); err != nil { // clean stop: the id is free at once
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	if err := node().Claim(ctx); err != nil || time.Since(t0) > 200*time.Millisecond {
+		t.Fatalf("claim after a clean stop: %v after %s", err, time.Since(t0))
+	}
+}
+
+// A user's status is the one the timers on Redis's clock keep: a node
+// whose clock runs 6 s ahead does not call a user away early.
+func TestRedisStatusClockSkew(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	node := func(id string, skew time.Duration) *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: id, AwayAfter: 5 * time.Second,
+			Now: func() time.Time { return time.Now().Add(skew) }}, presence.RedisConfig{Prefix: prefix})
+	}
+	n1, n2 := node("n1", 0), node("n2", 6*time.Second)
+	if err := n1.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	for i, eng := range []*presence.RedisEngine{n1, n2} {
+		ps, err := eng.Users(ctx, []string{"alice"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[0].Status != presence.Online {
+			t.Fatalf("node %d: alice %s 2 s after her activity, want online", i+1, ps[0].Status)
+		}
+	}
+}

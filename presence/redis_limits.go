@@ -1,0 +1,55 @@
+package presence
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The RedisEngine is also the cluster's Admission: a user's sockets are
+// its socket set (userSockets, kept by the connect and disconnect scripts)
+// plus the reservations of handshakes not connected yet, a sorted set by
+// deadline in the same slot ({g}), counted and extended in one script.
+
+var _ Admission = (*RedisEngine)(nil)
+
+// userReserved is the key of a user's reservations (slot {g}).
+func (e *RedisEngine) userReserved(user string) string {
+	return e.rcfg.Prefix + ":{g}:usr:" + user
+}
+
+// admitScript reserves a place for a socket unless the user is full.
+// Reservations of sockets already in the socket set are not counted twice
+// (between Connect and Release a socket is in both).
+// KEYS usk usr; ARGV sid now ttlMs max → 1 admitted, 0 full
+var admitScript = redis.NewScript(`
+local usk, usr = KEYS[1], KEYS[2]
+local sid, now, ttl, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('SISMEMBER', usk, sid) == 1 then return 1 end
+redis.call('ZREMRANGEBYSCORE', usr, '-inf', now)
+if redis.call('ZSCORE', usr, sid) then return 1 end
+local n = redis.call('SCARD', usk)
+for _, s in ipairs(redis.call('ZRANGE', usr, 0, -1)) do
+  if redis.call('SISMEMBER', usk, s) == 0 then n = n + 1 end
+end
+if n >= max then return 0 end
+redis.call('ZADD', usr, now + ttl, sid)
+redis.call('PEXPIRE', usr, ttl)
+return 1
+`)
+
+// Admit implements Admission.
+func (e *RedisEngine) Admit(ctx context.Context, user, sid string, max int) (bool, error) {
+	now := e.cfg.Now()
+	n, err := admitScript.Run(ctx, e.rdb, []string{e.userSockets(user), e.userReserved(user)},
+		sid, ms(now), ReservationTTL.Milliseconds(), max).Int()
+	if err != nil {
+		return false, unavailable("admit", err)
+	}
+	return n == 1, nil
+}
+
+// Release implements Admission.
+func (e *RedisEngine) Release(ctx context.Context, user, sid string) error {
+	return unavailable("release", e.rdb.ZRem(ctx, e.userReserved(user), sid).Err())
+}

@@ -1,0 +1,69 @@
+package presence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// delayHook holds back pipelines by the role in their context: "slow" ones
+// go after a pause, "fail" ones fail after a pause without reaching Redis,
+// "lost" ones run but their reply is lost.
+// (Sleeps, not channels: the race detector must see no ordering between
+// the two operations but the engine's own.)
+type delayHook struct{}
+
+type roleKey struct{}
+
+func (delayHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		switch ctx.Value(roleKey{}) {
+		case "slow":
+			time.Sleep(30 * time.Millisecond)
+		case "fail":
+			time.Sleep(80 * time.Millisecond)
+			return errors.New("injected failure")
+		case "lost": // the commands run; their reply is lost
+			_ = next(ctx, cmds)
+			return errors.New("injected lost reply")
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A socket's leave and its disconnect may run at once (a client leaves as
+// its connection drops): the disconnect's removal reads the socket's
+// conversations while the leave, its round trip done, deletes one. That
+// was an unguarded map read against a write (a fatal "concurrent map
+// iteration and map write"). Run with -race.
+func TestRedisLeaveDuringDisconnect(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
+	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"c1", "c2", "c3"} {
+		if _, err := eng.Join(ctx, "s1", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb.AddHook(delayHook{})
+	left := make(chan error, 1)
+	go func() { left <- eng.Leave(context.WithValue(ctx, roleKey{}, "slow"), "s1", "c1") }()
+	time.Sleep(10 * time.Millisecond) // the leave holds the socket, its round trip under way
+	if err := eng.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "s1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	if err := <-left; err != nil {
+		t.Fatal(err)
+	}
+}

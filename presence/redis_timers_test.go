@@ -1,0 +1,130 @@
+package presence_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
+)
+
+// Timers are acknowledged only once fired: a node that claims due timers
+// and dies before firing them leaves them to another node, which fires
+// them once the claim runs out. Firing again is harmless.
+func TestRedisTimerClaimedByDeadNode(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	node := func(id string) *presence.RedisEngine {
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: id, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
+		presence.SetRedisClock(eng, clock.Now)
+		return eng
+	}
+	n1, n2 := node("n1"), node("n2")
+	if err := n2.Connect(ctx, presence.Socket{ID: "b1", UserID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n1.Join(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	disconnected := clock.Now()
+	if err := n1.Disconnect(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	rec.Take()
+	clock.Advance(3 * time.Second) // the flap grace ran out: its timers are due
+	claimed, err := presence.ClaimDueTimers(ctx, n1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(claimed)
+	if want := []string{"g\tc1\talice", "u\talice"}; !slices.Equal(claimed, want) {
+		t.Fatalf("claimed %q, want %q", claimed, want)
+	}
+	// n1 dies with them. Until the claim runs out nobody fires them...
+	clock.Advance(time.Second)
+	if err := n2.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Take(); len(got) != 0 {
+		t.Fatalf("events while the timers are claimed: %q", got)
+	}
+	// ...then n2 does.
+	clock.Advance(5 * time.Second)
+	if err := n2.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ev := rec.TakeEvents()
+	var got []string
+	for _, e := range ev {
+		got = append(got, enginetest.Render(e))
+		if e.Kind == presence.EventStatus && !e.LastSeen.Equal(disconnected) {
+			t.Errorf("lastSeen %v, want the disconnect %v", e.LastSeen, disconnected)
+		}
+	}
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if n, _ := rdb.ZCard(ctx, prefix+":{g}:claimed").Result(); n != 0 {
+		t.Fatalf("%d timers still claimed after the ack", n)
+	}
+	// firing the same timers again changes nothing and tells nobody
+	now := float64(clock.Now().UnixMilli())
+	rdb.ZAdd(ctx, prefix+":{g}:due", redis.Z{Score: now, Member: "g\tc1\talice"}, redis.Z{Score: now, Member: "u\talice"})
+	if err := n2.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Take(); len(got) != 0 {
+		t.Fatalf("events of timers fired twice: %q", got)
+	}
+	if got := rosterUsers(t, n2, "c1"); len(got) != 0 {
+		t.Fatalf("roster %v after the grace", got)
+	}
+}
+
+// A disconnect whose reply was lost (its leave ran in Redis) is retried;
+// the retry finds the socket gone, and the flap grace's timer must still
+// be there to end the grace (else the user stays in the roster for good).
+func TestRedisDisconnectReplyLost(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, clock.Now)
+	if err := eng.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Join(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	rec.Take()
+	rdb.AddHook(delayHook{})
+	if err := eng.Disconnect(context.WithValue(ctx, roleKey{}, "lost"), "a1"); err == nil {
+		t.Fatal("disconnect with a lost reply succeeded")
+	}
+	for range 8 { // the retry, then the grace's end
+		clock.Advance(500 * time.Millisecond)
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := rec.Take()
+	slices.Sort(got)
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if got := rosterUsers(t, eng, "c1"); len(got) != 0 {
+		t.Fatalf("roster %v after the grace", got)
+	}
+}

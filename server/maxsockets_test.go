@@ -1,0 +1,103 @@
+package server_test
+
+import (
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	ws "github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/server"
+)
+
+// wsHandshake opens a websocket and sends CONNECT; it returns the connection
+// and the server's answer ("40…" and the session, or "44…").
+func wsHandshake(t *testing.T, url, token string) (*ws.Conn, string) {
+	t.Helper()
+	u := "ws" + strings.TrimPrefix(url, "http") + "/socket.io/?EIO=4&transport=websocket"
+	conn, _, err := ws.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, m, err := conn.ReadMessage(); err != nil || !strings.HasPrefix(string(m), "0{") {
+		t.Fatalf("open: %q %v", m, err)
+	}
+	if err := conn.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+token+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, m, err := conn.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := string(m); strings.HasPrefix(s, "44") || strings.HasPrefix(s, `42["session"`) {
+			return conn, s
+		}
+	}
+}
+
+// TestMaxSocketsPerUser: beyond the cap a handshake gets connect_error
+// "unauthorized" with reason "too many connections"; a closed socket frees
+// its place.
+func TestMaxSocketsPerUser(t *testing.T) {
+	v, err := auth.NewHS256([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	mem := presence.NewMemory()
+	engine := presence.NewMemoryEngine(mem, presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: 2}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: engine, Rooms: rooms, Admission: presence.NewMemoryAdmission(mem, nil),
+	})
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+
+	tok := mint(t, "many")
+	first, got := wsHandshake(t, hs.URL, tok)
+	if !strings.HasPrefix(got, `42["session"`) {
+		t.Fatalf("first socket: %s", got)
+	}
+	if _, got := wsHandshake(t, hs.URL, tok); !strings.HasPrefix(got, `42["session"`) {
+		t.Fatalf("second socket: %s", got)
+	}
+	_, got = wsHandshake(t, hs.URL, tok)
+	if want := `44{"data":{"code":"unauthorized","reason":"too many connections"},"message":"unauthorized"}`; got != want {
+		t.Fatalf("third socket: got %s, want %s", got, want)
+	}
+	if n := testutil.ToFloat64(m.SocketsRefused); n != 1 {
+		t.Errorf("presenced_sockets_refused_total = %v, want 1", n)
+	}
+	if _, got := wsHandshake(t, hs.URL, mint(t, "other")); !strings.HasPrefix(got, `42["session"`) {
+		t.Errorf("another user: %s", got)
+	}
+	// A closed socket frees its place.
+	_ = first.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		conn, got := wsHandshake(t, hs.URL, tok)
+		if strings.HasPrefix(got, `42["session"`) {
+			break
+		}
+		_ = conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no place after a socket closed: %s", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
