@@ -114,6 +114,9 @@ type Pipeline struct {
 	lastTrim time.Time
 
 	statements, rows atomic.Int64
+
+	infoMu sync.Mutex
+	info   FlushInfo // the last flush, for the admin panel (admin.go)
 }
 
 // NewPipeline returns a pipeline from buf to st; call Run to flush
@@ -257,9 +260,10 @@ func (p *Pipeline) push(ctx context.Context) error {
 func (p *Pipeline) Flush(ctx context.Context) error {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
-	start := time.Now()
+	start, before := time.Now(), p.Stats()
 	err := p.flush(ctx)
 	p.m.duration.Observe(time.Since(start).Seconds())
+	p.noteFlush(start, before, err)
 	if err != nil {
 		p.m.errors.Inc()
 	}

@@ -109,6 +109,8 @@ type Deps struct {
 	Ready    []Check
 	// API, when set, is mounted at /v1 (the REST API).
 	API http.Handler
+	// Admin, when set, is mounted at /admin (the admin panel).
+	Admin http.Handler
 }
 
 // Server is one node's HTTP server.
@@ -236,6 +238,9 @@ func (s *Server) routes() chi.Router {
 
 	if s.deps.API != nil {
 		r.With(s.cors).Mount("/v1", s.deps.API)
+	}
+	if s.deps.Admin != nil {
+		r.Mount("/admin", s.deps.Admin)
 	}
 
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {

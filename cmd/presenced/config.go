@@ -23,6 +23,7 @@ type Config struct {
 	JWTAudience       []string // accepted aud values; empty: not checked
 	JWTIssuer         string   // required iss; empty: not checked
 	ServiceToken      string
+	AdminToken        string
 	CORSOrigins       []string
 	RedisURL          string
 	DatabaseURL       string
@@ -129,6 +130,7 @@ var settings = []setting{
 	}},
 	{"PRESENCE_JWT_ISSUER", "", "required iss of client tokens; unset: iss is not checked", str(func(c *Config) *string { return &c.JWTIssuer })},
 	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
+	{"PRESENCE_ADMIN_TOKEN", "", "admin panel login token (/admin; panel off without it, except in dev mode where one is generated and printed)", str(func(c *Config) *string { return &c.AdminToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
 		c.CORSOrigins = nil
 		for _, o := range strings.Split(v, ",") {
@@ -475,6 +477,12 @@ func (c *Config) finish() error {
 		if c.DevMode {
 			c.Membership = "open"
 		}
+	}
+	if c.AdminToken == "" && c.DevMode {
+		c.AdminToken = randomHex(16)
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return &ConfigError{Setting: "PRESENCE_ADMIN_TOKEN (--admin-token)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
 	}
 	if c.CORSOrigins == nil && c.DevMode {
 		c.CORSOrigins = devOrigins

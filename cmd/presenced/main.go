@@ -152,6 +152,11 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	}()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	go func() { defer close(subsDone); a.subs.Run(bg) }()
+	if a.admin != nil {
+		go func() { _ = a.admin.Run(bg) }()
+		// the admin pages' live streams would hold up the graceful shutdown
+		defer context.AfterFunc(sctx, a.admin.EndStreams)()
+	}
 	go func() {
 		defer close(busDone)
 		for bg.Err() == nil {
@@ -290,7 +295,8 @@ func printDevBanner(w io.Writer, cfg Config, addr net.Addr, secretFile string) {
   dev secret:  %s (kept across restarts; delete it to rotate)
   mint token:  go run ./cmd/presenced token alice      (or: presenced token alice)
   try it:      npm i socket.io-client && node -e "require('socket.io-client').io('%s',{auth:{token:process.argv[1]}}).on('session',s=>{console.log(s);process.exit()})" %s
-`, url, secretFile, url, example)
+  admin panel: %s/admin/login#token=%s
+`, url, secretFile, url, example, url, cfg.AdminToken)
 }
 
 func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/adapter"
+	"github.com/presenced/presenced/admin"
 
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/lastseen"
@@ -110,6 +112,7 @@ type app struct {
 	bus      presence.StatusBus
 	subs     *handlers.Subscriptions
 	srv      *server.Server
+	admin    *admin.Panel // nil: no admin token
 	closers  []func() error
 }
 
@@ -303,6 +306,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		RateLimit:  cfg.RESTLimit,
 		RateWindow: cfg.RESTWindow,
 	})
+	var adminHandler http.Handler
+	if cfg.AdminToken != "" {
+		if a.admin, err = newAdmin(cfg, a, reader, buf, ready); err != nil {
+			return nil, err
+		}
+		adminHandler = a.admin.Handler()
+	}
 	a.srv, err = server.New(server.Config{
 		PingInterval:    cfg.PingInterval,
 		PingTimeout:     cfg.PingTimeout,
@@ -317,12 +327,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		MaxUnreadAge:    cfg.MaxUnreadAge,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Adapter:         ioAdapter,
-	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes()})
+	}, server.Deps{Log: log, Metrics: a.metrics, Verifier: verifier, Sockets: a.sockets, Ready: ready, API: api.Routes(), Admin: adminHandler})
 	if err != nil {
 		return nil, err
 	}
 	a.rooms.Bind(a.srv.IO())
 	a.sockets.ListenEvictions()
+	a.sockets.ListenAdmin()
 	return a, nil
 }
 

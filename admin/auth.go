@@ -1,0 +1,165 @@
+package admin
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sessions are stateless: the cookie is "expiry.nonce.mac", MACed with a
+// key derived from the admin token. Every node of a cluster shares the
+// token, so a session opened on one node is valid on all (a load balancer
+// may send each request elsewhere), and changing the token ends every
+// session.
+
+const cookieName = "presenced_admin"
+
+type sessions struct {
+	key []byte
+	ttl time.Duration
+	now func() time.Time
+}
+
+func newSessions(token string, ttl time.Duration) *sessions {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("presenced admin session v1"))
+	return &sessions{key: m.Sum(nil), ttl: ttl, now: time.Now}
+}
+
+func (s *sessions) mac(parts ...string) string {
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(strings.Join(parts, "|")))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// issue returns a new session value.
+func (s *sessions) issue() string {
+	var n [16]byte
+	_, _ = rand.Read(n[:])
+	exp := strconv.FormatInt(s.now().Add(s.ttl).Unix(), 10)
+	nonce := hex.EncodeToString(n[:])
+	return exp + "." + nonce + "." + s.mac("session", exp, nonce)
+}
+
+// check returns the session's nonce when the value is a valid, unexpired
+// session.
+func (s *sessions) check(v string) (string, bool) {
+	f := strings.Split(v, ".")
+	if len(f) != 3 {
+		return "", false
+	}
+	if !hmac.Equal([]byte(f[2]), []byte(s.mac("session", f[0], f[1]))) {
+		return "", false
+	}
+	exp, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || s.now().Unix() >= exp {
+		return "", false
+	}
+	return f[1], true
+}
+
+// csrf is the token a page must send back (X-CSRF-Token) with each action;
+// it is bound to the session.
+func (s *sessions) csrf(nonce string) string { return s.mac("csrf", nonce) }
+
+// tokenMatches compares in constant time (over hashes, so the length does
+// not leak either).
+func tokenMatches(got, want string) bool {
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1 && want != ""
+}
+
+// failures rate-limits wrong tokens per client IP: Limit failures per
+// Window, then every attempt (right or wrong) is refused until the window
+// of the oldest failure passes.
+type failures struct {
+	mu     sync.Mutex
+	limit  int
+	window time.Duration
+	byIP   map[string][]time.Time
+	now    func() time.Time
+}
+
+func newFailures(limit int, window time.Duration) *failures {
+	return &failures{limit: limit, window: window, byIP: map[string][]time.Time{}, now: time.Now}
+}
+
+// blocked reports whether ip may not try now, and for how long.
+func (f *failures) blocked(ip string) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	ts := f.prune(ip, now)
+	if len(ts) < f.limit {
+		return 0, false
+	}
+	return ts[0].Add(f.window).Sub(now), true
+}
+
+func (f *failures) add(ip string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.now()
+	f.byIP[ip] = append(f.prune(ip, now), now)
+	if len(f.byIP) > 10000 {
+		// a scan from many addresses: forget the ones whose window passed
+		for k := range f.byIP {
+			f.prune(k, now)
+		}
+	}
+}
+
+func (f *failures) prune(ip string, now time.Time) []time.Time {
+	ts := f.byIP[ip]
+	i := 0
+	for i < len(ts) && now.Sub(ts[i]) >= f.window {
+		i++
+	}
+	ts = ts[i:]
+	if len(ts) == 0 {
+		delete(f.byIP, ip)
+		return nil
+	}
+	f.byIP[ip] = ts
+	return ts
+}
+
+// sameOrigin refuses cross-site requests that change something: a browser
+// sends Origin on every POST; when present it must be this host. (The
+// session cookie is SameSite=Strict too, and actions need the CSRF token.)
+func sameOrigin(r *http.Request) bool {
+	o, site := r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")
+	if o == "" || o == "null" {
+		// no Origin: not a browser, or an old one; "null": a browser that
+		// hides it (privacy settings), which then tells Sec-Fetch-Site
+		return site == "same-origin" || (site == "" && o == "")
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+// csp is every admin response's Content-Security-Policy: only this
+// origin's files, no inline script or style, no framing.
+const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", csp)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,135 @@
+package admin_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/admin"
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/lastseen"
+	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/store"
+)
+
+func testRedis(tb testing.TB) (redis.UniversalClient, string) {
+	tb.Helper()
+	url := os.Getenv("REDIS_TEST_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("redis unreachable: %v", err)
+		}
+		tb.Skipf("redis unreachable: %v", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	prefix := "test-admin-" + hex.EncodeToString(b)
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		it := rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
+		pipe := rdb.Pipeline()
+		for it.Next(ctx) {
+			pipe.Unlink(ctx, it.Val())
+			if pipe.Len() >= 5000 {
+				_, _ = pipe.Exec(ctx)
+			}
+		}
+		_, _ = pipe.Exec(ctx)
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// TestClusterStatsRedis: each node publishes its figures to Redis, and the
+// cluster view of either lists both.
+func TestClusterStatsRedis(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "a.db"), store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var urls []string
+	for _, node := range []string{"n1", "n2"} {
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: node}, presence.RedisConfig{Prefix: prefix})
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		buf := lastseen.NewRedis(rdb, lastseen.RedisConfig{Prefix: prefix})
+		p, err := admin.New(admin.Config{Token: token, NodeID: node, Prefix: prefix, PublishEvery: 100 * time.Millisecond}, admin.Deps{
+			Log: slog.New(slog.DiscardHandler), Engine: eng, View: eng,
+			Reader:   lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st}),
+			Pipeline: lastseen.NewPipeline(buf, st, lastseen.Config{}), Buffer: buf, Store: st,
+			Sockets: &fakeSockets{local: map[string][]handlers.LocalSocket{}}, Redis: rdb,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = p.Run(ctx) }()
+		mux := http.NewServeMux()
+		mux.Handle("/admin/", http.StripPrefix("/admin", p.Handler()))
+		srv := httptest.NewServer(mux)
+		defer srv.Close()
+		urls = append(urls, srv.URL)
+	}
+	for i, u := range urls {
+		c := sessionAt(t, u)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var cl struct {
+				Cluster bool `json:"cluster"`
+				Nodes   []struct {
+					Node       string         `json:"node"`
+					Self       bool           `json:"self"`
+					LeaseAgeMs *int64         `json:"leaseAgeMs"`
+					History    []admin.Sample `json:"history"`
+				} `json:"nodes"`
+			}
+			getJSON(t, c, u+"/admin/api/cluster", &cl)
+			if len(cl.Nodes) == 2 && cl.Cluster && cl.Nodes[0].Node == "n1" && cl.Nodes[1].Node == "n2" &&
+				cl.Nodes[i].Self && cl.Nodes[0].LeaseAgeMs != nil && cl.Nodes[1].LeaseAgeMs != nil && len(cl.Nodes[1-i].History) > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d's view: %+v", i+1, cl)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// the last-seen page lists both nodes' flushes
+	var ls struct {
+		Nodes []struct {
+			Node  string `json:"node"`
+			Flush struct {
+				Errors int64 `json:"errors"`
+			} `json:"flush"`
+		} `json:"nodes"`
+	}
+	getJSON(t, sessionAt(t, urls[0]), urls[0]+"/admin/api/lastseen", &ls)
+	if len(ls.Nodes) != 2 || ls.Nodes[0].Node != "n1" || ls.Nodes[1].Node != "n2" {
+		t.Fatalf("lastseen nodes %+v", ls.Nodes)
+	}
+	// the published hash expires
+	if ttl := rdb.PTTL(ctx, prefix+":admin:node:n1").Val(); ttl <= 0 || ttl > 10*time.Second {
+		t.Fatalf("stats hash TTL %v", ttl)
+	}
+}

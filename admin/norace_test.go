@@ -1,0 +1,5 @@
+//go:build !race
+
+package admin_test
+
+const raceEnabled = false

@@ -1,0 +1,217 @@
+package presence
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// globEscape quotes the glob characters of s for a SCAN MATCH pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// ConversationCounts implements AdminView. Redis keeps no index of
+// conversations (none is needed on the hot path), so the panel SCANs for
+// the conversations' online sets ("P:{c:C}:on", every master of a Redis
+// Cluster) and counts each with one pipelined ZCARD. With 10,000
+// conversations this is tens of milliseconds; the panel asks every 2 s.
+func (e *RedisEngine) ConversationCounts(ctx context.Context, prefix string, offset, limit int) (int, []ConversationCount, error) {
+	head := e.rcfg.Prefix + ":{c:"
+	match := globEscape(head) + globEscape(prefix) + "*}:on"
+	var (
+		keys []string
+		mu   sync.Mutex // ForEachMaster scans the masters concurrently
+	)
+	scan := func(ctx context.Context, c *redis.Client) error {
+		it := c.Scan(ctx, 0, match, 5000).Iterator()
+		var mine []string
+		for it.Next(ctx) {
+			mine = append(mine, it.Val())
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		mu.Lock()
+		keys = append(keys, mine...)
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch c := e.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, scan)
+	case *redis.Client:
+		err = scan(ctx, c)
+	default:
+		var mine []string
+		it := e.rdb.Scan(ctx, 0, match, 5000).Iterator()
+		for it.Next(ctx) {
+			mine = append(mine, it.Val())
+		}
+		keys, err = mine, it.Err()
+	}
+	if err != nil {
+		return 0, nil, unavailable("scan conversations", err)
+	}
+	cmds := make([]*redis.IntCmd, len(keys))
+	if len(keys) > 0 {
+		pipe := e.rdb.Pipeline()
+		for i, k := range keys {
+			cmds[i] = pipe.ZCard(ctx, k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return 0, nil, unavailable("count conversations", err)
+		}
+	}
+	all := make([]ConversationCount, 0, len(keys))
+	for i, k := range keys {
+		id, ok := strings.CutPrefix(k, head)
+		if !ok {
+			continue
+		}
+		id, ok = strings.CutSuffix(id, "}:on")
+		if !ok || !strings.HasPrefix(id, prefix) {
+			continue
+		}
+		if n := int(cmds[i].Val()); n > 0 {
+			all = append(all, ConversationCount{ID: id, Online: n})
+		}
+	}
+	return len(all), pageOf(all, offset, limit), nil
+}
+
+// holders reads the live node instances: node → instance token and last
+// lease renewal (Redis's clock), from the lease set and the holders.
+func (e *RedisEngine) holders(ctx context.Context) (map[string]holder, error) {
+	pipe := e.rdb.Pipeline()
+	leaseCmd := pipe.ZRangeWithScores(ctx, e.kLease, 0, -1)
+	holderCmd := pipe.HGetAll(ctx, e.kHolder)
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("leases", err)
+	}
+	hs := holderCmd.Val()
+	out := map[string]holder{}
+	for _, z := range leaseCmd.Val() {
+		node, ok := z.Member.(string)
+		if !ok {
+			continue
+		}
+		h := holder{last: fromMs(int64(z.Score) - e.cfg.LeaseTTL.Milliseconds())}
+		// "token|since|last"
+		if f := strings.Split(hs[node], "|"); len(f) == 3 {
+			h.token = f[0]
+			if last, err := strconv.ParseInt(f[2], 10, 64); err == nil && last > 0 {
+				h.last = fromMs(last)
+			}
+		}
+		out[node] = h
+	}
+	return out, nil
+}
+
+type holder struct {
+	token string
+	last  time.Time
+}
+
+// UserSockets implements AdminView: the user's socket set, then each live
+// node instance's registry line of those sockets (node and conversations),
+// in one pipelined round trip.
+func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketInfo, error) {
+	sids, err := e.rdb.SMembers(ctx, e.userSockets(userID)).Result()
+	if err != nil && err != redis.Nil {
+		return nil, unavailable("user sockets", err)
+	}
+	out := make([]SocketInfo, 0, len(sids))
+	if len(sids) == 0 {
+		return out, nil
+	}
+	hs, err := e.holders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	nodes := sortedKeys(hs)
+	pipe := e.rdb.Pipeline()
+	regs := make([]*redis.SliceCmd, len(nodes))
+	for i, n := range nodes {
+		regs[i] = pipe.HMGet(ctx, e.registryKey(n, hs[n].token), sids...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("user sockets", err)
+	}
+	found := map[string]SocketInfo{}
+	for i, n := range nodes {
+		for j, v := range regs[i].Val() {
+			line, ok := v.(string)
+			if !ok {
+				continue
+			}
+			f := strings.Split(line, "\t")
+			found[sids[j]] = SocketInfo{ID: sids[j], Node: n, Conversations: f[1:]}
+		}
+	}
+	for _, sid := range sortedKeys(found) {
+		out = append(out, found[sid])
+	}
+	return out, nil
+}
+
+// Leases implements AdminView: every live node's last renewal, on Redis's
+// clock.
+func (e *RedisEngine) Leases(ctx context.Context) (map[string]time.Time, error) {
+	hs, err := e.holders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(hs))
+	for n, h := range hs {
+		out[n] = h.last
+	}
+	return out, nil
+}
+
+// Previews implements AdminView: one pipelined round trip for all ids.
+func (e *RedisEngine) Previews(ctx context.Context, ids []string, n int) ([]Preview, error) {
+	out := make([]Preview, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	now := strconv.FormatInt(ms(e.cfg.Now()), 10)
+	pipe := e.rdb.Pipeline()
+	members := make([]*redis.StringSliceCmd, len(ids))
+	typing := make([]*redis.StringSliceCmd, len(ids))
+	for i, id := range ids {
+		k := e.conv(id)
+		members[i] = pipe.ZRange(ctx, k.on, 0, int64(n-1))
+		typing[i] = pipe.ZRangeByScore(ctx, k.ty, &redis.ZRangeBy{Min: "(" + now, Max: "+inf"})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("previews", err)
+	}
+	for i := range ids {
+		out[i] = Preview{Members: members[i].Val(), Typing: typing[i].Val()}
+		if out[i].Members == nil {
+			out[i].Members = []string{}
+		}
+		if out[i].Typing == nil {
+			out[i].Typing = []string{}
+		}
+		slices.Sort(out[i].Members)
+		slices.Sort(out[i].Typing)
+	}
+	return out, nil
+}
