@@ -13,11 +13,14 @@ import (
 // convIndex serves the conversation list in cluster mode from a snapshot.
 // Redis keeps no index of conversations (the hot path needs none), so the
 // Redis engine finds them with a SCAN of the whole keyspace: ~300 ms with
-// 100,000 users online, too slow for a request. The snapshot is refreshed
-// off the request path, every PublishEvery while the panel is in use (a
-// request within the last minute); a request after a longer idle period
-// waits for one scan. In memory mode the engine answers directly
-// (milliseconds), and no snapshot is kept.
+// 100,000 users online, too slow for a request. The snapshot is taken once
+// when the node starts (warm), then refreshed off the request path every
+// PublishEvery while the panel is in use (a request within the last
+// minute). A request after a longer idle period is answered at once from
+// the older snapshot and starts the refresh; the page's live updates bring
+// the fresh list a moment later. Only a request that finds no snapshot at
+// all (within the first scan after start) waits for a scan. In memory mode
+// the engine answers directly (milliseconds), and no snapshot is kept.
 type convIndex struct {
 	view  presence.AdminView
 	every time.Duration
@@ -40,16 +43,16 @@ func (x *convIndex) page(ctx context.Context, prefix string, offset, limit int) 
 	x.mu.Lock()
 	now := time.Now()
 	x.used = now
-	fresh := !x.at.IsZero() && now.Sub(x.at) < idleAfter
+	have := !x.at.IsZero() // a stale snapshot is answered at once (maybeRefresh renews it)
 	all := x.all
 	x.mu.Unlock()
-	if !fresh {
+	if !have {
 		x.scanMu.Lock()
 		x.mu.Lock()
-		fresh = !x.at.IsZero() && time.Since(x.at) < idleAfter // another request's scan
+		have = !x.at.IsZero() // another request's scan
 		x.mu.Unlock()
 		var err error
-		if !fresh {
+		if !have {
 			err = x.refresh(ctx)
 		}
 		x.scanMu.Unlock()
@@ -92,7 +95,8 @@ func (x *convIndex) refresh(ctx context.Context) error {
 func (x *convIndex) maybeRefresh(ctx context.Context) {
 	x.mu.Lock()
 	now := time.Now()
-	due := !x.used.IsZero() && now.Sub(x.used) < idleAfter && now.Sub(x.at) >= x.every && !x.refreshing
+	inUse := !x.used.IsZero() && now.Sub(x.used) < idleAfter
+	due := (inUse || x.at.IsZero()) && now.Sub(x.at) >= x.every && !x.refreshing // x.at zero: the warm-up
 	if due {
 		x.refreshing = true
 	}
