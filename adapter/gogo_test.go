@@ -62,6 +62,9 @@ func testGoGo(t *testing.T, rdb redis.UniversalClient, sharded bool) {
 	c3 := dialClient(t, n3.url, "c3", clientOpts{auth: auth("c", "r2"), ackReply: ackWith("c3")})
 	c4 := dialClient(t, n1.url, "c4", clientOpts{auth: auth("d", "r1", "r2"), ackReply: ackWith("c4")})
 	all := []*wsClient{c1, c2, c3, c4}
+	waitMembers(t, n1, map[string][]*wsClient{"r1": {c1, c4}, "r2": {c4}})
+	waitMembers(t, n2, map[string][]*wsClient{"r1": {c2}, "r2": {c2}})
+	waitMembers(t, n3, map[string][]*wsClient{"r2": {c3}})
 	waitRooms(t, n1, n2, n3)
 
 	t.Run("server count", func(t *testing.T) {

@@ -259,6 +259,23 @@ func waitRooms(tb testing.TB, nodes ...*goNode) {
 	}
 }
 
+// waitMembers waits until node n's adapter has each client in the rooms
+// named for it: the library answers a client's CONNECT before the
+// "connection" handlers have joined its rooms, so a client that is
+// connected may not be in them yet.
+func waitMembers(tb testing.TB, n *goNode, rooms map[string][]*wsClient) {
+	tb.Helper()
+	a := n.adapter()
+	for room, clients := range rooms {
+		for _, c := range clients {
+			eventually(tb, 5*time.Second, c.name+" in "+room+" on "+n.name, func() bool {
+				sids, ok := a.Rooms().Load(socket.Room(room))
+				return ok && sids.Has(socket.SocketId(c.sid))
+			})
+		}
+	}
+}
+
 // fence has emit send a unique "fence" event to every client and waits for
 // each client to get it: whatever that sender published before has arrived.
 func fence(tb testing.TB, emit func(ev string, args ...any), clients ...*wsClient) {

@@ -73,6 +73,7 @@ func testInterop(t *testing.T, sharded bool) {
 	cn := dialClient(t, ns.url, "cn", clientOpts{auth: auth("n", "r1", "r2"), ackReply: ackWith("cn")})
 	cg2 := dialClient(t, g.url, "cg2", clientOpts{auth: auth("g2", "r2"), ackReply: ackWith("cg2")})
 	clients := []*wsClient{cg, cn, cg2}
+	waitMembers(t, g, map[string][]*wsClient{"r1": {cg}, "r2": {cg2}, "user:g": {cg}, "user:g2": {cg2}})
 	waitRooms(t, g)
 	if sharded {
 		for room, n := range map[string]int64{"r1": 2, "r2": 2, "user:n": 1} {

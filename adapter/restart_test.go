@@ -123,6 +123,8 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	waitCluster(t, n1, n2)
 	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", "r")})
 	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", "r")})
+	waitMembers(t, n1, map[string][]*wsClient{"r": {c1}})
+	waitMembers(t, n2, map[string][]*wsClient{"r": {c2}})
 	waitRooms(t, n1, n2)
 
 	n1.io.To("r").Emit("before")
