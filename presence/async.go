@@ -34,13 +34,22 @@ type asyncBatch struct {
 }
 
 // NewAsyncSink starts workers queues workers (default 8), each with a queue
-// of depth batches (default 1024), delivering to next.
+// of depth batches (default 16,384), delivering to next.
+//
+// The depth decides where a burst waits. With 5,000 sockets joining 3
+// conversations of ~100 members each, 500 joins in flight, the fan-out
+// saturates the node either way; queues of 1,024 filled, and the joins that
+// found theirs full waited for it to drain: join ack p99 5.3 s (p50 228 ms),
+// worse than delivering synchronously (p99 1.5 s, p50 553 ms). With 16,384
+// the burst fits: p99 594 ms, p50 257 ms, the room events arriving behind
+// it. A batch is a few hundred bytes, so the queues hold at most a few tens
+// of MB.
 func NewAsyncSink(next Sink, queues, depth int) *AsyncSink {
 	if queues <= 0 {
 		queues = 8
 	}
 	if depth <= 0 {
-		depth = 1024
+		depth = 16384
 	}
 	a := &AsyncSink{next: next, seed: maphash.MakeSeed(), queues: make([]chan asyncBatch, queues)}
 	for i := range a.queues {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -329,6 +330,22 @@ func infoField(info, name string) string {
 		}
 	}
 	return ""
+}
+
+// usedMemory is Redis's used_memory (INFO memory), in bytes: with -redis
+// own it is all the servers under test; on a shared Redis it includes
+// whatever else is stored there.
+func (e *env) usedMemory(ctx context.Context) (int64, error) {
+	info, err := e.rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
 }
 
 // cmdStats is INFO commandstats: calls per command.

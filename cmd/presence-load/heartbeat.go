@@ -146,12 +146,13 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	r.printf("\n== heartbeat scenario (issue #4) ==\n")
 	r.printf("  Redis %s at %s (%s), key prefix %s; PostgreSQL %s, database %s\n",
 		e.redisVer, e.redisURL, map[bool]string{true: "private redis-server started by this tool", false: "shared"}[e.ownRedis != nil], e.prefix, e.pgVersion, e.dbName)
-	r.printf("  one node (pid %d) at %s, membership open, handshake limit off, other settings default (TTL 45s → background refresh every 15s, spread over it in 15 slices)%s\n", n.pid, n.addr, extraFlags(o))
+	r.printf("  one node (pid %d) at %s, membership open, handshake limit off, other settings default (TTL 45s: each node reconciles its entries in Redis every TTL/2)%s\n", n.pid, n.addr, extraFlags(o))
 	r.printf("  %d sockets, one user each, each joining %d of %d conversations (~%d members each); connect rate %d/s\n",
 		N, o.convsPer, K, N*o.convsPer/K, o.connectRate)
 
 	time.Sleep(time.Second)
 	rss0 := rssKB(n.pid)
+	redis0, redisMemErr := e.usedMemory(ctx)
 	m0 := scrape(n.addr, "go_memstats_heap_inuse_bytes", "go_goroutines")
 
 	var pushes pushCounters
@@ -205,6 +206,15 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 		float64(rss0)/1024, float64(rss1)/1024, len(live), float64(rss1-rss0)/L,
 		(m1["go_memstats_heap_inuse_bytes"]-m0["go_memstats_heap_inuse_bytes"])/1024/L,
 		(m1["go_goroutines"]-m0["go_goroutines"])/L)
+	if redis1, err := e.usedMemory(ctx); err == nil && redisMemErr == nil {
+		shared := ""
+		if e.ownRedis == nil {
+			shared = " (a shared Redis: other programs' keys may be counted; -redis own is exact)"
+		}
+		r.printf("  Redis memory: used_memory %.1f MiB → %.1f MiB: %.0f bytes per online user (one socket each, in %d conversations), or %.0f bytes per conversation of ~%d members%s\n",
+			float64(redis0)/(1<<20), float64(redis1)/(1<<20), float64(redis1-redis0)/L, o.convsPer,
+			float64(redis1-redis0)/float64(K), N*o.convsPer/K, shared)
+	}
 
 	// idle baseline: the server's own Redis traffic (leases, refresh, timers)
 	o.logf("heartbeat: baseline window %s", o.baseline)
