@@ -48,7 +48,8 @@ func (h *Sockets) tellNodes(ctx context.Context, event string, args ...any) erro
 	}
 }
 
-// ackOf splits a server-side event's arguments from its ack, if any.
+// ackOf splits the arguments the library hands a listener (a client event,
+// a server-side event) from their ack, the last one, if any.
 func ackOf(args []any) ([]any, socket.Ack) {
 	if n := len(args); n > 0 {
 		if a, ok := args[n-1].(socket.Ack); ok {

@@ -28,10 +28,6 @@ const (
 	slowBackoff = time.Second
 )
 
-// DirectSlot is a websocket's cache of the connection its events go to;
-// its reader is its only user.
-type DirectSlot struct{ c *Conn }
-
 // DirectEvent runs one event of the main namespace read straight off the
 // websocket of the Engine.IO connection engineID: args are the decoded
 // packet data (the event name first), ack is nil when the client asked for
@@ -40,23 +36,23 @@ type DirectSlot struct{ c *Conn }
 // set up yet or closing, events of the socket still in the library's queue
 // (they go first), or a backend that was slow a moment ago.
 //
-// slot is the websocket's own cache of its connection, so that only its
-// first event (and the first after a namespace reconnect) looks it up by
-// engineID.
-func (h *Sockets) DirectEvent(slot *DirectSlot, engineID func() string, args []any, ack socket.Ack) bool {
+// slot is the websocket's own cache (transport.Dispatcher): DirectEvent
+// keeps the connection there, so that only its first event (and the first
+// after a namespace reconnect) looks it up by engineID.
+func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack socket.Ack) bool {
 	name, _ := firstString(args)
 	fn, ok := h.handlers[name]
 	if !ok {
 		return false
 	}
-	c := slot.c
+	c, _ := (*slot).(*Conn)
 	if c == nil || !c.sock.Connected() {
 		v, ok := h.direct.Load(engineID())
 		if !ok {
 			return false
 		}
 		c = v.(*Conn)
-		slot.c = c
+		*slot = c
 	}
 	select {
 	case <-c.ready:
@@ -70,16 +66,15 @@ func (h *Sockets) DirectEvent(slot *DirectSlot, engineID func() string, args []a
 	if until := c.slowUntil.Load(); until != 0 && start.UnixNano() < until {
 		return false
 	}
-	args = args[1:]
 	if ack != nil {
-		sock := c.sock
-		args = append(args, socket.Ack(func(reply []any, err error) {
+		sock, write := c.sock, ack
+		ack = func(reply []any, err error) {
 			if sock.Connected() { // as the library: no ack to a closed socket
-				ack(reply, err)
+				write(reply, err)
 			}
-		}))
+		}
 	}
-	h.serve(c, name, fn, args, time.Time{}, false)
+	h.serve(c, name, fn, args[1:], ack, time.Time{}, false)
 	if d := time.Since(start); d > slowDirect {
 		c.slowUntil.Store(start.Add(d + slowBackoff).UnixNano())
 	}

@@ -73,19 +73,16 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	arrival, queued := c.dequeued()
 	defer c.pending.Add(-1)
-	h.serve(c, name, fn, args, arrival, queued)
+	args, ack := ackOf(args) // the library hands the ack as the last argument
+	h.serve(c, name, fn, args, ack, arrival, queued)
 }
 
-// serve is handle's work once the event's place in the queue is known.
-func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, arrival time.Time, queued bool) {
+// serve runs one event of either path (handle, DirectEvent) once its place
+// in the queue is known: args are the event's arguments, ack nil when the
+// client asked for none.
+func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket.Ack, arrival time.Time, queued bool) {
 	start := time.Now()
 	info, known := h.stats[name]
-	var ack socket.Ack
-	if n := len(args); n > 0 {
-		if a, ok := args[n-1].(socket.Ack); ok {
-			ack, args = a, args[:n-1]
-		}
-	}
 	outcome := "ok"
 	defer func() {
 		if r := recover(); r != nil {

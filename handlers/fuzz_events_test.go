@@ -113,7 +113,7 @@ func (e *fuzzEnv) call(event string, payload any) map[string]any {
 		acked = true
 		got, _ = reply[0].(map[string]any)
 	})
-	e.h.serve(e.c, event, e.h.handlers[event], []any{payload, ack}, time.Time{}, false)
+	e.h.serve(e.c, event, e.h.handlers[event], []any{payload}, ack, time.Time{}, false)
 	if !acked {
 		return map[string]any{"noAck": true}
 	}

@@ -95,7 +95,7 @@ func (c *wsClient) call(tb testing.TB, event, arg string) []byte {
 // server's read, handling and ack, the client's read of the ack; 32
 // sockets per CPU with one heartbeat in flight each. "library" runs the Socket.IO
 // library's own websocket transport and event pipeline; "direct" runs
-// ours (wstransport.go, handlers/direct.go). ns/op and allocs/op include
+// ours (transport/wstransport.go, handlers/direct.go). ns/op and allocs/op include
 // the client's share (small: it reuses its buffers).
 func BenchmarkSocketHeartbeat(b *testing.B) {
 	for _, mode := range []struct {

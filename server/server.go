@@ -17,13 +17,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/zishang520/socket.io/servers/engine/v3"
-	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/transport"
 )
 
 // Config configures the HTTP and Socket.IO server. Zero values mean the
@@ -155,7 +155,7 @@ func (s *Server) newSocketIO() *socket.Server {
 		// Every packet is then a binary message: our websocket transport
 		// hands them all to the library (it takes only text EVENTs of the
 		// JSON parser directly).
-		opts.SetParser(MsgpackParser{})
+		opts.SetParser(transport.MsgpackParser{})
 	}
 	// The origin allow-list is enforced by our middleware in front of the
 	// engine, for every transport (middleware.go: a refused origin never
@@ -164,7 +164,9 @@ func (s *Server) newSocketIO() *socket.Server {
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
 	if !s.cfg.LibraryWebsocket {
-		opts.SetTransports(types.NewSet[transports.TransportCtor](engine.Polling, &wsBuilder{direct: s.deps.Sockets, pool: newDirectPool(), pongHold: wsPongHold(s.cfg.PingTimeout), limit: s.cfg.MaxBuffer, writeWait: max(s.cfg.MaxUnreadAge, 0)}))
+		opts.SetTransports(types.NewSet(engine.Polling, transport.NewWebsocket(transport.WebsocketConfig{
+			Dispatcher: s.deps.Sockets, PingTimeout: s.cfg.PingTimeout, MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
+		})))
 	}
 	io := socket.NewServer(nil, opts)
 	io.Use(s.authenticate)
@@ -207,11 +209,11 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
 	conn, user := sock.Conn(), claims.UserID
-	watchConn(conn, &outboundGuard{maxBytes: s.cfg.MaxUnread, maxWait: s.cfg.MaxUnreadAge, trip: func(why string, pending int64) {
+	transport.WatchConn(conn, s.cfg.MaxUnread, s.cfg.MaxUnreadAge, func(why string, pending int64) {
 		s.deps.Metrics.SlowConsumerDisconnects.Inc()
 		s.log.Warn("slow consumer disconnected", "user_id", user, "sid", string(sock.Id()), "why", why, "unread_bytes", pending)
 		conn.Close(true)
-	}})
+	})
 	next(nil)
 }
 

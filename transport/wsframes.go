@@ -9,12 +9,12 @@
 //
 //	cp go.mod /tmp/cmp.mod && cp go.sum /tmp/cmp.sum &&
 //	go get -modfile=/tmp/cmp.mod github.com/gobwas/ws@v1.5.0 &&
-//	go test -modfile=/tmp/cmp.mod -tags compare_gobwas -run Gobwas -bench FrameReader -count 5 ./server/
+//	go test -modfile=/tmp/cmp.mod -tags compare_gobwas -run Gobwas -bench FrameReader -count 5 ./transport/
 //
 // (go mod tidy reads files of every build tag: it would add gobwas to
 // go.mod, as a test dependency only.)
 
-package server
+package transport
 
 import (
 	"encoding/binary"

@@ -5,7 +5,7 @@
 // benchmarks. Not built by default (gobwas is no dependency of the
 // product); the command is in wsframes.go's first comment.
 
-package server
+package transport
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package server
+package transport
 
 import (
 	"sync/atomic"
@@ -35,9 +35,15 @@ import (
 // library's own websocket transport.
 const pongGuard = 50 * time.Millisecond
 
-// watchConn installs, on one engine connection, the ping-race guard above
-// and the outbound accounting of g (outbound.go): one listener per event
-// for both.
+// WatchConn installs, on one engine connection, the ping-race guard above
+// and a bound on what its client leaves unread (outboundGuard, outbound.go):
+// more than maxBytes, or data older than maxWait (either ≤ 0: no bound),
+// calls trip once, off the sender's goroutine, with the reason and the
+// bytes waiting. One listener per engine event serves both.
+func WatchConn(conn engine.Socket, maxBytes int64, maxWait time.Duration, trip func(why string, pending int64)) {
+	watchConn(conn, &outboundGuard{maxBytes: maxBytes, maxWait: maxWait, trip: trip})
+}
+
 func watchConn(conn engine.Socket, g *outboundGuard) {
 	var pingAt atomic.Int64
 	_ = conn.On("packetCreate", func(args ...any) {

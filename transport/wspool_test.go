@@ -1,4 +1,4 @@
-package server
+package transport
 
 import (
 	"sync"
@@ -6,17 +6,15 @@ import (
 	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
-
-	"github.com/presenced/presenced/handlers"
 )
 
 type fakeDirect struct {
 	block chan struct{}
 	mu    sync.Mutex
-	seen  map[*handlers.DirectSlot][]string
+	seen  map[*any][]string
 }
 
-func (f *fakeDirect) DirectEvent(slot *handlers.DirectSlot, _ func() string, args []any, _ socket.Ack) bool {
+func (f *fakeDirect) DirectEvent(slot *any, _ func() string, args []any, _ socket.Ack) bool {
 	name, _ := args[0].(string)
 	if name == "block" {
 		<-f.block
@@ -27,14 +25,14 @@ func (f *fakeDirect) DirectEvent(slot *handlers.DirectSlot, _ func() string, arg
 	return name != "decline"
 }
 
-func newPoolTransport(d directEvents) *wsTransport {
+func newPoolTransport(d Dispatcher) *wsTransport {
 	return &wsTransport{direct: d, jobDone: make(chan bool, 1)}
 }
 
 // A handler stuck on its backend holds its own socket only; the pool
 // shrinks back once the work is done; each socket's events run in order.
 func TestDirectPool(t *testing.T) {
-	d := &fakeDirect{block: make(chan struct{}), seen: map[*handlers.DirectSlot][]string{}}
+	d := &fakeDirect{block: make(chan struct{}), seen: map[*any][]string{}}
 	p := newDirectPool()
 	// more stuck handlers than spare workers: the watcher must add workers
 	const stuckN = 2 * directSpare

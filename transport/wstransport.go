@@ -1,4 +1,4 @@
-package server
+package transport
 
 import (
 	"encoding/json"
@@ -15,8 +15,6 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/queue"
 	"github.com/zishang520/socket.io/v3/pkg/types"
-
-	"github.com/presenced/presenced/handlers"
 )
 
 // The websocket transport. It replaces the library's (servers/engine
@@ -24,7 +22,7 @@ import (
 // with differences that matter under load:
 //
 //   - EVENT packets of the main namespace are decoded here and handed to
-//     the socket handlers directly (handlers/direct.go); their acks are
+//     the Dispatcher (the socket handlers) directly; their acks are
 //     written straight to the websocket. Whatever the handlers decline, and
 //     every other packet, goes up the library's pipeline as before.
 //   - frames are read by our own reader (wsframes.go) into one buffer per
@@ -38,13 +36,35 @@ import (
 // expects Send to return at once and calls it under its flush lock); the
 // direct acks and the queued writes share one write lock.
 
-// directEvents takes EVENT packets read off a websocket (handlers.Sockets).
-type directEvents interface {
-	DirectEvent(slot *handlers.DirectSlot, engineID func() string, args []any, ack socket.Ack) bool
+// Dispatcher takes EVENT packets of the main namespace read off a
+// websocket (the socket handlers plug in here). DirectEvent handles one:
+// args are the decoded packet data, the event name first; ack is nil when
+// the client asked for none. It reports false, having done nothing, when
+// the event must take the library's path instead. slot is the websocket's
+// own cache for the dispatcher (its reader is the only user): what the
+// dispatcher stores there it finds again at the connection's next event.
+type Dispatcher interface {
+	DirectEvent(slot *any, engineID func() string, args []any, ack socket.Ack) bool
+}
+
+// WebsocketConfig configures the websocket transport.
+type WebsocketConfig struct {
+	Dispatcher  Dispatcher    // nil: every packet takes the library's path
+	PingTimeout time.Duration // the engine's, for the early-PONG hold (holdPong)
+	MaxMessage  int64         // the engine's maxHttpBufferSize
+	// WriteWait is each write's deadline (0: none): a client that stops
+	// reading fails the write instead of holding the writer forever.
+	WriteWait time.Duration
+}
+
+// NewWebsocket returns the websocket transport for the engine's transport
+// set (beside the library's engine.Polling).
+func NewWebsocket(cfg WebsocketConfig) transports.TransportCtor {
+	return &wsBuilder{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait}
 }
 
 type wsBuilder struct {
-	direct   directEvents
+	direct   Dispatcher
 	pool     *directPool
 	pongHold time.Duration // see holdPong
 	limit    int64         // the engine's maxHttpBufferSize
@@ -76,15 +96,15 @@ type wsTransport struct {
 
 	conn      *types.WebSocketConn
 	idle      time.Duration
-	direct    directEvents
+	direct    Dispatcher
 	pool      *directPool
 	pongHold  time.Duration
 	writeWait time.Duration
 	frames    frameReader // the reader's
 	job       []byte      // the message a pool worker is handling (wspool.go)
 	jobDone   chan bool
-	slot      handlers.DirectSlot // the reader's cache for direct
-	idFn      func() string       // engineID, made once
+	slot      any           // the reader's cache for the dispatcher
+	idFn      func() string // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
