@@ -324,6 +324,20 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
+// serveLoopback runs srv.Serve on a loopback listener until cancel; done
+// gets Serve's result.
+func serveLoopback(tb testing.TB, srv *server.Server) (net.Listener, context.CancelFunc, chan error) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	return ln, cancel, done
+}
+
 func TestGracefulShutdown(t *testing.T) {
 	v, _ := auth.NewHS256([]byte(secret))
 	log := slog.New(slog.DiscardHandler)
@@ -333,13 +347,7 @@ func TestGracefulShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	ln, cancel, done := serveLoopback(t, srv)
 	base := "http://" + ln.Addr().String()
 	for i := range 3 {
 		if got := connectPolling(t, base, `{"token":"`+mint(t, "u"+string(rune('a'+i)))+`"}`); !strings.Contains(got, "session") {
@@ -400,13 +408,7 @@ func TestHTTPTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	ln, cancel, done := serveLoopback(t, srv)
 	defer func() { cancel(); <-done }()
 
 	closedWithin := func(c net.Conn, d time.Duration) bool {
