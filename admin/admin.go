@@ -234,10 +234,10 @@ func (p *Panel) Handler() http.Handler {
 			r.Post("/users/disconnect", p.disconnect)
 		})
 		r.NotFound(p.requireSession(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeError(w, http.StatusNotFound, "not_found", "no such admin API route")
+			handlers.WriteError(w, http.StatusNotFound, "not_found", "no such admin API route")
 		})).ServeHTTP)
 		r.MethodNotAllowed(p.requireSession(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			writeError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
+			handlers.WriteError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
 		})).ServeHTTP)
 	})
 	return r

@@ -61,16 +61,16 @@ func (p *Panel) serveView(v view) http.HandlerFunc {
 			writeViewError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, out)
+		handlers.WriteJSON(w, http.StatusOK, out)
 	}
 }
 
 func writeViewError(w http.ResponseWriter, err error) {
 	if ae, ok := err.(*apiError); ok {
-		writeError(w, ae.status, ae.code, ae.message)
+		handlers.WriteError(w, ae.status, ae.code, ae.message)
 		return
 	}
-	writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 }
 
 // paging reads page (1-based) and limit (≤ maxPage).
@@ -428,7 +428,7 @@ func (p *Panel) health(ctx context.Context, _ url.Values) (any, error) {
 func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	nonce, _ := p.sessionNonce(r)
 	if !sameOrigin(r) || !tokenMatches(r.Header.Get("X-CSRF-Token"), p.sessions.csrf(nonce)) {
-		writeError(w, http.StatusForbidden, "forbidden", "missing or wrong X-CSRF-Token")
+		handlers.WriteError(w, http.StatusForbidden, "forbidden", "missing or wrong X-CSRF-Token")
 		return
 	}
 	var body struct {
@@ -436,15 +436,15 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 		Reason string `json:"reason"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8192)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"userId\": string, \"reason\": string}")
+		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"userId\": string, \"reason\": string}")
 		return
 	}
 	if !auth.ValidID(body.UserID) {
-		writeError(w, http.StatusBadRequest, "invalid_argument", "userId must be a valid user id")
+		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "userId must be a valid user id")
 		return
 	}
 	if body.Reason == "" || len(body.Reason) > 500 {
-		writeError(w, http.StatusBadRequest, "invalid_argument", "reason is required (at most 500 bytes)")
+		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "reason is required (at most 500 bytes)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), viewTimeout)
@@ -453,7 +453,7 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	p.d.Sockets.DisconnectUser(body.UserID)
 	p.disconnects.Inc()
 	p.log.Warn("admin disconnected a user", "user_id", body.UserID, "reason", body.Reason, "sockets", len(socks), "ip", handlers.ClientIP(r))
-	writeJSON(w, http.StatusOK, map[string]any{"userId": body.UserID, "sockets": len(socks)})
+	handlers.WriteJSON(w, http.StatusOK, map[string]any{"userId": body.UserID, "sockets": len(socks)})
 }
 
 // stream sends a view every PublishEvery as server-sent events (event
@@ -463,17 +463,17 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v, ok := p.views()[q.Get("view")]
 	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid_argument", "view must be one of cluster, conversations, conversation, user, lastseen, health")
+		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "view must be one of cluster, conversations, conversation, user, lastseen, health")
 		return
 	}
 	fl, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, http.StatusInternalServerError, "internal", "streaming unsupported")
+		handlers.WriteError(w, http.StatusInternalServerError, "internal", "streaming unsupported")
 		return
 	}
 	select {
 	case <-p.ending:
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "shutting down")
+		handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "shutting down")
 		return
 	default:
 	}
@@ -481,7 +481,7 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 	case p.streams <- struct{}{}:
 		defer func() { <-p.streams }()
 	default:
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "too many live admin pages open")
+		handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "too many live admin pages open")
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -13,16 +13,6 @@ import (
 	"github.com/presenced/presenced/web"
 )
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
-}
-
 // sessionNonce returns the request's valid session, if any.
 func (p *Panel) sessionNonce(r *http.Request) (string, bool) {
 	c, err := r.Cookie(cookieName)
@@ -35,7 +25,7 @@ func (p *Panel) sessionNonce(r *http.Request) (string, bool) {
 func (p *Panel) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := p.sessionNonce(r); !ok {
-			writeError(w, http.StatusUnauthorized, "unauthorized", "log in to the admin panel first")
+			handlers.WriteError(w, http.StatusUnauthorized, "unauthorized", "log in to the admin panel first")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -135,7 +125,7 @@ func (p *Panel) loginJSON(w http.ResponseWriter, r *http.Request) {
 		Token string `json:"token"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"token\": string}")
+		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"token\": string}")
 		return
 	}
 	switch st, wait := p.attempt(w, r, body.Token); st {
@@ -143,17 +133,17 @@ func (p *Panel) loginJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds())+1))
-		writeError(w, st, "rate_limited", "too many wrong tokens; try again later")
+		handlers.WriteError(w, st, "rate_limited", "too many wrong tokens; try again later")
 	case http.StatusForbidden:
-		writeError(w, st, "forbidden", "cross-origin login refused")
+		handlers.WriteError(w, st, "forbidden", "cross-origin login refused")
 	default:
-		writeError(w, st, "unauthorized", "wrong token")
+		handlers.WriteError(w, st, "unauthorized", "wrong token")
 	}
 }
 
 func (p *Panel) logout(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
-		writeError(w, http.StatusForbidden, "forbidden", "cross-origin request refused")
+		handlers.WriteError(w, http.StatusForbidden, "forbidden", "cross-origin request refused")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/admin", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -163,7 +153,7 @@ func (p *Panel) logout(w http.ResponseWriter, r *http.Request) {
 // session tells the page its node and the CSRF token of its actions.
 func (p *Panel) session(w http.ResponseWriter, r *http.Request) {
 	nonce, _ := p.sessionNonce(r)
-	writeJSON(w, http.StatusOK, map[string]any{
+	handlers.WriteJSON(w, http.StatusOK, map[string]any{
 		"node":           p.cfg.NodeID,
 		"csrf":           p.sessions.csrf(nonce),
 		"refreshMs":      p.cfg.PublishEvery.Milliseconds(),

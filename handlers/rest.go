@@ -143,16 +143,16 @@ func NewREST(d RESTDeps) *REST {
 				if w.Header().Get("Retry-After") == "" {
 					w.Header().Set("Retry-After", fmt.Sprint(int((window+time.Second-1)/time.Second)))
 				}
-				writeRESTError(w, http.StatusTooManyRequests, CodeRateLimited, "too many requests; retry later")
+				WriteError(w, http.StatusTooManyRequests, CodeRateLimited, "too many requests; retry later")
 			}),
 			httprate.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
 				a.log.Error("rate limiter failed", "err", err)
-				writeRESTError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+				WriteError(w, http.StatusInternalServerError, CodeInternal, "internal error")
 			}),
 		)
 	}
 	a.notFound = func(w http.ResponseWriter, _ *http.Request) {
-		writeRESTError(w, http.StatusNotFound, CodeNotFound, "no such route")
+		WriteError(w, http.StatusNotFound, CodeNotFound, "no such route")
 	}
 	a.router = a.routes()
 	return a
@@ -188,8 +188,10 @@ func (a *REST) routes() *chi.Mux {
 
 // ---- responses
 
-// writeRESTJSON writes v as the JSON answer.
-func writeRESTJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON writes v as a JSON answer (no-store, nosniff); a value that
+// cannot be encoded becomes a 500 with the error shape. The server, the
+// REST handlers and the admin API all answer through it.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
@@ -203,9 +205,9 @@ func writeRESTJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeRESTError writes the contract's error shape {"error":{"code","message"}}.
-func writeRESTError(w http.ResponseWriter, status int, code, message string) {
-	writeRESTJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+// WriteError writes the contract's error shape {"error":{"code","message"}}.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
+	WriteJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
 }
 
 // fail answers err with its contract code and status; internal and
@@ -218,7 +220,7 @@ func (a *REST) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case CodeUnavailable:
 		a.log.Warn("rest request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	writeRESTError(w, httpStatus(e.Code), e.Code, e.Message)
+	WriteError(w, httpStatus(e.Code), e.Code, e.Message)
 }
 
 func (a *REST) unauthorized(w http.ResponseWriter, reason string, tokenGiven bool) {
@@ -227,7 +229,7 @@ func (a *REST) unauthorized(w http.ResponseWriter, reason string, tokenGiven boo
 		challenge += `, error="invalid_token"`
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
-	writeRESTError(w, http.StatusUnauthorized, CodeUnauthorized, reason)
+	WriteError(w, http.StatusUnauthorized, CodeUnauthorized, reason)
 }
 
 // recoverJSON turns a panic of a handler into a JSON 500.
@@ -240,7 +242,7 @@ func (a *REST) recoverJSON(next http.Handler) http.Handler {
 				}
 				a.log.Error("rest handler panic", "method", r.Method, "path", r.URL.Path,
 					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				writeRESTError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+				WriteError(w, http.StatusInternalServerError, CodeInternal, "internal error")
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -274,7 +276,7 @@ func (a *REST) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	if len(allowed) > 0 {
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 	}
-	writeRESTError(w, http.StatusMethodNotAllowed, CodeInvalidArgument,
+	WriteError(w, http.StatusMethodNotAllowed, CodeInvalidArgument,
 		fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, strings.Join(allowed, ", ")))
 }
 
@@ -512,7 +514,7 @@ func (a *REST) userPresence(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("rest: %d presences for 1 user", len(ps)))
 		return
 	}
-	writeRESTJSON(w, http.StatusOK, ps[0])
+	WriteJSON(w, http.StatusOK, ps[0])
 }
 
 // POST /presence/query {userIds}
@@ -535,7 +537,7 @@ func (a *REST) queryPresence(w http.ResponseWriter, r *http.Request) {
 	if ps == nil {
 		ps = []lastseen.Presence{}
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{"presences": ps})
+	WriteJSON(w, http.StatusOK, map[string]any{"presences": ps})
 }
 
 // GET /conversations/{conversationId}/presence
@@ -563,7 +565,7 @@ func (a *REST) conversationPresence(w http.ResponseWriter, r *http.Request) {
 	if typing == nil {
 		typing = []string{}
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{
+	WriteJSON(w, http.StatusOK, map[string]any{
 		"conversationId": conv,
 		"online":         rosterPayload(r.Context(), a.d.Settings, res.Online),
 		"typing":         typing,
@@ -582,7 +584,7 @@ func (a *REST) getPrivacy(w http.ResponseWriter, r *http.Request) {
 	if v == "" {
 		v = store.DefaultVisibility
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
+	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }
 
 // PUT /me/privacy {lastSeen}
@@ -616,7 +618,7 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 		a.d.PrivacyChanged(ctx, user, v)
 		cancel()
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
+	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }
 
 // uniqueCount is the number of distinct ids.
@@ -678,7 +680,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 			a.log.Error("membership change not applied on every node", "conversation_id", conv, "removed", len(removed), "err", err)
 		}
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{
+	WriteJSON(w, http.StatusOK, map[string]any{
 		"conversationId": conv,
 		"members":        uniqueCount(ids),
 		"removed":        removed,
@@ -697,5 +699,5 @@ func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeRESTJSON(w, http.StatusOK, map[string]any{"userId": user, "contacts": uniqueCount(ids)})
+	WriteJSON(w, http.StatusOK, map[string]any{"userId": user, "contacts": uniqueCount(ids)})
 }

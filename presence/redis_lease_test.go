@@ -153,20 +153,17 @@ func TestRedisClockSkew(t *testing.T) {
 	}
 }
 
-// A stall of Redis longer than the lease (here DEBUG SLEEP 8 against a
-// lease of 5 s) lapses every lease at once; no node reaps another, since
-// a node reaps only once its own lease has been renewed without a gap for
-// a full lease period, and every node renews within that.
-func TestRedisStall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("16 s")
-	}
-	rdb, addr, _ := privateRedis(t, "--appendonly", "no", "--enable-debug-command", "yes")
+// stalledFleet starts three nodes on rdb, each with one user in c1, waits
+// a moment, runs fault (a stall or an outage of Redis), waits more than a
+// lease, and checks that nobody was reaped: the roster is whole, no leave
+// or offline status was announced, and no node counted a reap.
+func stalledFleet(t *testing.T, rdb redis.UniversalClient, prefix, what string, fault func()) {
+	t.Helper()
 	ctx := context.Background()
 	rec := &enginetest.Recorder{}
 	var engs []*presence.RedisEngine
 	for i := range 3 {
-		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: fmt.Sprintf("n%d", i), Sink: rec.Sink()}, presence.RedisConfig{Prefix: "stall"})
+		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: fmt.Sprintf("n%d", i), Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
 		sid, user := fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i)
 		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
 			t.Fatal(err)
@@ -180,25 +177,39 @@ func TestRedisStall(t *testing.T) {
 	}
 	rec.Take()
 	time.Sleep(1500 * time.Millisecond)
-	sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 20 * time.Second})
-	defer sleeper.Close()
-	if err := sleeper.Do(ctx, "DEBUG", "SLEEP", "8").Err(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(7 * time.Second) // more than a lease after the stall
+	fault()
+	time.Sleep(7 * time.Second) // more than a lease after the fault
 	if got := rosterUsers(t, engs[0], "c1"); !slices.Equal(got, []string{"u0", "u1", "u2"}) {
-		t.Fatalf("roster after an 8 s stall: %v, want every user", got)
+		t.Fatalf("roster after %s: %v, want every user", what, got)
 	}
 	for _, e := range rec.Take() {
 		if strings.HasPrefix(e, "leave") || strings.HasSuffix(e, "offline") {
-			t.Fatalf("event %q after the stall: a live node was reaped", e)
+			t.Fatalf("event %q after %s: a live node was reaped", e, what)
 		}
 	}
 	for i, eng := range engs {
 		if n := testutil.ToFloat64(eng.Collectors()[0]); n != 0 {
-			t.Fatalf("node %d reaped %v nodes", i, n)
+			t.Fatalf("node %d reaped %v nodes after %s", i, n, what)
 		}
 	}
+}
+
+// A stall of Redis longer than the lease (here DEBUG SLEEP 8 against a
+// lease of 5 s) lapses every lease at once; no node reaps another, since
+// a node reaps only once its own lease has been renewed without a gap for
+// a full lease period, and every node renews within that.
+func TestRedisStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("16 s")
+	}
+	rdb, addr, _ := privateRedis(t, "--appendonly", "no", "--enable-debug-command", "yes")
+	stalledFleet(t, rdb, "stall", "an 8 s stall", func() {
+		sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 20 * time.Second})
+		defer sleeper.Close()
+		if err := sleeper.Do(context.Background(), "DEBUG", "SLEEP", "8").Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // Redis down for 8 s (a crash and restart with its data, as a failover
@@ -210,34 +221,7 @@ func TestRedisOutage(t *testing.T) {
 		t.Skip("16 s")
 	}
 	rdb, _, restart := privateRedis(t, "--appendonly", "yes", "--appendfsync", "always", "--dir", t.TempDir())
-	ctx := context.Background()
-	rec := &enginetest.Recorder{}
-	var engs []*presence.RedisEngine
-	for i := range 3 {
-		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: fmt.Sprintf("n%d", i), Sink: rec.Sink()}, presence.RedisConfig{Prefix: "outage"})
-		sid, user := fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i)
-		if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := eng.Join(ctx, sid, "c1"); err != nil {
-			t.Fatal(err)
-		}
-		stop := runNode(eng)
-		defer stop()
-		engs = append(engs, eng)
-	}
-	rec.Take()
-	time.Sleep(1500 * time.Millisecond)
-	restart(8 * time.Second)
-	time.Sleep(7 * time.Second) // more than a lease after the outage
-	if got := rosterUsers(t, engs[0], "c1"); !slices.Equal(got, []string{"u0", "u1", "u2"}) {
-		t.Fatalf("roster after an 8 s outage: %v, want every user", got)
-	}
-	for _, e := range rec.Take() {
-		if strings.HasPrefix(e, "leave") || strings.HasSuffix(e, "offline") {
-			t.Fatalf("event %q after the outage: a live node was reaped", e)
-		}
-	}
+	stalledFleet(t, rdb, "outage", "an 8 s outage", func() { restart(8 * time.Second) })
 }
 
 // A node whose lease lapsed and that was reaped registers its sockets

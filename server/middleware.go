@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -65,7 +64,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 			if isHandshake(r) {
 				s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden).Inc()
 			}
-			writeError(w, http.StatusForbidden, "forbidden", "origin not allowed")
+			handlers.WriteError(w, http.StatusForbidden, "forbidden", "origin not allowed")
 			return
 		}
 		h := w.Header()
@@ -91,7 +90,7 @@ func (s *Server) rejectWhileDraining(next http.Handler) http.Handler {
 		if s.draining.Load() && isHandshake(r) {
 			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeDraining).Inc()
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, "unavailable", "server is shutting down")
+			handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "server is shutting down")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -111,7 +110,7 @@ func (s *Server) limitHandshakes(next http.Handler) http.Handler {
 			if w.Header().Get("Retry-After") == "" {
 				w.Header().Set("Retry-After", strconv.Itoa(int((s.cfg.HandshakeWindow+time.Second-1)/time.Second)))
 			}
-			writeError(w, http.StatusTooManyRequests, "rate_limited", "too many handshakes from this address")
+			handlers.WriteError(w, http.StatusTooManyRequests, "rate_limited", "too many handshakes from this address")
 		}),
 	)(next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -138,17 +137,17 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodPost {
 			if r.ContentLength > s.cfg.MaxBuffer {
-				writeError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
+				handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 				return
 			}
 			if r.ContentLength < 0 {
 				body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBuffer+1))
 				if err != nil {
-					writeError(w, http.StatusBadRequest, "invalid_argument", "unreadable body")
+					handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "unreadable body")
 					return
 				}
 				if int64(len(body)) > s.cfg.MaxBuffer {
-					writeError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
+					handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 					return
 				}
 				r.Body = io.NopCloser(bytes.NewReader(body))
@@ -157,17 +156,4 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// writeJSON writes v as a JSON response.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// writeError writes the contract's error shape {"error":{"code","message"}}.
-func writeError(w http.ResponseWriter, status int, code, message string) {
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
 }

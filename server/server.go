@@ -246,14 +246,14 @@ func (s *Server) routes() chi.Router {
 	}
 
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no such route")
+		handlers.WriteError(w, http.StatusNotFound, "not_found", "no such route")
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
+		handlers.WriteError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		handlers.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.readyz)
 	r.Handle("/metrics", s.deps.Metrics.Handler())
@@ -262,7 +262,7 @@ func (s *Server) routes() chi.Router {
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
+		handlers.WriteJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "draining"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -284,7 +284,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if status != http.StatusOK {
 		word = "unavailable"
 	}
-	writeJSON(w, status, map[string]any{"status": word, "checks": checks})
+	handlers.WriteJSON(w, status, map[string]any{"status": word, "checks": checks})
 }
 
 // Serve serves on ln until ctx ends, then shuts down gracefully: new
