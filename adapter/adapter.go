@@ -13,6 +13,8 @@ import (
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // Builder creates one NamespaceAdapter per Socket.IO namespace; it is the
@@ -116,7 +118,8 @@ func (b *Builder) forget(a *NamespaceAdapter) {
 }
 
 // NamespaceAdapter is the adapter of one namespace: the library's in-memory
-// adapter for this node's sockets, plus Redis Pub/Sub for the other nodes.
+// adapter for this node's sockets (with transport.LocalAdapter's delivery),
+// plus Redis Pub/Sub for the other nodes.
 type NamespaceAdapter struct {
 	socket.Adapter
 
@@ -149,7 +152,9 @@ type NamespaceAdapter struct {
 var _ socket.Adapter = (*NamespaceAdapter)(nil)
 
 func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
-	base := socket.MakeAdapter()
+	// Local delivery: encoded once for all this node's recipients
+	// (transport.LocalAdapter).
+	base := transport.NewLocalAdapter()
 	a := &NamespaceAdapter{
 		Adapter:  base,
 		b:        b,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/transport"
 )
 
 // Viewers answers privacy-filtered presence, for one viewer about many
@@ -269,20 +270,46 @@ func (s *Subscriptions) Drop(c *Conn) { s.Replace(c, nil) }
 // moves its bucket to "recently"). A subscription whose ack is still being
 // built (the socket has seen nothing yet) gets no hidden update either:
 // the ack carries the hidden presence.
-func remember(c *Conn, p lastseen.Presence) bool {
-	b, _ := json.Marshal(p)
+// js is p's JSON.
+func remember(c *Conn, p lastseen.Presence, js string) bool {
 	hidden := p.Status == lastseen.StatusHidden
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	prev, ok := c.subs[p.UserID]
-	if !ok || prev.json == string(b) {
+	if !ok || prev.json == js {
 		return false
 	}
 	if hidden && (prev.hidden || prev.json == "") {
 		return false
 	}
-	c.subs[p.UserID] = subState{json: string(b), hidden: hidden}
+	c.subs[p.UserID] = subState{json: js, hidden: hidden}
 	return true
+}
+
+// presenceForm is a filtered presence as a comparable value: the viewers
+// of one change see a few distinct forms of it (CONTRACT §3), and each
+// form is encoded once, for all the sockets that see it.
+type presenceForm struct {
+	userID, status, lastSeen, bucket, display string
+	hasLastSeen, hasBucket                    bool
+}
+
+func formOf(p lastseen.Presence) presenceForm {
+	f := presenceForm{userID: p.UserID, status: p.Status, display: p.Display}
+	if p.LastSeen != nil {
+		f.lastSeen, f.hasLastSeen = *p.LastSeen, true
+	}
+	if p.LastSeenBucket != nil {
+		f.bucket, f.hasBucket = *p.LastSeenBucket, true
+	}
+	return f
+}
+
+// encodedForm is one form's JSON (what remember compares) and, once a
+// socket is sent it, its packet (transport.Frame).
+type encodedForm struct {
+	json  string
+	frame *transport.Frame
 }
 
 // deliverNow pushes a status change to this node's subscribers of the
@@ -319,13 +346,36 @@ func (s *Subscriptions) deliverNow(ctx context.Context, e presence.Event) {
 		s.log.Warn("presence update not delivered", "user_id", e.UserID, "err", err)
 		return
 	}
+	forms := map[presenceForm]*encodedForm{}
 	for i, c := range conns {
-		if i < len(ps) && remember(c, ps[i]) {
-			if err := s.send(c, "presence:update", ps[i]); err != nil {
+		if i >= len(ps) {
+			break
+		}
+		key := formOf(ps[i])
+		f := forms[key]
+		if f == nil {
+			b, _ := json.Marshal(ps[i])
+			f = &encodedForm{json: string(b)}
+			forms[key] = f
+		}
+		if remember(c, ps[i], f.json) {
+			if err := s.sendForm(c, ps[i], f); err != nil {
 				s.log.Debug("presence update emit failed", "sid", c.sid, "err", err)
 			}
 		}
 	}
+}
+
+// sendForm sends a socket `presence:update` with p, encoded once per form.
+func (s *Subscriptions) sendForm(c *Conn, p lastseen.Presence, f *encodedForm) error {
+	if s.emit != nil || c.sock == nil {
+		return s.send(c, "presence:update", p)
+	}
+	if f.frame == nil {
+		f.frame = transport.EventFrame(c.sock.Nsp(), "presence:update", p)
+	}
+	f.frame.WriteTo(c.sock)
+	return nil
 }
 
 // refreshEvent is a queued "the user's privacy changed": subscribers are

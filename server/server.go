@@ -150,6 +150,10 @@ func (s *Server) newSocketIO() *socket.Server {
 	opts.SetPath("/socket.io")
 	if s.cfg.Adapter != nil {
 		opts.SetAdapter(s.cfg.Adapter)
+	} else {
+		// one node: the library's in-memory adapter, with broadcasts
+		// encoded once for all their recipients
+		opts.SetAdapter(transport.LocalAdapterBuilder{})
 	}
 	if s.cfg.Parser == "msgpack" {
 		// Every packet is then a binary message: our websocket transport

@@ -45,6 +45,19 @@ func WatchConn(conn engine.Socket, maxBytes int64, maxWait time.Duration, trip f
 }
 
 func watchConn(conn engine.Socket, g *outboundGuard) {
+	// Our websocket transport keeps its own queue (wsout.go), which the
+	// engine's packet events do not see: the same bound applies there.
+	guardWS := func(t any) {
+		if w, ok := t.(*wsTransport); ok {
+			w.guard.Store(g)
+		}
+	}
+	guardWS(conn.Transport())
+	_ = conn.On("upgrade", func(args ...any) {
+		if len(args) > 0 {
+			guardWS(args[0])
+		}
+	})
 	var pingAt atomic.Int64
 	_ = conn.On("packetCreate", func(args ...any) {
 		if p, ok := firstPacket(args); ok {

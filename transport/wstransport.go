@@ -13,7 +13,6 @@ import (
 	"github.com/zishang520/socket.io/parsers/engine/v3/packet"
 	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	"github.com/zishang520/socket.io/servers/socket/v3"
-	"github.com/zishang520/socket.io/v3/pkg/queue"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 )
 
@@ -29,12 +28,11 @@ import (
 //     connection, reused, and the direct events run on a small pool of
 //     goroutines while the reader waits (wspool.go): the readers do not
 //     allocate, which matters during GC cycles;
-//   - frames the library pre-encoded for a broadcast are written as they
-//     are, without building a gorilla PreparedMessage per recipient.
-//
-// Writes of the engine's packets still go through a queue (the engine
-// expects Send to return at once and calls it under its flush lock); the
-// direct acks and the queued writes share one write lock.
+//   - everything written goes through one ordered queue of whole frames
+//     (wsout.go): the engine's packets, the direct acks, and broadcasts
+//     encoded once for all their recipients (broadcast.go). The transport
+//     stays writable: the engine hands each packet over at once and keeps
+//     nothing in its own buffer, so the queue's order is the socket's.
 
 // Dispatcher takes EVENT packets of the main namespace read off a
 // websocket (the socket handlers plug in here). DirectEvent handles one:
@@ -109,11 +107,12 @@ type wsTransport struct {
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
 
-	wmu    sync.Mutex // one writer at a time on conn
-	ackBuf []byte     // under wmu: the ack frame being written
-	sendq  *queue.Queue
-	closed atomic.Bool
-	pingAt atomic.Int64 // unix ns of the last PING written (pingrace.go)
+	netConn net.Conn // the hijacked connection, written by wsout.go
+	out     outbound
+	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
+	ackMu   sync.Mutex
+	ackBuf  []byte       // under ackMu: the ack frame being built
+	pingAt  atomic.Int64 // unix ns of the last PING queued (pingrace.go)
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
@@ -121,8 +120,8 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.idle = ctx.IdleTimeout
 	w.conn = ctx.Websocket
 	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
+	w.netConn = w.conn.NetConn()
 	w.jobDone = make(chan bool, 1)
-	w.sendq = queue.New()
 	w.upgradeSid = ctx.Query().Peek("sid")
 	w.idFn = w.engineID
 
@@ -256,103 +255,69 @@ func (w *wsTransport) holdPong(msg []byte) bool {
 }
 
 // writeAck writes a Socket.IO ACK packet for id, as the library's encoder
-// would ("43" + id + the JSON array).
+// would ("43" + id + the JSON array), in the socket's order (wsout.go).
 func (w *wsTransport) writeAck(id uint64, reply []any) {
 	if reply == nil {
 		reply = []any{}
 	}
-	w.wmu.Lock()
-	frame := append(w.ackBuf, '4', '3')
-	frame = strconv.AppendUint(frame, id, 10)
-	frame, err := appendJSON(frame, reply)
+	w.ackMu.Lock()
+	buf := append(w.ackBuf[:0], make([]byte, maxFrameHeader)...)
+	buf = append(buf, '4', '3')
+	buf = strconv.AppendUint(buf, id, 10)
+	buf, err := appendJSON(buf, reply)
 	if err != nil {
-		w.ackBuf = keep(frame)
-		w.wmu.Unlock()
+		w.ackBuf = keep(buf)
+		w.ackMu.Unlock()
 		w.OnError("encode ack", err)
 		return
 	}
-	err = w.writeLocked(ws.TextMessage, frame, false) // gorilla copies the frame
-	w.ackBuf = keep(frame)
-	w.wmu.Unlock()
-	if err != nil {
-		w.fail(err)
-	}
+	w.writeNow(sealFrame(buf, opText))
+	w.ackBuf = keep(buf)
+	w.ackMu.Unlock()
 }
 
-func (w *wsTransport) writeLocked(mt int, data []byte, compress bool) error {
-	if w.closed.Load() {
-		return net.ErrClosed
-	}
-	if pmd := w.PerMessageDeflate(); pmd != nil && len(data) < pmd.Threshold {
-		compress = false
-	}
-	w.conn.EnableWriteCompression(compress)
-	if w.writeWait > 0 {
-		_ = w.conn.SetWriteDeadline(time.Now().Add(w.writeWait))
-	}
-	return w.conn.WriteMessage(mt, data)
-}
-
-// Send writes the engine's packets, in order, on the write queue.
+// Send queues the engine's packets, in order, and returns at once; the
+// transport stays writable (see wsTransport).
 func (w *wsTransport) Send(packets []*packet.Packet) {
-	w.SetWritable(false)
-	w.sendq.Enqueue(func() { w.send(packets) })
-}
-
-func (w *wsTransport) send(packets []*packet.Packet) {
-	defer func() {
-		w.Emit("drain")
-		w.SetWritable(true)
-		w.Emit("ready")
-	}()
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
+	frames := make([][]byte, 0, len(packets))
 	for _, p := range packets {
 		if p.Type == packet.PING {
 			w.pingAt.Store(time.Now().UnixNano())
 		}
-		compress := true
-		if p.Options != nil && p.Options.Compress != nil && !*p.Options.Compress {
-			compress = false
-		}
-		var err error
-		if p.Options != nil && p.Options.WsPreEncodedFrame != nil && w.PerMessageDeflate() == nil {
-			frame := p.Options.WsPreEncodedFrame
-			mt := ws.BinaryMessage
-			if _, ok := frame.(*types.StringBuffer); ok {
-				mt = ws.TextMessage
+		if p.Options != nil && p.Options.WsPreEncodedFrame != nil {
+			f := p.Options.WsPreEncodedFrame
+			if _, ok := f.(*types.StringBuffer); ok {
+				frames = append(frames, buildFrame(opText, nil, f.Bytes()))
+			} else {
+				frames = append(frames, buildFrame(opBinary, nil, f.Bytes()))
 			}
-			err = w.writeLocked(mt, frame.Bytes(), compress)
-		} else {
-			var data types.BufferInterface
-			if data, err = w.Parser().EncodePacket(p, w.SupportsBinary()); err == nil {
-				mt := ws.BinaryMessage
-				if _, ok := data.(*types.StringBuffer); ok {
-					mt = ws.TextMessage
-				}
-				err = w.writeLocked(mt, data.Bytes(), compress)
-			}
+			continue
 		}
+		data, err := w.Parser().EncodePacket(p, w.SupportsBinary())
 		if err != nil {
-			w.fail(err)
+			w.OnError("encode packet", err)
 			return
 		}
+		if _, ok := data.(*types.StringBuffer); ok {
+			frames = append(frames, buildFrame(opText, nil, data.Bytes()))
+		} else {
+			frames = append(frames, buildFrame(opBinary, nil, data.Bytes()))
+		}
 	}
+	w.queue(frames...)
+	w.Emit("drain")
 }
 
-// OnClose releases the write queue and the connection on every close path.
+// OnClose releases the connection on every close path.
 func (w *wsTransport) OnClose() {
-	w.closed.Store(true)
-	w.sendq.TryClose()
+	w.abandonOut()
 	w.Transport.OnClose()
-	_ = w.conn.Close()
 }
 
-// DoClose closes the transport (the engine's Close).
+// DoClose closes the transport (the engine's Close): what is queued is
+// written first, within closeWait.
 func (w *wsTransport) DoClose(fn types.Callable) {
-	w.closed.Store(true)
-	w.sendq.TryClose()
-	defer func() { _ = w.conn.Close() }()
+	w.closeOut()
 	if fn != nil {
 		fn()
 	}

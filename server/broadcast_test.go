@@ -1,0 +1,130 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/server"
+)
+
+// A room broadcast reaches websocket sockets as one frame encoded once
+// (transport.LocalAdapter) and polling sockets through the library, whatever
+// its size: each websocket frame header form (7-bit, 16-bit and 64-bit
+// lengths) arrives whole.
+func TestBroadcastReachesWebsocketAndPolling(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	c := dialWS(t, ts.URL, mint(t, "bc-user"))
+	defer c.conn.Close()
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid="
+	got := connectPolling(t, ts.URL, `{"token":"`+mint(t, "bc-user")+`"}`)
+	if !strings.Contains(got, "session") {
+		t.Fatalf("polling connect: %q", got)
+	}
+	sid := pollingSid(t, ts)
+	for _, n := range []int{10, 200, 70_000} {
+		payload := strings.Repeat("x", n)
+		if err := ts.Server.IO().To(handlers.UserRoom("bc-user")).Emit("big", payload); err != nil {
+			t.Fatal(err)
+		}
+		want := `42["big","` + payload + `"]`
+		_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if m := c.next(t); m != want {
+			t.Fatalf("%d bytes over websocket: got %d bytes %.40q", n, len(m), m)
+		}
+		var polled string
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && !strings.Contains(polled, want) {
+			_, body := do(t, "GET", u+sid, "", nil)
+			polled += body
+		}
+		if !strings.Contains(polled, want) {
+			t.Fatalf("%d bytes over polling: got %.80q", n, polled)
+		}
+	}
+}
+
+// pollingSid returns the engine id of the one polling socket of ts.
+func pollingSid(t *testing.T, ts *testServer) string {
+	t.Helper()
+	for _, s := range ts.Server.IO().Sockets().Sockets().Values() {
+		if s.Conn().Transport().Name() == "polling" {
+			return s.Conn().Id()
+		}
+	}
+	t.Fatal("no polling socket")
+	return ""
+}
+
+// A socket keeps its order between broadcasts and acks: an event sent
+// after a broadcast was emitted is acked after that broadcast arrives.
+func TestBroadcastAndAckOrder(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	c := dialWS(t, ts.URL, mint(t, "order-user"))
+	defer c.conn.Close()
+	room := handlers.UserRoom("order-user")
+	for i := range 200 {
+		if err := ts.Server.IO().To(room).Emit("seq", i); err != nil {
+			t.Fatal(err)
+		}
+		ack := c.emit(t, "heartbeat", `{"active":true}`)
+		_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		first := c.next(t)
+		if first != `42["seq",`+strconv.Itoa(i)+`]` {
+			t.Fatalf("round %d: first message %q, want the broadcast before the ack", i, first)
+		}
+		if m := c.nextBytes(t); !bytes.HasPrefix(m, ack) {
+			t.Fatalf("round %d: second message %q, want the ack %q", i, m, ack)
+		}
+	}
+}
+
+// A socket disconnected by the server is sent its DISCONNECT packet before
+// the connection closes (what is queued is written first), so the client
+// sees "io server disconnect", not a lost transport.
+func TestServerDisconnectWritesQueuedPackets(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	c := dialWS(t, ts.URL, mint(t, "kick-user"))
+	defer c.conn.Close()
+	ts.Server.IO().In(handlers.UserRoom("kick-user")).DisconnectSockets(true)
+	_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var seen []string
+	for {
+		_, msg, err := c.conn.ReadMessage()
+		if err != nil {
+			break
+		}
+		seen = append(seen, string(msg))
+	}
+	if len(seen) == 0 || seen[len(seen)-1] != "41" {
+		js, _ := json.Marshal(seen)
+		t.Fatalf("messages before the close: %s; want the DISCONNECT packet 41 last", js)
+	}
+}
+
+// A websocket client that stops reading is disconnected once what it left
+// unread passes PRESENCE_MAX_UNREAD (the queue of wsout.go), and counted.
+func TestWebsocketUnreadBound(t *testing.T) {
+	ts := newTestServer(t, server.Config{MaxUnread: 256 << 10, MaxUnreadAge: time.Minute})
+	c := dialWS(t, ts.URL, mint(t, "stalled-user"))
+	defer c.conn.Close()
+	payload := strings.Repeat("y", 32<<10)
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
+		// the client reads nothing: its TCP window fills, then the queue
+		_ = ts.Server.IO().To(handlers.UserRoom("stalled-user")).Emit("big", payload)
+		time.Sleep(time.Millisecond)
+	}
+	if n := ts.Sockets.Open(); n != 0 {
+		t.Fatalf("open sockets: %d, want the stalled one disconnected", n)
+	}
+	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
+		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
+	}
+}

@@ -1,0 +1,304 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"time"
+)
+
+// The websocket's outbound side. Everything a socket is sent on our
+// transport (the engine's packets, the direct acks, and the frames of
+// broadcasts encoded once for all their recipients, broadcast.go) goes
+// through one queue of whole websocket frames, in the order it was
+// queued, and is written to the connection by at most one goroutine at a
+// time, as many frames as are waiting in one writev. So a socket keeps its
+// order between acks, events and broadcasts, a broadcast costs each
+// recipient a slice header in its queue, and a client that stops reading
+// holds up only its own writer, never the sender.
+//
+// There is no goroutine per idle connection: the writer is started when a
+// frame is queued on an idle connection and ends when the queue is empty.
+// An ack found an idle connection is written by the event's own goroutine
+// (the ack is the reply to what that goroutine just read), without a copy.
+//
+// The frames are written on the hijacked connection itself, not through
+// gorilla's writer (which copies each message into its buffer and takes a
+// syscall per message). Gorilla still writes the control frames the reader
+// answers (wsframes.go): each is one Write on the connection, and the
+// connection writes each Write or writev whole before the next, so frames
+// never interleave.
+type outbound struct {
+	mu      sync.Mutex
+	frames  net.Buffers // whole frames queued, in order
+	spare   net.Buffers // the last batch's array, for reuse
+	bytes   int64       // queued and being written
+	since   int64       // unix ns the oldest frame not yet written was queued; 0: none
+	writing bool        // a writer runs (it owns conn writes)
+	// closing: the transport was closed; the writer closes the connection
+	// once the queue is written (or its deadline passes). dead: the
+	// connection failed or was closed: nothing more is queued.
+	closing, dead bool
+}
+
+// closeWait bounds how long a closing connection may take to write what is
+// queued (a disconnect packet, say) before it is closed anyway.
+const closeWait = time.Second
+
+// maxFrameHeader is the longest header of a server frame (no mask).
+const maxFrameHeader = 10
+
+// appendFrameHeader appends the header of an unmasked final frame of
+// opcode op carrying n bytes.
+func appendFrameHeader(dst []byte, op int, n int) []byte {
+	switch {
+	case n < 126:
+		return append(dst, 0x80|byte(op), byte(n))
+	case n <= 0xffff:
+		return append(dst, 0x80|byte(op), 126, byte(n>>8), byte(n))
+	default:
+		dst = append(dst, 0x80|byte(op), 127)
+		return binary.BigEndian.AppendUint64(dst, uint64(n))
+	}
+}
+
+// frameHeaderLen is the length of appendFrameHeader's header for n bytes.
+func frameHeaderLen(n int) int {
+	switch {
+	case n < 126:
+		return 2
+	case n <= 0xffff:
+		return 4
+	default:
+		return 10
+	}
+}
+
+// buildFrame returns a whole frame of op carrying prefix (0 or 1 byte)
+// followed by payload, in one new slice.
+func buildFrame(op int, prefix []byte, payload []byte) []byte {
+	n := len(prefix) + len(payload)
+	f := make([]byte, 0, frameHeaderLen(n)+n)
+	f = appendFrameHeader(f, op, n)
+	f = append(f, prefix...)
+	return append(f, payload...)
+}
+
+// sealFrame turns buf, whose first maxFrameHeader bytes are reserved and
+// whose rest is the payload, into a whole frame of op: the header is
+// written just before the payload and the frame returned is a sub-slice.
+func sealFrame(buf []byte, op int) []byte {
+	n := len(buf) - maxFrameHeader
+	h := frameHeaderLen(n)
+	start := maxFrameHeader - h
+	appendFrameHeader(buf[start:start], op, n)
+	return buf[start:]
+}
+
+// queue adds whole frames to the outbound queue (shared: the caller
+// keeps no right to change them) and starts the writer if none runs. It
+// reports false when the connection is closed or closing.
+func (w *wsTransport) queue(frames ...[]byte) bool {
+	o := &w.out
+	now := time.Now().UnixNano()
+	o.mu.Lock()
+	if o.dead || o.closing {
+		o.mu.Unlock()
+		return false
+	}
+	for _, f := range frames {
+		o.frames = append(o.frames, f)
+		o.bytes += int64(len(f))
+	}
+	pending, since := o.bytes, o.since
+	if since == 0 {
+		o.since = now
+	}
+	start := !o.writing
+	o.writing = true
+	o.mu.Unlock()
+	w.checkUnread(pending, since, now)
+	if start {
+		go w.drain(nil)
+	}
+	return true
+}
+
+// writeNow writes frame at once on the calling goroutine when nothing is
+// queued before it and no writer runs; otherwise it queues a copy. frame
+// may be reused by the caller when writeNow returns.
+func (w *wsTransport) writeNow(frame []byte) {
+	o := &w.out
+	o.mu.Lock()
+	if o.dead || o.closing {
+		o.mu.Unlock()
+		return
+	}
+	if o.writing || len(o.frames) > 0 {
+		o.mu.Unlock()
+		w.queue(append([]byte(nil), frame...))
+		return
+	}
+	o.writing = true
+	o.bytes += int64(len(frame))
+	o.since = time.Now().UnixNano()
+	o.mu.Unlock()
+	w.drain(frame)
+}
+
+// checkUnread applies the unread bound (outboundGuard's settings) to the
+// queue: pending bytes queued, the oldest queued at since (0: none before
+// now).
+func (w *wsTransport) checkUnread(pending, since, now int64) {
+	g := w.guard.Load()
+	if g == nil {
+		return
+	}
+	if g.maxWait > 0 && since != 0 && time.Duration(now-since) > g.maxWait {
+		g.fire("unread for too long", pending)
+		return
+	}
+	if g.maxBytes > 0 && pending > g.maxBytes {
+		g.fire("too much unread data", pending)
+	}
+}
+
+// drain is the writer. Called with first (a frame counted in bytes, not
+// queued) it writes that frame only and leaves what was queued meanwhile to
+// a writer goroutine. Called without, it writes what is queued, batch by
+// batch, until the queue is empty; then it closes the connection if the transport was closed
+// meanwhile. A failed write fails the connection and drops the queue.
+func (w *wsTransport) drain(first []byte) {
+	o := &w.out
+	var batch net.Buffers
+	if first != nil {
+		batch = net.Buffers{first}
+	}
+	for {
+		if len(batch) > 0 {
+			n := 0
+			for _, f := range batch {
+				n += len(f)
+			}
+			err := w.writeFrames(batch)
+			clear(batch)
+			o.mu.Lock()
+			if o.dead { // abandoned meanwhile
+				o.mu.Unlock()
+				return
+			}
+			if err != nil {
+				w.dropLocked()
+				o.mu.Unlock()
+				_ = w.conn.Close()
+				w.fail(err)
+				return
+			}
+			o.bytes -= int64(n)
+			if len(o.frames) == 0 {
+				o.since = 0
+			} else {
+				// what is left was queued while the batch was written
+				o.since = time.Now().UnixNano()
+			}
+			if cap(batch) > cap(o.spare) {
+				o.spare = batch[:0]
+			}
+		} else {
+			o.mu.Lock()
+			if o.dead {
+				o.mu.Unlock()
+				return
+			}
+		}
+		if len(o.frames) == 0 {
+			o.writing = false
+			closing := o.closing
+			if closing {
+				o.dead = true
+			}
+			o.mu.Unlock()
+			if closing {
+				_ = w.conn.Close()
+			}
+			return
+		}
+		if first != nil {
+			// The caller wrote its own frame; what others queued meanwhile
+			// is for a writer of its own, not for the caller to wait on.
+			o.mu.Unlock()
+			go w.drain(nil)
+			return
+		}
+		batch, o.frames, o.spare = o.frames, o.spare[:0], nil
+		o.mu.Unlock()
+	}
+}
+
+// writeFrames writes whole frames in one writev, within the write deadline
+// (closeWait once the transport is closing).
+func (w *wsTransport) writeFrames(batch net.Buffers) error {
+	o := &w.out
+	o.mu.Lock()
+	closing := o.closing
+	o.mu.Unlock()
+	switch {
+	case closing:
+		_ = w.netConn.SetWriteDeadline(time.Now().Add(closeWait))
+	case w.writeWait > 0:
+		_ = w.netConn.SetWriteDeadline(time.Now().Add(w.writeWait))
+	}
+	b := batch // WriteTo consumes its receiver
+	_, err := b.WriteTo(w.netConn)
+	return err
+}
+
+// dropLocked forgets the queue: the connection is gone (o.mu held).
+func (w *wsTransport) dropLocked() {
+	o := &w.out
+	clear(o.frames)
+	o.frames, o.spare = nil, nil
+	o.bytes, o.since = 0, 0
+	o.writing = false
+	o.dead = true
+}
+
+// closeOut closes the outbound side: at once when nothing is queued or
+// being written, else once the writer has written the queue, within
+// closeWait.
+func (w *wsTransport) closeOut() {
+	o := &w.out
+	o.mu.Lock()
+	if o.dead || o.closing {
+		o.mu.Unlock()
+		return
+	}
+	o.closing = true
+	if o.writing {
+		// shorten a write in progress to closeWait
+		_ = w.netConn.SetWriteDeadline(time.Now().Add(closeWait))
+		o.mu.Unlock()
+		return
+	}
+	o.dead = true
+	o.mu.Unlock()
+	_ = w.conn.Close()
+}
+
+// abandonOut drops the queue: the connection failed or the peer closed it.
+func (w *wsTransport) abandonOut() {
+	o := &w.out
+	o.mu.Lock()
+	w.dropLocked()
+	o.mu.Unlock()
+	_ = w.conn.Close()
+}
+
+// busy reports whether frames wait or are being written (a volatile
+// packet is not queued behind them).
+func (w *wsTransport) busy() bool {
+	o := &w.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.writing || len(o.frames) > 0 || o.dead || o.closing
+}
