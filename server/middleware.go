@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -157,3 +159,47 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// releaseOnHijack hands the engine a websocket upgrade's ResponseWriter
+// that lets go of net/http's once the connection is hijacked. The engine
+// keeps each connection's request context, and with it the ResponseWriter,
+// for the connection's life; net/http's holds its connection state, whose
+// 4 KiB read and 4 KiB write buffers are never used again after the
+// upgrade (our transport reads and writes the hijacked connection itself).
+// Measured: 8.4 KB of heap per websocket, of about 40.
+func releaseOnHijack(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(&hijackWriter{ResponseWriter: w}, r)
+	})
+}
+
+// hijackWriter is a ResponseWriter that forgets the one it wraps once its
+// connection is hijacked; after that, what is written is refused as
+// net/http refuses it.
+type hijackWriter struct {
+	http.ResponseWriter
+}
+
+func (h *hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if _, done := h.ResponseWriter.(hijackedWriter); done {
+		return nil, nil, http.ErrHijacked
+	}
+	conn, brw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	if err == nil {
+		h.ResponseWriter = hijackedWriter{header: http.Header{}}
+	}
+	return conn, brw, err
+}
+
+// Unwrap is for http.ResponseController.
+func (h *hijackWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
+
+type hijackedWriter struct{ header http.Header }
+
+func (w hijackedWriter) Header() http.Header     { return w.header }
+func (hijackedWriter) Write([]byte) (int, error) { return 0, http.ErrHijacked }
+func (hijackedWriter) WriteHeader(int)           {}

@@ -235,7 +235,7 @@ func (s *Server) routes() chi.Router {
 		r.Use(middleware.ClientIPFromXFF(trusted...))
 	}
 
-	ioHandler := s.io.ServeHandler(nil)
+	ioHandler := releaseOnHijack(s.io.ServeHandler(nil))
 	r.Group(func(r chi.Router) {
 		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.capPollingBody)
 		r.Handle("/socket.io", ioHandler)

@@ -47,12 +47,20 @@ func WatchConn(conn engine.Socket, maxBytes int64, maxWait time.Duration, trip f
 func watchConn(conn engine.Socket, g *outboundGuard) {
 	// Our websocket transport keeps its own queue (wsout.go), which the
 	// engine's packet events do not see: the same bound applies there.
-	guardWS := func(t any) {
-		if w, ok := t.(*wsTransport); ok {
+	guardWS := func(t any) bool {
+		w, ok := t.(*wsTransport)
+		if ok {
 			w.guard.Store(g)
 		}
+		return ok
 	}
-	guardWS(conn.Transport())
+	if guardWS(conn.Transport()) {
+		// A connection on our websocket from the start stays on it: the
+		// engine's buffer never holds its packets (it is always writable)
+		// and its early PONGs are held by the transport (holdPong), so the
+		// listeners below would only cost memory.
+		return
+	}
 	_ = conn.On("upgrade", func(args ...any) {
 		if len(args) > 0 {
 			guardWS(args[0])

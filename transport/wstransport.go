@@ -121,6 +121,7 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.conn = ctx.Websocket
 	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
 	w.netConn = w.conn.NetConn()
+	releaseBuffers(w.conn.Conn)
 	w.jobDone = make(chan bool, 1)
 	w.upgradeSid = ctx.Query().Peek("sid")
 	w.idFn = w.engineID
