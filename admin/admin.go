@@ -78,7 +78,7 @@ type Deps struct {
 	// Registry: events/s are read from its presenced_events_total, and the
 	// panel's own metrics are registered on it (nil: neither).
 	Registry *prometheus.Registry
-	Engine   presence.Engine
+	Engine   presence.Reader
 	View     presence.AdminView
 	Reader   *lastseen.Reader
 	Pipeline *lastseen.Pipeline
