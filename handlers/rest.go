@@ -14,8 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/go-chi/httprate"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -63,14 +62,14 @@ type PresenceReader interface {
 }
 
 // RosterReader tells who is online and typing in a conversation;
-// presence.Engine satisfies it.
+// presence.Reader satisfies it.
 type RosterReader interface {
 	Roster(ctx context.Context, conversationID string) (presence.JoinResult, error)
 }
 
 var (
 	_ PresenceReader = (*lastseen.Reader)(nil)
-	_ RosterReader   = presence.Engine(nil)
+	_ RosterReader   = presence.Reader(nil)
 )
 
 // RESTDeps are what the REST API calls.
@@ -164,7 +163,7 @@ func (a *REST) Routes() chi.Router { return a.router }
 
 func (a *REST) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(a.recoverJSON)
+	r.Use(Recover(a.log))
 	r.NotFound(a.notFound)
 	r.MethodNotAllowed(a.methodNotAllowed)
 
@@ -220,7 +219,7 @@ func (a *REST) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case CodeUnavailable:
 		a.log.Warn("rest request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	WriteError(w, httpStatus(e.Code), e.Code, e.Message)
+	WriteError(w, HTTPStatus(e.Code), e.Code, e.Message)
 }
 
 func (a *REST) unauthorized(w http.ResponseWriter, reason string, tokenGiven bool) {
@@ -230,23 +229,6 @@ func (a *REST) unauthorized(w http.ResponseWriter, reason string, tokenGiven boo
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
 	WriteError(w, http.StatusUnauthorized, CodeUnauthorized, reason)
-}
-
-// recoverJSON turns a panic of a handler into a JSON 500.
-func (a *REST) recoverJSON(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
-					panic(v)
-				}
-				a.log.Error("rest handler panic", "method", r.Method, "path", r.URL.Path,
-					"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-				WriteError(w, http.StatusInternalServerError, CodeInternal, "internal error")
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // restMethods are the methods tried to fill the Allow header of a 405.
@@ -400,14 +382,12 @@ func (a *REST) serviceAuth(next http.Handler) http.Handler {
 
 // ---- request decoding
 
-const idRule = "1-128 characters of A-Z a-z 0-9 _ . : @ -"
-
 // pathID reads and validates an id path parameter.
 func pathID(r *http.Request, name string) (string, error) {
 	raw := chi.URLParam(r, name)
 	id, err := url.PathUnescape(raw)
-	if err != nil || !auth.ValidID(id) {
-		return "", errorf(CodeInvalidArgument, "%s must be %s", name, idRule)
+	if err != nil || !ids.Valid(id) {
+		return "", errorf(CodeInvalidArgument, "%s must be %s", name, ids.Rule)
 	}
 	return id, nil
 }
@@ -472,19 +452,19 @@ func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]str
 	if err := checkIDCount(field, len(items), minN, maxN); err != nil {
 		return nil, err
 	}
-	ids := make([]string, len(items))
+	list := make([]string, len(items))
 	for i, it := range items {
 		if len(it) == 0 || it[0] != '"' {
 			return nil, errorf(CodeInvalidArgument, "%s[%d] must be a string", field, i)
 		}
-		if err := json.Unmarshal(it, &ids[i]); err != nil {
+		if err := json.Unmarshal(it, &list[i]); err != nil {
 			return nil, errorf(CodeInvalidArgument, "%s[%d] must be a string", field, i)
 		}
-		if !auth.ValidID(ids[i]) {
-			return nil, errorf(CodeInvalidArgument, "%s[%d] must be %s", field, i, idRule)
+		if !ids.Valid(list[i]) {
+			return nil, errorf(CodeInvalidArgument, "%s[%d] must be %s", field, i, ids.Rule)
 		}
 	}
-	return ids, nil
+	return list, nil
 }
 
 // ---- handlers
@@ -621,13 +601,6 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }
 
-// uniqueCount is the number of distinct ids.
-func uniqueCount(ids []string) int {
-	s := slices.Clone(ids)
-	slices.Sort(s)
-	return len(slices.Compact(s))
-}
-
 // serviceList reads what both service routes take: the id in the path
 // and the list {userIds} (0 to MaxServiceIDs) in the body. On a bad
 // request it answers and returns false.
@@ -650,7 +623,7 @@ func (a *REST) serviceList(w http.ResponseWriter, r *http.Request, param string)
 
 // PUT /service/conversations/{conversationId}/members {userIds}
 func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
-	conv, ids, ok := a.serviceList(w, r, "conversationId")
+	conv, members, ok := a.serviceList(w, r, "conversationId")
 	if !ok {
 		return
 	}
@@ -658,7 +631,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	// goes away, so that removed users are not left in the room.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
 	defer cancel()
-	removed, err := a.d.Store.SetMembers(ctx, conv, ids)
+	removed, err := a.d.Store.SetMembers(ctx, conv, members)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -666,12 +639,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	if f, ok := a.d.Membership.(interface{ Forget(string) }); ok {
 		f.Forget(conv)
 	}
-	removed = slices.Clone(removed)
-	slices.Sort(removed)
-	removed = slices.Compact(removed)
-	if removed == nil {
-		removed = []string{}
-	}
+	removed = ids.Sorted(removed)
 	if a.d.Evict != nil {
 		// The member list is saved either way; a failed eviction leaves
 		// the removed users' sockets in the room until they leave, and a
@@ -682,22 +650,22 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	}
 	WriteJSON(w, http.StatusOK, map[string]any{
 		"conversationId": conv,
-		"members":        uniqueCount(ids),
+		"members":        len(ids.Sorted(members)),
 		"removed":        removed,
 	})
 }
 
 // PUT /service/users/{userId}/contacts {userIds}
 func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
-	user, ids, ok := a.serviceList(w, r, "userId")
+	user, contacts, ok := a.serviceList(w, r, "userId")
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
 	defer cancel()
-	if err := a.d.Store.SetContacts(ctx, user, ids); err != nil {
+	if err := a.d.Store.SetContacts(ctx, user, contacts); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"userId": user, "contacts": uniqueCount(ids)})
+	WriteJSON(w, http.StatusOK, map[string]any{"userId": user, "contacts": len(ids.Sorted(contacts))})
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -132,7 +133,7 @@ func (e *RedisEngine) Collectors() []prometheus.Collector { return []prometheus.
 // tests the fake clock's time.
 func (e *RedisEngine) clk() string {
 	if e.fakeClock != nil {
-		return strconv.FormatInt(ms(e.fakeClock()), 10)
+		return strconv.FormatInt(timestamp.Millis(e.fakeClock()), 10)
 	}
 	return ""
 }
@@ -148,10 +149,6 @@ func (e *RedisEngine) conv(id string) convKeys {
 // userSockets is the key of a user's socket set (slot {g}, with the user
 // records).
 func (e *RedisEngine) userSockets(user string) string { return e.rcfg.Prefix + ":{g}:usk:" + user }
-
-func ms(t time.Time) int64 { return t.UnixMilli() }
-
-func fromMs(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
 func unavailable(op string, err error) error {
 	if err == nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,7 +43,7 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 		if i < len(since) {
 			sinceMs, _ = strconv.ParseInt(since[i], 10, 64)
 		}
-		res.Online = append(res.Online, Member{UserID: u, Status: st, Since: fromMs(sinceMs)})
+		res.Online = append(res.Online, Member{UserID: u, Status: st, Since: timestamp.FromMillis(sinceMs)})
 	}
 	slices.SortFunc(res.Online, func(a, b Member) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.UserID, b.UserID))
@@ -160,7 +161,7 @@ func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
 		}
 		out[i].Status = r.status()
 		if out[i].Status != Offline {
-			out[i].Since = fromMs(r.act)
+			out[i].Since = timestamp.FromMillis(r.act)
 		}
 	}
 	return out

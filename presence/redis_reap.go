@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/timestamp"
 )
 
 // reapDead cleans up after dead node instances; exactly one node claims
@@ -25,7 +27,7 @@ func (e *RedisEngine) reapDead(ctx context.Context, now time.Time) error {
 		f := strings.Split(item, "\t")
 		if len(f) == 3 {
 			lastProof, _ := strconv.ParseInt(f[2], 10, 64)
-			done, err := e.reapNode(ctx, item, deadline, f[0], f[1], fromMs(lastProof), now)
+			done, err := e.reapNode(ctx, item, deadline, f[0], f[1], timestamp.FromMillis(lastProof), now)
 			if err != nil {
 				return err
 			}
@@ -33,7 +35,7 @@ func (e *RedisEngine) reapDead(ctx context.Context, now time.Time) error {
 				continue // another reaper took it over
 			}
 			e.reaped.Inc()
-			e.log.Info("reaped dead node", "dead_node", f[0], "last_lease", fromMs(lastProof))
+			e.log.Info("reaped dead node", "dead_node", f[0], "last_lease", timestamp.FromMillis(lastProof))
 		}
 		if err := e.rdb.ZRem(ctx, e.kReap, item).Err(); err != nil {
 			return unavailable("reap done", err)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,7 +99,7 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
 	at := ""
 	if !lastProof.IsZero() {
-		at = strconv.FormatInt(ms(lastProof), 10)
+		at = strconv.FormatInt(timestamp.Millis(lastProof), 10)
 	}
 	grace := e.cfg.FlapGrace.Milliseconds()
 	// s.convs is written under mu by a Leave, Join or undoJoin of the same
@@ -135,11 +136,11 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
 		}
 		if v[1] == 1 {
-			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: fromMs(v[2]), Reason: reasonOf(mode)})
+			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: timestamp.FromMillis(v[2]), Reason: reasonOf(mode)})
 		}
 	}
 	if v, _ := user.Int64Slice(); len(v) == 2 && v[0] == 1 {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: fromMs(v[1])})
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
 	}
 	return b, nil
 }

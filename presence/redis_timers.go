@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/presenced/presenced/timestamp"
 )
 
 // runDue runs the timers that are due: typing expiry, grace ends, away.
@@ -77,7 +79,7 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: f[2], At: now, Typing: false})
 		}
 		if v[0] == 1 {
-			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: fromMs(v[1]), Reason: ReasonDisconnected})
+			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: timestamp.FromMillis(v[1]), Reason: ReasonDisconnected})
 		}
 		return b, v[3], nil
 	case f[0] == "u" && len(f) == 2:
@@ -86,7 +88,7 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 			return nil, 0, unavailable("grace", err)
 		}
 		if v[0] == 1 {
-			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: fromMs(v[1])})
+			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
 		}
 		return b, v[2], nil
 	case f[0] == "a" && len(f) == 2:
