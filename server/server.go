@@ -338,6 +338,3 @@ func (s *Server) closeSockets(ctx context.Context) {
 		s.log.Warn("sockets not all closed within the shutdown timeout", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
 	}
 }
-
-// Draining reports whether shutdown has begun.
-func (s *Server) Draining() bool { return s.draining.Load() }
