@@ -219,7 +219,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(handlers.Recover(s.log))
 	if len(s.cfg.TrustedProxies) > 0 {
 		// The client is the first address, from the right, that is not a
 		// trusted proxy; a peer that is not one is the client itself, and
