@@ -78,7 +78,7 @@ type Deps struct {
 	// Registry: events/s are read from its presenced_events_total, and the
 	// panel's own metrics are registered on it (nil: neither).
 	Registry *prometheus.Registry
-	Engine   presence.Engine
+	Engine   presence.Reader
 	View     presence.AdminView
 	Reader   *lastseen.Reader
 	Pipeline *lastseen.Pipeline
@@ -237,7 +237,7 @@ func (p *Panel) Handler() http.Handler {
 			handlers.WriteError(w, http.StatusNotFound, "not_found", "no such admin API route")
 		})).ServeHTTP)
 		r.MethodNotAllowed(p.requireSession(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			handlers.WriteError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
+			handlers.WriteError(w, http.StatusMethodNotAllowed, handlers.CodeInvalidArgument, "method not allowed")
 		})).ServeHTTP)
 	})
 	return r

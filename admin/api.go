@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 const (
@@ -25,9 +26,9 @@ const (
 	viewTimeout    = 2 * time.Second
 )
 
-// apiError is a refused request.
+// apiError is a refused request; its status is handlers.HTTPStatus of its
+// code.
 type apiError struct {
-	status  int
 	code    string
 	message string
 }
@@ -35,7 +36,7 @@ type apiError struct {
 func (e *apiError) Error() string { return e.message }
 
 func badRequest(msg string) *apiError {
-	return &apiError{http.StatusBadRequest, "invalid_argument", msg}
+	return &apiError{handlers.CodeInvalidArgument, msg}
 }
 
 // view computes one JSON answer of the API; the stream sends the same.
@@ -67,10 +68,10 @@ func (p *Panel) serveView(v view) http.HandlerFunc {
 
 func writeViewError(w http.ResponseWriter, err error) {
 	if ae, ok := err.(*apiError); ok {
-		handlers.WriteError(w, ae.status, ae.code, ae.message)
+		handlers.WriteError(w, handlers.HTTPStatus(ae.code), ae.code, ae.message)
 		return
 	}
-	handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	handlers.WriteError(w, handlers.HTTPStatus(handlers.CodeUnavailable), handlers.CodeUnavailable, err.Error())
 }
 
 // paging reads page (1-based) and limit (≤ maxPage).
@@ -89,19 +90,11 @@ func paging(q url.Values) (page, limit int, err error) {
 	return page, limit, nil
 }
 
-func ms(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	v := t.UnixMilli()
-	return &v
-}
-
 func ts(t time.Time) *string {
 	if t.IsZero() {
 		return nil
 	}
-	s := t.UTC().Format("2006-01-02T15:04:05.000Z")
+	s := timestamp.Format(t)
 	return &s
 }
 
@@ -214,7 +207,7 @@ type MemberView struct {
 
 func (p *Panel) conversation(ctx context.Context, q url.Values) (any, error) {
 	id := q.Get("id")
-	if !auth.ValidID(id) {
+	if !ids.Valid(id) {
 		return nil, badRequest("id must be a valid conversation id")
 	}
 	page, limit, err := paging(q)
@@ -249,7 +242,7 @@ type ConnectionView struct {
 
 func (p *Panel) user(ctx context.Context, q url.Values) (any, error) {
 	id := q.Get("id")
-	if !auth.ValidID(id) {
+	if !ids.Valid(id) {
 		return nil, badRequest("id must be a valid user id")
 	}
 	t, err := p.d.Reader.Exact(ctx, id)
@@ -436,15 +429,15 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 		Reason string `json:"reason"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8192)).Decode(&body); err != nil {
-		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"userId\": string, \"reason\": string}")
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "body must be {\"userId\": string, \"reason\": string}")
 		return
 	}
-	if !auth.ValidID(body.UserID) {
-		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "userId must be a valid user id")
+	if !ids.Valid(body.UserID) {
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "userId must be a valid user id")
 		return
 	}
 	if body.Reason == "" || len(body.Reason) > 500 {
-		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "reason is required (at most 500 bytes)")
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "reason is required (at most 500 bytes)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), viewTimeout)
@@ -463,7 +456,7 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	v, ok := p.views()[q.Get("view")]
 	if !ok {
-		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "view must be one of cluster, conversations, conversation, user, lastseen, health")
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "view must be one of cluster, conversations, conversation, user, lastseen, health")
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -473,7 +466,7 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	select {
 	case <-p.ending:
-		handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "shutting down")
+		handlers.WriteError(w, http.StatusServiceUnavailable, handlers.CodeUnavailable, "shutting down")
 		return
 	default:
 	}
@@ -481,7 +474,7 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 	case p.streams <- struct{}{}:
 		defer func() { <-p.streams }()
 	default:
-		handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "too many live admin pages open")
+		handlers.WriteError(w, http.StatusServiceUnavailable, handlers.CodeUnavailable, "too many live admin pages open")
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
 )
 
 // The admin API's disconnect body: no panic; a refused body (400)
@@ -43,7 +43,7 @@ func FuzzAdminDisconnect(f *testing.F) {
 				UserID string `json:"userId"`
 				Reason string `json:"reason"`
 			}
-			if err := json.Unmarshal([]byte(body), &b); err != nil || !auth.ValidID(b.UserID) || b.Reason == "" {
+			if err := json.Unmarshal([]byte(body), &b); err != nil || !ids.Valid(b.UserID) || b.Reason == "" {
 				t.Fatalf("accepted %q", body)
 			}
 			if len(got) != 1 || got[0] != b.UserID {

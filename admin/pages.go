@@ -125,7 +125,7 @@ func (p *Panel) loginJSON(w http.ResponseWriter, r *http.Request) {
 		Token string `json:"token"`
 	}
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&body); err != nil {
-		handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "body must be {\"token\": string}")
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "body must be {\"token\": string}")
 		return
 	}
 	switch st, wait := p.attempt(w, r, body.Token); st {

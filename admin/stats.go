@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -186,7 +187,7 @@ func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {
 		}
 		st := NodeStats{Node: id}
 		at, _ := strconv.ParseInt(h["at"], 10, 64)
-		st.At = time.UnixMilli(at).UTC()
+		st.At = timestamp.FromMillis(at)
 		st.Sockets, _ = strconv.ParseInt(h["sockets"], 10, 64)
 		st.RSSBytes, _ = strconv.ParseUint(h["rss"], 10, 64)
 		st.HeapBytes, _ = strconv.ParseUint(h["heap"], 10, 64)

@@ -12,13 +12,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/presenced/presenced/ids"
 )
 
 // ErrUnauthorized is wrapped by every verification failure. Its wrapping
@@ -58,12 +58,6 @@ type Claims struct {
 type Verifier interface {
 	Verify(ctx context.Context, token string) (Claims, error)
 }
-
-// userIDPattern is the contract's id alphabet (CONTRACT §1): 1–128 of [A-Za-z0-9_.:@-].
-var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
-
-// ValidID reports whether s is a valid user or conversation id.
-func ValidID(s string) bool { return userIDPattern.MatchString(s) }
 
 // MaxTokenBytes bounds the token size accepted before parsing.
 const MaxTokenBytes = 8 << 10
@@ -228,7 +222,7 @@ func (v *jwtVerifier) Verify(ctx context.Context, token string) (Claims, error) 
 	if rc.Subject == "" {
 		return Claims{}, refuse("token has no sub", nil)
 	}
-	if !ValidID(rc.Subject) {
+	if !ids.Valid(rc.Subject) {
 		return Claims{}, refuse("sub is not a valid user id", nil)
 	}
 	c := Claims{UserID: rc.Subject}
@@ -267,8 +261,8 @@ func classify(err error) string {
 // options a verifier requires, given here, put the (first) audience in aud
 // and the issuer in iss, so that such a verifier accepts the token.
 func SignHS256(secret []byte, userID string, validFor time.Duration, now time.Time, opts ...Option) (string, error) {
-	if !ValidID(userID) {
-		return "", fmt.Errorf("auth: %q is not a valid user id (1-128 of A-Z a-z 0-9 _ . : @ -)", userID)
+	if !ids.Valid(userID) {
+		return "", fmt.Errorf("auth: %q is not a valid user id (%s)", userID, ids.Rule)
 	}
 	if validFor <= 0 {
 		return "", fmt.Errorf("auth: validity must be positive, got %s", validFor)

@@ -54,8 +54,9 @@ func classify(err error) *Error {
 	return errorf(CodeInternal, "internal error")
 }
 
-// httpStatus is the REST status of a code.
-func httpStatus(code string) int {
+// HTTPStatus is the HTTP status of a code: the one mapping, for every
+// HTTP answer of an error (REST, admin).
+func HTTPStatus(code string) int {
 	switch code {
 	case CodeInvalidArgument:
 		return http.StatusBadRequest

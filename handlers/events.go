@@ -10,9 +10,10 @@ import (
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
-	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // MaxStateBytes bounds the JSON encoding of a `state:set` state.
@@ -205,8 +206,8 @@ func (p payload) id(field string) (string, error) {
 	if !ok {
 		return "", errorf(CodeInvalidArgument, "%s must be a string", field)
 	}
-	if !auth.ValidID(s) {
-		return "", errorf(CodeInvalidArgument, "%s must be 1-128 characters of A-Z a-z 0-9 _ . : @ -", field)
+	if !ids.Valid(s) {
+		return "", errorf(CodeInvalidArgument, "%s must be %s", field, ids.Rule)
 	}
 	return s, nil
 }
@@ -298,7 +299,7 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (map[string
 	if j := h.cfg.HeartbeatJitter; j > 0 {
 		next += time.Duration(rand.Int64N(int64(j)))
 	}
-	return map[string]any{"serverTime": Timestamp(h.now()), "nextInMs": next.Milliseconds()}, nil
+	return map[string]any{"serverTime": timestamp.Format(h.now()), "nextInMs": next.Milliseconds()}, nil
 }
 
 func (h *Sockets) typingStart(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
@@ -457,7 +458,7 @@ func (p payload) ids(field string, minLen int) ([]string, error) {
 	out := make([]string, len(arr))
 	for i, x := range arr {
 		s, ok := x.(string)
-		if !ok || !auth.ValidID(s) {
+		if !ok || !ids.Valid(s) {
 			return nil, errorf(CodeInvalidArgument, "%s[%d] is not a valid user id", field, i)
 		}
 		out[i] = s
@@ -484,21 +485,14 @@ func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any
 }
 
 func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
-	ids, err := p.ids("userIds", 0)
+	asked, err := p.ids("userIds", 0)
 	if err != nil {
 		return nil, err
 	}
 	if h.viewers == nil || h.subs == nil {
 		return nil, errorf(CodeUnavailable, "presence subscriptions are not available")
 	}
-	unique := make([]string, 0, len(ids))
-	seen := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		if !seen[id] {
-			seen[id] = true
-			unique = append(unique, id)
-		}
-	}
+	unique := ids.Unique(asked)
 	if err := h.engine.Touch(ctx, c.sid); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -157,7 +158,7 @@ func bodyIDs(body []byte) []string {
 	_ = json.Unmarshal(body, &v)
 	var out []string
 	for _, x := range v.UserIds {
-		if s, ok := x.(string); ok && auth.ValidID(s) {
+		if s, ok := x.(string); ok && ids.Valid(s) {
 			out = append(out, s)
 		}
 	}
@@ -171,16 +172,16 @@ func acceptedIDs(t *testing.T, body []byte) []string {
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("accepted body %q is not a JSON object: %v", body, err)
 	}
-	var ids []string
-	if err := json.Unmarshal(v["userIds"], &ids); err != nil {
+	var list []string
+	if err := json.Unmarshal(v["userIds"], &list); err != nil {
 		t.Fatalf("accepted body %q: userIds %s", body, v["userIds"])
 	}
-	for _, id := range ids {
-		if !auth.ValidID(id) {
+	for _, id := range list {
+		if !ids.Valid(id) {
 			t.Fatalf("accepted invalid id %q", id)
 		}
 	}
-	return ids
+	return list
 }
 
 var restIDSeeds = []string{
@@ -264,7 +265,7 @@ func fuzzService(f *testing.F, path func(id string) string, check func(t *testin
 	env := newRESTFuzz(f)
 	f.Fuzz(func(t *testing.T, id string, body []byte) {
 		keys := []string{"c1", "u1"}
-		if auth.ValidID(id) && !slices.Contains(keys, id) {
+		if ids.Valid(id) && !slices.Contains(keys, id) {
 			keys = append(keys, id)
 		}
 		cands := append([]string{"k1", "k2", "m1", "m2"}, bodyIDs(body)...)
@@ -277,7 +278,7 @@ func fuzzService(f *testing.F, path func(id string) string, check func(t *testin
 			}
 			return
 		}
-		if !auth.ValidID(id) {
+		if !ids.Valid(id) {
 			t.Fatalf("path id %q accepted", id)
 		}
 		check(t, env, id, acceptedIDs(t, body), out, after)

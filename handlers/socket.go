@@ -17,6 +17,7 @@ import (
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // SessionConfig is what the socket handlers need to know. Zero values mean
@@ -206,34 +207,6 @@ type HeartbeatPayload struct {
 	JitterMs   int64 `json:"jitterMs"`
 }
 
-// Timestamp formats t as the contract's `at`: RFC 3339 UTC with milliseconds.
-// (By hand: it is on every heartbeat's ack, and time.Format is slow.)
-func Timestamp(t time.Time) string {
-	t = t.UTC()
-	y, mo, d := t.Date()
-	if y < 0 || y > 9999 {
-		return t.Format(timestampLayout)
-	}
-	h, mi, sec := t.Clock()
-	b := [24]byte{4: '-', 7: '-', 10: 'T', 13: ':', 16: ':', 19: '.', 23: 'Z'}
-	put := func(at, v, n int) {
-		for i := at + n - 1; i >= at; i-- {
-			b[i] = byte('0' + v%10)
-			v /= 10
-		}
-	}
-	put(0, y, 4)
-	put(5, int(mo), 2)
-	put(8, d, 2)
-	put(11, h, 2)
-	put(14, mi, 2)
-	put(17, sec, 2)
-	put(20, t.Nanosecond()/1e6, 3)
-	return string(b[:])
-}
-
-const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
-
 // Prepare is called by the handshake middleware once the token is verified,
 // before the library acknowledges the connection to the client. The event
 // listeners are registered here, not in Connect: the client may send events
@@ -379,7 +352,7 @@ func (h *Sockets) Connect(s *socket.Socket) {
 		UserID:     c.UserID,
 		SocketID:   c.sid,
 		Node:       h.cfg.NodeID,
-		ServerTime: Timestamp(h.now()),
+		ServerTime: timestamp.Format(h.now()),
 		Heartbeat: HeartbeatPayload{
 			IntervalMs: h.cfg.HeartbeatInterval.Milliseconds(),
 			JitterMs:   h.cfg.HeartbeatJitter.Milliseconds(),

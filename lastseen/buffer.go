@@ -65,7 +65,3 @@ type BufferStats struct {
 	Dirty   int64 // waiting to be written
 	Claimed int64 // being written
 }
-
-func toMillis(t time.Time) int64 { return t.UnixMilli() }
-
-func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // Memory is the single-node Buffer: the same contract as Redis, in one
@@ -33,7 +34,7 @@ func (m *Memory) Record(_ context.Context, entries []store.LastSeen) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		ms := toMillis(e.At)
+		ms := timestamp.Millis(e.At)
 		if old, ok := m.times[e.UserID]; ok && old >= ms {
 			continue
 		}
@@ -50,7 +51,7 @@ func (m *Memory) Get(_ context.Context, userIDs []string) ([]time.Time, error) {
 	out := make([]time.Time, len(userIDs))
 	for i, id := range userIDs {
 		if ms, ok := m.times[id]; ok {
-			out[i] = fromMillis(ms)
+			out[i] = timestamp.FromMillis(ms)
 		}
 	}
 	return out, nil
@@ -60,7 +61,7 @@ func (m *Memory) Get(_ context.Context, userIDs []string) ([]time.Time, error) {
 func (m *Memory) Claim(_ context.Context, n int, now time.Time) (Claim, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := Claim{At: toMillis(now)}
+	c := Claim{At: timestamp.Millis(now)}
 	for id := range m.dirty {
 		if len(c.Entries) >= n {
 			break
@@ -71,7 +72,7 @@ func (m *Memory) Claim(_ context.Context, n int, now time.Time) (Claim, error) {
 			continue
 		}
 		m.claimed[id] = c.At
-		c.Entries = append(c.Entries, store.LastSeen{UserID: id, At: fromMillis(ms)})
+		c.Entries = append(c.Entries, store.LastSeen{UserID: id, At: timestamp.FromMillis(ms)})
 	}
 	return c, nil
 }
@@ -105,7 +106,7 @@ func (m *Memory) Release(_ context.Context, c Claim) error {
 func (m *Memory) Requeue(_ context.Context, cutoff time.Time) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	limit, n := toMillis(cutoff), 0
+	limit, n := timestamp.Millis(cutoff), 0
 	for id, at := range m.claimed {
 		if at < limit {
 			delete(m.claimed, id)
@@ -120,7 +121,7 @@ func (m *Memory) Requeue(_ context.Context, cutoff time.Time) (int, error) {
 func (m *Memory) Trim(_ context.Context, cutoff time.Time, limit int) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	before, n := toMillis(cutoff), 0
+	before, n := timestamp.Millis(cutoff), 0
 	for id, ms := range m.times {
 		if n >= limit {
 			break

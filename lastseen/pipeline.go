@@ -10,9 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // ErrInvalidUser is returned for a user id the store would refuse.
@@ -143,7 +144,7 @@ func (p *Pipeline) Buffer() Buffer { return p.buf }
 // record on this node it costs one map lookup; otherwise the time is queued
 // for the buffer, which Run pushes every PushInterval (and Flush at once).
 func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error {
-	ms := toMillis(at)
+	ms := timestamp.Millis(at)
 	coarse := p.cfg.Coarse.Milliseconds()
 	p.mu.Lock()
 	if last, ok := p.recent[userID]; ok && ms < last+coarse {
@@ -151,9 +152,9 @@ func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error 
 		p.m.coarsened.Inc()
 		return nil
 	}
-	if !auth.ValidID(userID) {
+	if !ids.Valid(userID) {
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrInvalidUser, clip(userID))
+		return fmt.Errorf("%w: %q", ErrInvalidUser, ids.Clip(userID))
 	}
 	p.recent[userID] = ms
 	if ms > p.pending[userID] {
@@ -169,10 +170,10 @@ func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error 
 // dirty when it returns nil. On a buffer error the time is kept and pushed
 // again with the next batch: the error informs, nothing is lost.
 func (p *Pipeline) RecordExact(ctx context.Context, userID string, at time.Time) error {
-	if !auth.ValidID(userID) {
-		return fmt.Errorf("%w: %q", ErrInvalidUser, clip(userID))
+	if !ids.Valid(userID) {
+		return fmt.Errorf("%w: %q", ErrInvalidUser, ids.Clip(userID))
 	}
-	ms := toMillis(at)
+	ms := timestamp.Millis(at)
 	p.mu.Lock()
 	if ms > p.recent[userID] {
 		p.recent[userID] = ms
@@ -237,7 +238,7 @@ func (p *Pipeline) push(ctx context.Context) error {
 
 	entries := make([]store.LastSeen, 0, len(batch))
 	for id, ms := range batch {
-		entries = append(entries, store.LastSeen{UserID: id, At: fromMillis(ms)})
+		entries = append(entries, store.LastSeen{UserID: id, At: timestamp.FromMillis(ms)})
 	}
 	if err := p.buf.Record(ctx, entries); err != nil {
 		p.mu.Lock()
@@ -306,12 +307,12 @@ func (p *Pipeline) flush(ctx context.Context) error {
 func (p *Pipeline) write(ctx context.Context, c Claim) error {
 	rows := make([]store.LastSeen, 0, len(c.Entries))
 	for _, e := range c.Entries {
-		if auth.ValidID(e.UserID) && !e.At.IsZero() {
+		if ids.Valid(e.UserID) && !e.At.IsZero() {
 			rows = append(rows, e)
 		} else {
 			// Only another writer of the shared buffer could put it there;
 			// the store would refuse the whole batch for it.
-			p.log.Warn("invalid last-seen entry dropped from the buffer", "user_id", clip(e.UserID))
+			p.log.Warn("invalid last-seen entry dropped from the buffer", "user_id", ids.Clip(e.UserID))
 		}
 	}
 	var err error
@@ -367,7 +368,7 @@ func (p *Pipeline) Trim(ctx context.Context) (int, error) {
 // suppress anything, so memory stays bounded by the users active within one
 // interval.
 func (p *Pipeline) gcRecent(now time.Time) {
-	limit := toMillis(now.Add(-p.cfg.Coarse))
+	limit := timestamp.Millis(now.Add(-p.cfg.Coarse))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, ms := range p.recent {
@@ -476,12 +477,4 @@ func (p *Pipeline) observeBuffer(ctx context.Context) {
 	p.m.bufferUsers.Set(float64(s.Users))
 	p.m.dirty.Set(float64(s.Dirty))
 	p.m.claimed.Set(float64(s.Claimed))
-}
-
-// clip shortens a refused value for an error message.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // metric reads one sample of the pipeline's collectors: a counter or gauge
@@ -182,7 +183,7 @@ func TestReferenceScenario(t *testing.T) {
 			}
 			// Served from the buffer: no store read.
 			st.resetCounts()
-			if got := read(buf, "alice"); *got.LastSeen != lastseen.FormatTime(offline) {
+			if got := read(buf, "alice"); *got.LastSeen != timestamp.Format(offline) {
 				t.Fatalf("self sees %s", js(got))
 			}
 			if n := st.lastSeen.Load(); n != 0 {
@@ -717,8 +718,8 @@ func TestWithPresenceEngine(t *testing.T) {
 	wantGet(t, buf, []string{"alice"}, []time.Time{gone})
 	got, err = r.Presence(ctx, "alice", "alice")
 	must(t, err)
-	if got.Status != "offline" || *got.LastSeen != lastseen.FormatTime(gone) {
-		t.Fatalf("after disconnect: %s, want lastSeen %s", js(got), lastseen.FormatTime(gone))
+	if got.Status != "offline" || *got.LastSeen != timestamp.Format(gone) {
+		t.Fatalf("after disconnect: %s, want lastSeen %s", js(got), timestamp.Format(gone))
 	}
 	must(t, p.Flush(ctx))
 	if s := storedTimes(t, st, []string{"alice"}); !s["alice"].Equal(gone) {

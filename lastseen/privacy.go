@@ -6,6 +6,7 @@ import (
 
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // Statuses a Presence can carry (CONTRACT §1 Presence). StatusHidden
@@ -32,9 +33,6 @@ const (
 	WithinWeekMax  = 7 * 24 * time.Hour
 	WithinMonthMax = 30 * 24 * time.Hour
 )
-
-// TimeFormat is how lastSeen is written: RFC 3339, UTC, milliseconds.
-const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Presence is what a viewer may know of a user (CONTRACT §1 Presence), after
 // the privacy filter. Nil pointers are JSON null.
@@ -105,7 +103,7 @@ func Filter(viewer string, t Target, viewerSetting store.Visibility, now time.Ti
 		if !self {
 			shown = shown.Truncate(time.Minute)
 		}
-		s := FormatTime(shown)
+		s := timestamp.Format(shown)
 		p.LastSeen = &s
 		p.Display = Display(shown, now)
 	}
@@ -204,7 +202,3 @@ func plural(n int, unit string) string {
 	}
 	return s
 }
-
-// FormatTime writes t as the contract's timestamp (RFC 3339, UTC,
-// milliseconds).
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }

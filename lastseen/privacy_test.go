@@ -225,9 +225,3 @@ func TestPresenceJSON(t *testing.T) {
 		}
 	}
 }
-
-func TestFormatTime(t *testing.T) {
-	if got := lastseen.FormatTime(time.Date(2026, 11, 30, 11, 47, 0, 0, time.UTC)); got != "2026-11-30T11:47:00.000Z" {
-		t.Errorf("FormatTime = %q", got)
-	}
-}

@@ -7,17 +7,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
 
-// StatusReader tells users' current status; presence.Engine satisfies it.
+// StatusReader tells users' current status; presence.Reader satisfies it.
 type StatusReader interface {
 	// Users returns the presence of userIDs, in the order asked.
 	Users(ctx context.Context, userIDs []string) ([]presence.UserPresence, error)
 }
 
-var _ StatusReader = presence.Engine(nil)
+var _ StatusReader = presence.Reader(nil)
 
 // ReaderDeps are what a Reader reads from.
 type ReaderDeps struct {
@@ -63,14 +64,14 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 	if len(userIDs) == 0 {
 		return []Presence{}, nil
 	}
-	ids := unique(userIDs)
-	targets, err := r.facts(ctx, ids)
+	users := ids.Unique(userIDs)
+	targets, err := r.facts(ctx, users)
 	if err != nil {
 		return nil, err
 	}
 
 	var others []string
-	for _, id := range ids {
+	for _, id := range users {
 		if id != viewerID {
 			others = append(others, id)
 		}
@@ -125,7 +126,7 @@ func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, vie
 			return nil, err
 		}
 	}
-	viewers := unique(viewerIDs)
+	viewers := ids.Unique(viewerIDs)
 	others := make([]string, 0, len(viewers)+1)
 	for _, v := range viewers {
 		if v != up.UserID {
@@ -271,17 +272,4 @@ func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offli
 		targets[id].LastSeen = stored[id]
 	}
 	return nil
-}
-
-// unique returns ids without duplicates, in first-seen order.
-func unique(ids []string) []string {
-	seen := make(map[string]struct{}, len(ids))
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		if _, ok := seen[id]; !ok {
-			seen[id] = struct{}{}
-			out = append(out, id)
-		}
-	}
-	return out
 }

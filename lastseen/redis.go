@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // DefaultPrefix is the default of PRESENCE_REDIS_PREFIX.
@@ -90,7 +91,7 @@ func (r *Redis) Record(ctx context.Context, entries []store.LastSeen) error {
 		n := min(len(entries), r.chunk)
 		args := make([]any, 0, 2*n)
 		for _, e := range entries[:n] {
-			args = append(args, e.UserID, toMillis(e.At))
+			args = append(args, e.UserID, timestamp.Millis(e.At))
 		}
 		if err := recordScript.Run(ctx, r.c, []string{r.times, r.dirty}, args...).Err(); err != nil {
 			return redisErr("record", err)
@@ -117,7 +118,7 @@ func times(out []time.Time, cmd *redis.FloatSliceCmd) ([]time.Time, error) {
 	}
 	for i, s := range scores {
 		if s > 0 && i < len(out) {
-			out[i] = fromMillis(int64(s))
+			out[i] = timestamp.FromMillis(int64(s))
 		}
 	}
 	return out, nil
@@ -139,7 +140,7 @@ func (r *Redis) QueueGet(ctx context.Context, pipe redis.Pipeliner, userIDs []st
 
 // Claim implements Buffer.
 func (r *Redis) Claim(ctx context.Context, n int, now time.Time) (Claim, error) {
-	c := Claim{At: toMillis(now)}
+	c := Claim{At: timestamp.Millis(now)}
 	if n <= 0 {
 		return c, nil
 	}
@@ -158,7 +159,7 @@ func (r *Redis) Claim(ctx context.Context, n int, now time.Time) (Claim, error) 
 		if err != nil {
 			return c, fmt.Errorf("lastseen: redis claim: bad score %q for %q", s, id)
 		}
-		c.Entries = append(c.Entries, store.LastSeen{UserID: id, At: fromMillis(int64(ms))})
+		c.Entries = append(c.Entries, store.LastSeen{UserID: id, At: timestamp.FromMillis(int64(ms))})
 	}
 	return c, nil
 }
@@ -193,7 +194,7 @@ func (r *Redis) end(ctx context.Context, c Claim, release string) error {
 func (r *Redis) Requeue(ctx context.Context, cutoff time.Time) (int, error) {
 	total := 0
 	for {
-		n, err := requeueScript.Run(ctx, r.c, []string{r.claimed, r.dirty}, toMillis(cutoff), r.chunk).Int()
+		n, err := requeueScript.Run(ctx, r.c, []string{r.claimed, r.dirty}, timestamp.Millis(cutoff), r.chunk).Int()
 		if err != nil {
 			return total, redisErr("requeue", err)
 		}
@@ -209,7 +210,7 @@ func (r *Redis) Trim(ctx context.Context, cutoff time.Time, limit int) (int, err
 	if limit <= 0 {
 		return 0, nil
 	}
-	n, err := trimScript.Run(ctx, r.c, []string{r.times, r.dirty, r.claimed}, toMillis(cutoff), limit).Int()
+	n, err := trimScript.Run(ctx, r.c, []string{r.times, r.dirty, r.claimed}, timestamp.Millis(cutoff), limit).Int()
 	return n, redisErr("trim", err)
 }
 

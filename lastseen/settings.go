@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // SettingStore reads users' last-seen settings; store.Store satisfies it.
@@ -195,6 +196,6 @@ func RoomTime(t time.Time, v store.Visibility, known bool) *string {
 	if !known || normalize(v) != store.Everyone || t.IsZero() {
 		return nil
 	}
-	s := FormatTime(t.Truncate(time.Minute))
+	s := timestamp.Format(t.Truncate(time.Minute))
 	return &s
 }

@@ -45,7 +45,8 @@ type cached struct {
 }
 
 // NewCachedMembership caches answers for maxAge (default 5s), keeping at
-// most maxEntries (default 100,000; the oldest half is dropped when full).
+// most maxEntries (default 100,000; when full, the expired entries are
+// dropped, and if that is not enough, an arbitrary half).
 func NewCachedMembership(s MemberStore, maxAge time.Duration, maxEntries int) *CachedMembership {
 	if maxAge <= 0 {
 		maxAge = 5 * time.Second

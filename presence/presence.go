@@ -161,14 +161,23 @@ type UserPresence struct {
 	LastSeen time.Time
 }
 
-// Engine is one node's presence engine.
-type Engine interface {
+// The Engine's roles. A user of the engine declares (or takes) the
+// smallest of them it needs; Engine composes them all.
+
+// Connections is the lifecycle of this node's sockets.
+type Connections interface {
 	// Connect registers an authenticated socket of this node. The user comes
 	// online unless they were already connected or are within flap grace.
 	Connect(ctx context.Context, s Socket) error
 	// Disconnect removes a socket; safe to call twice. Its conversations'
 	// leaves and the user's offline are deferred by the flap grace.
 	Disconnect(ctx context.Context, socketID string) error
+	// Conversations lists the conversations a local socket has joined.
+	Conversations(socketID string) []string
+}
+
+// Rooms is a socket's membership of conversations.
+type Rooms interface {
 	// Join adds the socket to a conversation (idempotent) and returns the
 	// roster. A user's first socket in it (cluster-wide) emits EventJoin.
 	Join(ctx context.Context, socketID, conversationID string) (JoinResult, error)
@@ -176,8 +185,15 @@ type Engine interface {
 	// the user's last socket there emits EventLeave with ReasonLeft at once.
 	// Leaving a conversation not joined is not an error.
 	Leave(ctx context.Context, socketID, conversationID string) error
-	// Heartbeat refreshes the socket everywhere it is present; active counts
-	// as activity (away → online).
+}
+
+// Activity records what a socket's user does.
+type Activity interface {
+	// Heartbeat reports that the socket is alive; it fails with ErrUnknown
+	// for a socket this node does not have. An active heartbeat counts as
+	// activity (away → online), as Touch does. The memory engine also
+	// notes the time on the socket; the Redis engine writes nothing for an
+	// inactive heartbeat.
 	Heartbeat(ctx context.Context, socketID string, active bool) error
 	// Touch records activity of the socket's user (any client event).
 	Touch(ctx context.Context, socketID string) error
@@ -185,12 +201,18 @@ type Engine interface {
 	TypingStart(ctx context.Context, socketID, conversationID string) error
 	// TypingStop clears typing; emits if the user was typing.
 	TypingStop(ctx context.Context, socketID, conversationID string) error
+}
+
+// Reader answers who is here.
+type Reader interface {
 	// Roster returns who is online and typing in a conversation.
 	Roster(ctx context.Context, conversationID string) (JoinResult, error)
 	// Users returns the presence of users, in the order asked.
 	Users(ctx context.Context, userIDs []string) ([]UserPresence, error)
-	// Conversations lists the conversations a local socket has joined.
-	Conversations(socketID string) []string
+}
+
+// Runner runs an engine's timers and ends it.
+type Runner interface {
 	// Tick runs the timers: this node's lease (and, in memory, the refresh
 	// of its sockets; in Redis, the reconciliation of its entries), flap
 	// grace expiry, typing expiry, away transitions, sweeps of expired
@@ -200,4 +222,13 @@ type Engine interface {
 	Run(ctx context.Context) error
 	// Close releases the engine's resources; it does not disconnect sockets.
 	Close() error
+}
+
+// Engine is one node's presence engine: all its roles.
+type Engine interface {
+	Connections
+	Rooms
+	Activity
+	Reader
+	Runner
 }

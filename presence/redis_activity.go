@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -92,4 +93,72 @@ func (e *RedisEngine) sendActivity(batch []*activityReq) {
 		r.back, r.err = n == 1, err
 		close(r.done)
 	}
+}
+
+// Heartbeat implements Engine. A live socket's entries live as long as its
+// node's lease (nothing re-scores them), so a heartbeat only has to record
+// activity, and that at most once
+// per activityEvery per user from this node: most heartbeats cost no Redis
+// round trip at all, and none costs more than one whatever the number of
+// conversations.
+func (e *RedisEngine) Heartbeat(ctx context.Context, socketID string, active bool) error {
+	if _, err := e.socket(socketID); err != nil {
+		return err
+	}
+	if !active {
+		return nil
+	}
+	return e.Touch(ctx, socketID)
+}
+
+// activityEvery is how stale this node lets a user's recorded activity get
+// before recording it again: far below AwayAfter, so a user skipped here
+// cannot be away.
+func (e *RedisEngine) activityEvery() time.Duration {
+	return max(100*time.Millisecond, min(5*time.Second, e.cfg.AwayAfter/10))
+}
+
+// activityDue reports whether user's activity must be sent now, and if so
+// notes it as sent. The next one is due after activityEvery less up to a
+// quarter, at random: users whose heartbeats started together (a node's
+// restart, a benchmark) drift apart instead of all recording at the same
+// moment every few seconds (a burst that held their heartbeats' acks).
+func (e *RedisEngine) activityDue(user string, now time.Time) bool {
+	every := e.activityEvery()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if next, ok := e.lastAct[user]; ok && now.Before(next) && next.Sub(now) <= every {
+		return false // (a clock that went back more than every sends at once)
+	}
+	e.lastAct[user] = now.Add(every - time.Duration(rand.Int64N(int64(every/4)+1)))
+	return true
+}
+
+// forgetActivity drops the note (the send failed, or the user's status
+// changed elsewhere) so that the next activity is sent.
+func (e *RedisEngine) forgetActivity(user string) {
+	e.mu.Lock()
+	delete(e.lastAct, user)
+	e.mu.Unlock()
+}
+
+// Touch implements Engine.
+func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
+	s, err := e.socket(socketID)
+	if err != nil {
+		return err
+	}
+	now := e.cfg.Now()
+	if !e.activityDue(s.user, now) {
+		return nil
+	}
+	back, err := e.recordActivity(ctx, s.user)
+	if err != nil {
+		e.forgetActivity(s.user)
+		return unavailable("activity", err)
+	}
+	if back {
+		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -110,12 +111,12 @@ func (e *RedisEngine) holders(ctx context.Context) (map[string]holder, error) {
 		if !ok {
 			continue
 		}
-		h := holder{last: fromMs(int64(z.Score) - e.cfg.LeaseTTL.Milliseconds())}
+		h := holder{last: timestamp.FromMillis(int64(z.Score) - e.cfg.LeaseTTL.Milliseconds())}
 		// "token|since|last"
 		if f := strings.Split(hs[node], "|"); len(f) == 3 {
 			h.token = f[0]
 			if last, err := strconv.ParseInt(f[2], 10, 64); err == nil && last > 0 {
-				h.last = fromMs(last)
+				h.last = timestamp.FromMillis(last)
 			}
 		}
 		out[node] = h
@@ -190,7 +191,7 @@ func (e *RedisEngine) Previews(ctx context.Context, ids []string, n int) ([]Prev
 	if len(ids) == 0 {
 		return out, nil
 	}
-	now := strconv.FormatInt(ms(e.cfg.Now()), 10)
+	now := strconv.FormatInt(timestamp.Millis(e.cfg.Now()), 10)
 	pipe := e.rdb.Pipeline()
 	members := make([]*redis.StringSliceCmd, len(ids))
 	typing := make([]*redis.StringSliceCmd, len(ids))

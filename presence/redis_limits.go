@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -42,7 +43,7 @@ return 1
 func (e *RedisEngine) Admit(ctx context.Context, user, sid string, max int) (bool, error) {
 	now := e.cfg.Now()
 	n, err := admitScript.Run(ctx, e.rdb, []string{e.userSockets(user), e.userReserved(user)},
-		sid, ms(now), ReservationTTL.Milliseconds(), max).Int()
+		sid, timestamp.Millis(now), ReservationTTL.Milliseconds(), max).Int()
 	if err != nil {
 		return false, unavailable("admit", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -116,9 +117,9 @@ type statusMsg struct {
 
 // Publish implements StatusBus.
 func (b *RedisBus) Publish(ctx context.Context, e Event) error {
-	m := statusMsg{UserID: e.UserID, Status: e.Status, At: e.At.UnixMilli()}
+	m := statusMsg{UserID: e.UserID, Status: e.Status, At: timestamp.Millis(e.At)}
 	if !e.LastSeen.IsZero() {
-		m.LastSeen = e.LastSeen.UnixMilli()
+		m.LastSeen = timestamp.Millis(e.LastSeen)
 	}
 	payload, _ := json.Marshal(m)
 	if err := b.rdb.Publish(ctx, b.channel(e.UserID), payload).Err(); err != nil {
@@ -214,9 +215,9 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 				b.log.Warn("bad status message dropped", "channel", m.Channel)
 				continue
 			}
-			e := Event{Kind: EventStatus, UserID: sm.UserID, Status: sm.Status, At: time.UnixMilli(sm.At).UTC()}
+			e := Event{Kind: EventStatus, UserID: sm.UserID, Status: sm.Status, At: timestamp.FromMillis(sm.At)}
 			if sm.LastSeen > 0 {
-				e.LastSeen = time.UnixMilli(sm.LastSeen).UTC()
+				e.LastSeen = timestamp.FromMillis(sm.LastSeen)
 			}
 			deliver(ctx, e)
 		}

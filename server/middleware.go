@@ -92,7 +92,7 @@ func (s *Server) rejectWhileDraining(next http.Handler) http.Handler {
 		if s.draining.Load() && isHandshake(r) {
 			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeDraining).Inc()
 			w.Header().Set("Retry-After", "1")
-			handlers.WriteError(w, http.StatusServiceUnavailable, "unavailable", "server is shutting down")
+			handlers.WriteError(w, http.StatusServiceUnavailable, handlers.CodeUnavailable, "server is shutting down")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -145,7 +145,7 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 			if r.ContentLength < 0 {
 				body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBuffer+1))
 				if err != nil {
-					handlers.WriteError(w, http.StatusBadRequest, "invalid_argument", "unreadable body")
+					handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 					return
 				}
 				if int64(len(body)) > s.cfg.MaxBuffer {

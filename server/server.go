@@ -223,7 +223,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(handlers.Recover(s.log))
 	if len(s.cfg.TrustedProxies) > 0 {
 		// The client is the first address, from the right, that is not a
 		// trusted proxy; a peer that is not one is the client itself, and
@@ -342,6 +342,3 @@ func (s *Server) closeSockets(ctx context.Context) {
 		s.log.Warn("sockets not all closed within the shutdown timeout", "sockets_disconnected", before-s.deps.Sockets.Open(), "sockets_open", s.deps.Sockets.Open())
 	}
 }
-
-// Draining reports whether shutdown has begun.
-func (s *Server) Draining() bool { return s.draining.Load() }

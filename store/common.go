@@ -11,9 +11,9 @@ import (
 	"net"
 	"slices"
 	"sync/atomic"
-	"time"
 
-	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // MaxIDs bounds every list argument of the store (a batch of last-seen
@@ -111,40 +111,30 @@ func commonTransient(err error) bool {
 		errors.As(err, &ne)
 }
 
-// clip shortens a refused value for an error message.
-func clip(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "…"
-	}
-	return s
-}
-
 func checkID(op, what, id string) error {
-	if !auth.ValidID(id) {
-		return invalid(op, "%s %q is not 1-128 characters of [A-Za-z0-9_.:@-]", what, clip(id))
+	if !ids.Valid(id) {
+		return invalid(op, "%s %q is not %s", what, ids.Clip(id), ids.Rule)
 	}
 	return nil
 }
 
 // uniqueIDs validates ids and returns them sorted without duplicates (a
 // new slice). Sorting gives concurrent writers one lock order.
-func uniqueIDs(op, what string, ids []string) ([]string, error) {
-	if len(ids) > MaxIDs {
-		return nil, invalid(op, "%d %ss, at most %d allowed", len(ids), what, MaxIDs)
+func uniqueIDs(op, what string, list []string) ([]string, error) {
+	if len(list) > MaxIDs {
+		return nil, invalid(op, "%d %ss, at most %d allowed", len(list), what, MaxIDs)
 	}
-	for _, id := range ids {
+	for _, id := range list {
 		if err := checkID(op, what, id); err != nil {
 			return nil, err
 		}
 	}
-	out := append(make([]string, 0, len(ids)), ids...) // never nil: pgx sends nil as NULL
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return ids.Sorted(list), nil // never nil: pgx sends nil as NULL
 }
 
 // lastSeenRows validates a batch and reduces it to one row per user (the
 // latest time wins), sorted by user id, times in Unix milliseconds.
-func lastSeenRows(op string, batch []LastSeen) (ids []string, ms []int64, err error) {
+func lastSeenRows(op string, batch []LastSeen) (users []string, ms []int64, err error) {
 	if len(batch) > MaxIDs {
 		return nil, nil, invalid(op, "%d last-seen rows, at most %d allowed", len(batch), MaxIDs)
 	}
@@ -162,20 +152,17 @@ func lastSeenRows(op string, batch []LastSeen) (ids []string, ms []int64, err er
 		return cmp.Or(cmp.Compare(a.UserID, b.UserID), b.At.Compare(a.At)) // latest first
 	})
 	rows = slices.CompactFunc(rows, func(a, b LastSeen) bool { return a.UserID == b.UserID })
-	ids = make([]string, len(rows))
+	users = make([]string, len(rows))
 	ms = make([]int64, len(rows))
 	for i, r := range rows {
-		ids[i], ms[i] = r.UserID, r.At.UnixMilli()
+		users[i], ms[i] = r.UserID, timestamp.Millis(r.At)
 	}
-	return ids, ms, nil
+	return users, ms, nil
 }
-
-// fromMillis is the inverse of time.Time.UnixMilli, in UTC.
-func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
 func checkVisibility(op string, v Visibility) error {
 	if !v.Valid() {
-		return invalid(op, "visibility %q is not one of everyone, contacts, nobody", clip(string(v)))
+		return invalid(op, "visibility %q is not one of everyone, contacts, nobody", ids.Clip(string(v)))
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/presenced/presenced/timestamp"
 )
 
 // The read paths are the same on both backends but for their SQL and how
@@ -33,7 +35,7 @@ type readSQL struct {
 }
 
 func readLastSeen(ctx context.Context, q querier, sql string, userIDs []string) (map[string]time.Time, error) {
-	return readByID(ctx, q, "last seen", sql, userIDs, fromMillis)
+	return readByID(ctx, q, "last seen", sql, userIDs, timestamp.FromMillis)
 }
 
 func readPrivacy(ctx context.Context, q querier, sql string, userIDs []string) (map[string]Visibility, error) {

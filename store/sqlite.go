@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presenced/presenced/ids"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -52,7 +53,7 @@ var _ Store = (*SQLite)(nil)
 func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, error) {
 	const op = "open sqlite"
 	if path == "" || strings.ContainsAny(path, "?\x00") || strings.HasPrefix(path, "file:") {
-		return nil, invalid(op, "database path %q: want a plain file name without '?'", clip(path))
+		return nil, invalid(op, "database path %q: want a plain file name without '?'", ids.Clip(path))
 	}
 	busy := cfg.BusyTimeout
 	if busy <= 0 {

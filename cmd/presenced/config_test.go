@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/redis/go-redis/v9"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -223,6 +225,34 @@ func TestParseRedisURL(t *testing.T) {
 		if !slices.Equal(o.Addrs, tt.addrs) || o.IsClusterMode != tt.cluster || o.MasterName != tt.master {
 			t.Errorf("%s: got %+v", tt.url, o)
 		}
+	}
+}
+
+// Every option redis.ParseURL reads, the query options included, reaches
+// the client.
+func TestParseRedisURLKeepsOptions(t *testing.T) {
+	for _, raw := range []string{
+		"redis://u:p@h:6380/3?pool_size=7&dial_timeout=2s&read_timeout=3s&write_timeout=4s&max_retries=5" +
+			"&min_retry_backoff=1ms&max_retry_backoff=9ms&pool_fifo=true&pool_timeout=6s&min_idle_conns=2" +
+			"&max_idle_conns=8&max_active_conns=9&conn_max_idle_time=1m&conn_max_lifetime=2m&client_name=node1&protocol=2",
+		"rediss://h:6380?pool_size=3&skip_verify=true",
+		"redis://h",
+	} {
+		want, err := redis.ParseURL(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		want.Network = "" // a universal client has no such option; "" means tcp for a host:port
+		o, err := parseRedisURL(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		if got := o.Simple(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\ngot  %+v\nwant %+v", raw, got, want)
+		}
+	}
+	if _, err := parseRedisURL("redis://h?no_such_option=1"); err == nil {
+		t.Error("an unknown option is accepted")
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
@@ -344,8 +345,8 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if user == "" || len(rest) > 0 {
 		return fmt.Errorf("%w: usage: presenced token <userId> [--valid-for 24h]", errBadUsage)
 	}
-	if !auth.ValidID(user) {
-		return fmt.Errorf("%w: %q is not a valid user id (1-128 of A-Z a-z 0-9 _ . : @ -)", errBadUsage, user)
+	if !ids.Valid(user) {
+		return fmt.Errorf("%w: %q is not a valid user id (%s)", errBadUsage, user, ids.Rule)
 	}
 	if validFor <= 0 {
 		return fmt.Errorf("%w: --valid-for must be positive", errBadUsage)

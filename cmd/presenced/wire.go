@@ -37,9 +37,7 @@ func parseRedisURL(raw string) (*redis.UniversalOptions, error) {
 		if err != nil {
 			return nil, errors.New("bad redis URL (redis://[user:pass@]host:port[/db])")
 		}
-		return &redis.UniversalOptions{
-			Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB, TLSConfig: o.TLSConfig,
-		}, nil
+		return universal(o), nil
 	case "redis+cluster", "redis+sentinel":
 	default:
 		return nil, errors.New("scheme must be redis, rediss, redis+cluster or redis+sentinel")
@@ -72,6 +70,40 @@ func parseRedisURL(raw string) (*redis.UniversalOptions, error) {
 		return nil, errors.New("redis+sentinel:// needs /<master name> after the sentinel addresses")
 	}
 	return &redis.UniversalOptions{Addrs: addrs, MasterName: path, Username: user, Password: pass}, nil
+}
+
+// universal carries every option redis.ParseURL reads into the options of
+// a universal client: the address, credentials, database and TLS, and the
+// query options (pool_size, dial_timeout, read_timeout, max_retries, …).
+func universal(o *redis.Options) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                   []string{o.Addr},
+		ClientName:              o.ClientName,
+		Protocol:                o.Protocol,
+		Username:                o.Username,
+		Password:                o.Password,
+		DB:                      o.DB,
+		TLSConfig:               o.TLSConfig,
+		MaxRetries:              o.MaxRetries,
+		MinRetryBackoff:         o.MinRetryBackoff,
+		MaxRetryBackoff:         o.MaxRetryBackoff,
+		DialTimeout:             o.DialTimeout,
+		ReadTimeout:             o.ReadTimeout,
+		WriteTimeout:            o.WriteTimeout,
+		PoolFIFO:                o.PoolFIFO,
+		PoolSize:                o.PoolSize,
+		PoolTimeout:             o.PoolTimeout,
+		MinIdleConns:            o.MinIdleConns,
+		MaxIdleConns:            o.MaxIdleConns,
+		MaxActiveConns:          o.MaxActiveConns,
+		MaxConcurrentDials:      o.MaxConcurrentDials,
+		PipelinePoolSize:        o.PipelinePoolSize,
+		PipelineReadBufferSize:  o.PipelineReadBufferSize,
+		PipelineWriteBufferSize: o.PipelineWriteBufferSize,
+		ConnMaxIdleTime:         o.ConnMaxIdleTime,
+		ConnMaxLifetime:         o.ConnMaxLifetime,
+		ConnMaxLifetimeJitter:   o.ConnMaxLifetimeJitter,
+	}
 }
 
 func hostList(h string) ([]string, error) {

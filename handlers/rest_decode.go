@@ -1,0 +1,99 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/presenced/presenced/ids"
+)
+
+// pathID reads and validates an id path parameter.
+func pathID(r *http.Request, name string) (string, error) {
+	raw := chi.URLParam(r, name)
+	id, err := url.PathUnescape(raw)
+	if err != nil || !ids.Valid(id) {
+		return "", errorf(CodeInvalidArgument, "%s must be %s", name, ids.Rule)
+	}
+	return id, nil
+}
+
+// readObject reads a body of at most limit bytes that must be exactly one
+// JSON object (unknown fields are the caller's to ignore).
+func readObject(w http.ResponseWriter, r *http.Request, limit int64) (map[string]json.RawMessage, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, errorf(CodeLimitExceeded, "request body is larger than %d bytes", limit)
+		}
+		return nil, errorf(CodeInvalidArgument, "unreadable request body")
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '{' {
+		return nil, errorf(CodeInvalidArgument, "request body must be a JSON object")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &obj); err != nil {
+		return nil, errorf(CodeInvalidArgument, "request body is not valid JSON: %s", jsonProblem(err))
+	}
+	return obj, nil
+}
+
+// jsonProblem is a short client-safe description of a JSON syntax error.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	return "malformed"
+}
+
+// checkIDCount bounds the length of a list of ids (REST bodies and socket
+// payloads alike): over the maximum is limit_exceeded.
+func checkIDCount(field string, n, minN, maxN int) error {
+	if n > maxN {
+		return errorf(CodeLimitExceeded, "%s has %d ids; at most %d allowed", field, n, maxN)
+	}
+	if n < minN {
+		return errorf(CodeInvalidArgument, "%s must hold at least %d id", field, minN)
+	}
+	return nil
+}
+
+// idList reads field as an array of ids, with between min and max
+// elements (more than max is 413 limit_exceeded).
+func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]string, error) {
+	raw, ok := obj[field]
+	if !ok {
+		return nil, errorf(CodeInvalidArgument, "%s is required", field)
+	}
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, errorf(CodeInvalidArgument, "%s must be an array of strings", field)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, errorf(CodeInvalidArgument, "%s must be an array of strings", field)
+	}
+	if err := checkIDCount(field, len(items), minN, maxN); err != nil {
+		return nil, err
+	}
+	list := make([]string, len(items))
+	for i, it := range items {
+		if len(it) == 0 || it[0] != '"' {
+			return nil, errorf(CodeInvalidArgument, "%s[%d] must be a string", field, i)
+		}
+		if err := json.Unmarshal(it, &list[i]); err != nil {
+			return nil, errorf(CodeInvalidArgument, "%s[%d] must be a string", field, i)
+		}
+		if !ids.Valid(list[i]) {
+			return nil, errorf(CodeInvalidArgument, "%s[%d] must be %s", field, i, ids.Rule)
+		}
+	}
+	return list, nil
+}

@@ -1,0 +1,58 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/presenced/presenced/store"
+)
+
+// GET /me/privacy
+func (a *REST) getPrivacy(w http.ResponseWriter, r *http.Request) {
+	viewer := viewerOf(r.Context())
+	settings, err := a.d.Store.Privacy(r.Context(), []string{viewer})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	v := settings[viewer]
+	if v == "" {
+		v = store.DefaultVisibility
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
+}
+
+// PUT /me/privacy {lastSeen}
+func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
+	obj, err := readObject(w, r, MaxBodyBytes)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	raw, ok := obj["lastSeen"]
+	if !ok {
+		a.fail(w, r, errorf(CodeInvalidArgument, "lastSeen is required"))
+		return
+	}
+	var s string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil || !store.Visibility(s).Valid() {
+		a.fail(w, r, errorf(CodeInvalidArgument, `lastSeen must be "everyone", "contacts" or "nobody"`))
+		return
+	}
+	v := store.Visibility(s)
+	user := viewerOf(r.Context())
+	if err := a.d.Store.SetPrivacy(r.Context(), user, v); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if a.d.Settings != nil {
+		a.d.Settings.Set(user, v)
+	}
+	if a.d.PrivacyChanged != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+		a.d.PrivacyChanged(ctx, user, v)
+		cancel()
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
+}

@@ -1,0 +1,130 @@
+package presence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// leaseDue reports whether the lease must be claimed or renewed now.
+func (e *RedisEngine) leaseDue(now time.Time) bool {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	return !e.held.Load() || e.resyncDue || now.Sub(e.lastLse) >= e.rcfg.LeaseEvery
+}
+
+// Claim takes the node id's lease before the node serves. It returns
+// ErrNodeIDTaken if a live instance holds the id. A holder that does not
+// renew (this node's previous process, crashed) is waited out: at most one
+// lease period. A Redis error is returned (ErrUnavailable); the claim is
+// then made at the first connection to Redis, by Tick or Connect, and Run
+// ends with ErrNodeIDTaken if the id is taken then.
+func (e *RedisEngine) Claim(ctx context.Context) error {
+	for {
+		_, err := e.lease(ctx, e.cfg.Now())
+		if !errors.Is(err, errLeaseWait) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.rcfg.LeaseEvery / 2):
+		}
+	}
+}
+
+// lease claims or renews this instance's lease (one script on Redis's
+// clock) and acts on the answer: renewed reports a lease renewed without a
+// gap for at least the last renewal period (the caller may reap others;
+// the script checks the full period).
+func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, err error) {
+	e.leaseMu.Lock()
+	defer e.leaseMu.Unlock()
+	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk()).Int64Slice()
+	if err == nil && len(v) != 3 {
+		err = errors.New("unexpected script reply")
+	}
+	if err != nil {
+		return false, unavailable("lease", err)
+	}
+	switch v[0] {
+	case 1:
+		renewed = true
+	case 2:
+		e.log.Warn("this node's lease had lapsed (a stall of Redis or of this node); renewed before anyone reaped it")
+	case 3:
+		if e.held.Load() {
+			e.log.Warn("this node's lease had lapsed and its entries were reaped (or Redis lost its data); registering its sockets again")
+			e.resyncDue = true
+		}
+	case -1:
+		if e.held.Load() {
+			// we lapsed, and another process took the id meanwhile
+			return false, fmt.Errorf("%w (it was taken over while this node's lease had lapsed)", ErrNodeIDTaken)
+		}
+		if e.takenUntil == 0 {
+			e.takenUntil = v[1]
+		} else if v[1] != e.takenUntil {
+			return false, ErrNodeIDTaken // the holder renewed: it is alive
+		}
+		return false, errLeaseWait
+	case -2:
+		return false, errLeaseWait
+	default:
+		return false, unavailable("lease", fmt.Errorf("unexpected lease answer %d", v[0]))
+	}
+	e.held.Store(true)
+	e.takenUntil = 0
+	e.lastLse = now
+	if e.resyncDue {
+		if err := e.resync(ctx); err != nil {
+			return false, err
+		}
+		e.resyncDue = false
+	}
+	return renewed, nil
+}
+
+// resync registers every local socket again, after this node was reaped
+// (or Redis lost its data). It is idempotent: what is still there stays.
+func (e *RedisEngine) resync(ctx context.Context) error {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	var socks []*rSocket
+	regs := map[string]string{}
+	convs := map[string][]string{}
+	for _, s := range e.local {
+		socks = append(socks, s)
+		regs[s.id] = registry(s)
+		convs[s.id] = sortedKeys(s.convs)
+	}
+	e.mu.Unlock()
+	var b batch
+	for _, s := range socks {
+		pipe := e.rdb.Pipeline()
+		pipe.HSet(ctx, e.kNode, s.id, regs[s.id])
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), e.cfg.AwayAfter.Milliseconds())
+		joins := make([]*redis.Cmd, len(convs[s.id]))
+		for i, c := range convs[s.id] {
+			k := e.conv(c)
+			joins[i] = convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, s.id, s.user, e.clk())
+		}
+		if err := e.exec(ctx, pipe); err != nil {
+			e.emit(ctx, b)
+			return unavailable("resync", err)
+		}
+		if n, _ := came.Int(); n == 1 {
+			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
+		}
+		for i, c := range convs[s.id] {
+			if raw, _ := joins[i].Slice(); len(raw) == 4 && toInt(raw[0]) == 1 {
+				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
+			}
+		}
+	}
+	e.emit(ctx, b)
+	return nil
+}

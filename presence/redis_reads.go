@@ -1,0 +1,179 @@
+package presence
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/presenced/presenced/timestamp"
+	"github.com/redis/go-redis/v9"
+)
+
+// rosterOf completes a roster with each member's status (one HMGET).
+func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string) (JoinResult, error) {
+	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
+	if res.Typing == nil {
+		res.Typing = []string{}
+	}
+	var recs []any
+	if len(users) > 0 {
+		var err error
+		recs, err = e.rdb.HMGet(ctx, e.kUsers, users...).Result()
+		if err != nil {
+			// The roster itself is known; only the online/away split is
+			// not. Everyone listed has a live socket: say online.
+			e.log.Warn("roster statuses unavailable; listing members as online", "err", err)
+			recs = nil
+		}
+	}
+	for i, u := range users {
+		st := Away
+		if recs == nil {
+			st = Online
+		} else if r, ok := parseUser(recs[i]); ok {
+			st = r.status()
+			if st == Offline {
+				st = Away
+			}
+		}
+		var sinceMs int64
+		if i < len(since) {
+			sinceMs, _ = strconv.ParseInt(since[i], 10, 64)
+		}
+		res.Online = append(res.Online, Member{UserID: u, Status: st, Since: timestamp.FromMillis(sinceMs)})
+	}
+	slices.SortFunc(res.Online, func(a, b Member) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.UserID, b.UserID))
+	})
+	slices.Sort(res.Typing)
+	return res, nil
+}
+
+type userRec struct {
+	n           int64
+	act         int64
+	st          string
+	grace, disc int64
+}
+
+func parseUser(v any) (userRec, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return userRec{}, false
+	}
+	f := strings.Split(s, "|")
+	if len(f) != 5 {
+		return userRec{}, false
+	}
+	var r userRec
+	r.n, _ = strconv.ParseInt(f[0], 10, 64)
+	r.act, _ = strconv.ParseInt(f[1], 10, 64)
+	r.st = f[2]
+	r.grace, _ = strconv.ParseInt(f[3], 10, 64)
+	r.disc, _ = strconv.ParseInt(f[4], 10, 64)
+	return r, true
+}
+
+// status is the record's: its away timer (on Redis's clock, like the
+// activity it follows) turns it away, activity back online. The node's
+// clock is not compared with the activity's time.
+func (r userRec) status() Status {
+	if r.n == 0 && r.grace == 0 {
+		return Offline
+	}
+	if r.st == "away" {
+		return Away
+	}
+	return Online
+}
+
+func toInt(v any) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+func strs(v any) []string {
+	a, _ := v.([]any)
+	out := make([]string, 0, len(a))
+	for _, x := range a {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Roster implements Engine.
+func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, error) {
+	k := e.conv(conv)
+	raw, err := convRoster.Run(ctx, e.rdb, []string{k.on, k.m, k.ty}, e.clk()).Slice()
+	if err != nil {
+		return JoinResult{}, unavailable("roster", err)
+	}
+	if len(raw) != 3 {
+		return JoinResult{}, unavailable("roster", errors.New("unexpected script reply"))
+	}
+	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]))
+}
+
+// Users implements Engine: one HMGET whatever the number of ids.
+func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, error) {
+	if len(ids) == 0 {
+		return []UserPresence{}, nil
+	}
+	recs, err := e.rdb.HMGet(ctx, e.kUsers, ids...).Result()
+	if err != nil {
+		return nil, unavailable("users", err)
+	}
+	return e.usersFrom(ids, recs), nil
+}
+
+// QueueUsers queues the read of Users on a pipeline of the same Redis, so
+// that a caller can join it with reads of its own in one round trip; the
+// returned function gives the answer once the pipeline ran.
+func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() ([]UserPresence, error) {
+	if len(ids) == 0 {
+		return func() ([]UserPresence, error) { return []UserPresence{}, nil }
+	}
+	cmd := pipe.HMGet(ctx, e.kUsers, ids...)
+	return func() ([]UserPresence, error) {
+		recs, err := cmd.Result()
+		if err != nil {
+			return nil, unavailable("users", err)
+		}
+		return e.usersFrom(ids, recs), nil
+	}
+}
+
+func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
+	out := make([]UserPresence, len(ids))
+	for i, id := range ids {
+		out[i] = UserPresence{UserID: id, Status: Offline}
+		if i >= len(recs) {
+			continue
+		}
+		r, ok := parseUser(recs[i])
+		if !ok {
+			continue
+		}
+		out[i].Status = r.status()
+		if out[i].Status != Offline {
+			out[i].Since = timestamp.FromMillis(r.act)
+		}
+	}
+	return out
+}
+
+// Conversations implements Engine.
+func (e *RedisEngine) Conversations(socketID string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.local[socketID]
+	if !ok {
+		return nil
+	}
+	return sortedKeys(s.convs)
+}

@@ -1,0 +1,142 @@
+package presence
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// reconcile compares this node's entries in Redis (its registry) with its
+// sockets, a chunk at a time: a socket the node no longer has (its leave
+// or disconnect never reached Redis: a lost reply, a race with a join) is
+// removed, as timed out now; a conversation a live socket no longer has is
+// left. Cost: one HSCAN per thousand sockets per ReconcileEvery, plus the
+// removals; nothing per user per period.
+func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
+	e.mu.Lock()
+	for u, next := range e.lastAct {
+		if !now.Before(next) {
+			delete(e.lastAct, u)
+		}
+	}
+	e.mu.Unlock()
+	var cursor uint64
+	for {
+		kv, next, err := e.rdb.HScan(ctx, e.kNode, cursor, "", 1000).Result()
+		if err != nil {
+			return unavailable("reconcile", err)
+		}
+		var ghosts, stale []*rSocket
+		var regs []string
+		e.mu.Lock()
+		for i := 0; i+1 < len(kv); i += 2 {
+			sid, f := kv[i], strings.Split(kv[i+1], "\t")
+			s, live := e.local[sid]
+			if !live {
+				_, pending := e.pending[sid]
+				_, leaving := e.leaving[sid]
+				if !pending && !leaving {
+					ghosts = append(ghosts, &rSocket{id: sid, user: f[0], convs: setOf(f[1:])})
+				}
+				continue
+			}
+			var gone map[string]struct{}
+			for _, c := range f[1:] {
+				if _, in := s.convs[c]; !in {
+					if gone == nil {
+						gone = map[string]struct{}{}
+					}
+					gone[c] = struct{}{}
+				}
+			}
+			if gone != nil {
+				stale = append(stale, &rSocket{id: sid, user: s.user, convs: gone})
+				regs = append(regs, registry(s))
+			}
+		}
+		e.mu.Unlock()
+		for _, g := range ghosts {
+			e.log.Warn("removing an entry of a socket this node no longer has", "sid", g.id, "user_id", g.user)
+			b, err := e.removeFrom(ctx, e.kNode, g, now, "timeout", time.Time{})
+			e.emit(ctx, b)
+			if err != nil {
+				return err
+			}
+		}
+		for i, s := range stale {
+			if err := e.leaveStale(ctx, s, regs[i], now); err != nil {
+				return err
+			}
+		}
+		if next == 0 {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// leaveStale takes a live socket out of conversations it no longer has
+// and corrects its registry line.
+func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, now time.Time) error {
+	convs := sortedKeys(s.convs)
+	pipe := e.rdb.Pipeline()
+	leaves := make([]*redis.Cmd, len(convs))
+	for i, c := range convs {
+		k := e.conv(c)
+		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, s.id, s.user, e.clk(), "left", 0, "")
+	}
+	pipe.HSet(ctx, e.kNode, s.id, reg)
+	if err := e.exec(ctx, pipe); err != nil {
+		return unavailable("reconcile", err)
+	}
+	var b batch
+	for i, c := range convs {
+		if v, _ := leaves[i].Int64Slice(); len(v) == 3 {
+			if v[0] == 1 {
+				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
+			}
+			if v[1] == 1 {
+				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: now, Reason: ReasonLeft})
+			}
+		}
+	}
+	e.emit(ctx, b)
+	return nil
+}
+
+func setOf(keys []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		m[k] = struct{}{}
+	}
+	return m
+}
+
+// retryPending retries the cleanup of sockets whose disconnect failed.
+func (e *RedisEngine) retryPending(ctx context.Context, now time.Time) error {
+	e.mu.Lock()
+	var todo []*rSocket
+	for _, s := range e.pending {
+		todo = append(todo, s)
+	}
+	e.mu.Unlock()
+	for _, s := range todo {
+		e.mu.Lock()
+		_, live := e.local[s.id]
+		e.mu.Unlock()
+		if live {
+			continue
+		}
+		b, err := e.removeSocket(ctx, s, now)
+		e.emit(ctx, b)
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		delete(e.pending, s.id)
+		e.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package presence
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/presenced/presenced/timestamp"
+	"github.com/redis/go-redis/v9"
+)
+
+// Connect implements Engine. The node's first connection claims its lease.
+func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
+	if !e.held.Load() {
+		if _, err := e.lease(ctx, e.cfg.Now()); err != nil {
+			if errors.Is(err, errLeaseWait) {
+				return unavailable("connect", err)
+			}
+			return err
+		}
+	}
+	e.mu.Lock()
+	if _, ok := e.local[s.ID]; ok {
+		e.mu.Unlock()
+		return nil
+	}
+	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
+	e.local[s.ID] = rs
+	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
+	reg := registry(rs)     // under mu: a Join may already write rs.convs
+	e.mu.Unlock()
+
+	now := e.cfg.Now()
+	pipe := e.rdb.Pipeline()
+	pipe.HSet(ctx, e.kNode, s.ID, reg)
+	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk(), e.cfg.AwayAfter.Milliseconds())
+	if err := e.exec(ctx, pipe); err != nil {
+		// The scripts may have run although the reply was lost: the
+		// socket is cleaned up (idempotently) by the pending retries.
+		e.mu.Lock()
+		delete(e.local, s.ID)
+		e.pending[s.ID] = rs
+		e.mu.Unlock()
+		return unavailable("connect", err)
+	}
+	if n, _ := came.Int(); n == 1 {
+		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
+	}
+	e.cleanIfGone(rs)
+	return nil
+}
+
+// cleanIfGone queues the removal of a socket that disconnected while an
+// operation of it was under way: the disconnect's removal may have run in
+// Redis before that operation's writes, which would be left behind.
+func (e *RedisEngine) cleanIfGone(s *rSocket) {
+	e.mu.Lock()
+	if _, live := e.local[s.id]; !live {
+		e.pending[s.id] = s
+	}
+	e.mu.Unlock()
+}
+
+// Disconnect implements Engine.
+func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
+	e.mu.Lock()
+	s, ok := e.local[socketID]
+	if ok {
+		delete(e.local, socketID)
+		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	now := e.cfg.Now()
+	b, err := e.removeSocket(ctx, s, now)
+	e.emit(ctx, b)
+	e.mu.Lock()
+	delete(e.leaving, socketID)
+	if err != nil {
+		// keep it for Tick to retry: no entry is left behind for good
+		e.pending[socketID] = s
+	}
+	e.mu.Unlock()
+	return err
+}
+
+// removeSocket removes a disconnected socket of this node: its leaves and
+// offline wait for the flap grace.
+func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time) (batch, error) {
+	return e.removeFrom(ctx, e.kNode, s, now, "grace", time.Time{})
+}
+
+// removeFrom removes a socket from its conversations and user, and
+// schedules the grace timers, in one pipelined round trip. mode "grace" or
+// "timeout" (then lastProof, if set, is the socket's last proof of life).
+func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
+	at := ""
+	if !lastProof.IsZero() {
+		at = strconv.FormatInt(timestamp.Millis(lastProof), 10)
+	}
+	grace := e.cfg.FlapGrace.Milliseconds()
+	// s.convs is written under mu by a Leave, Join or undoJoin of the same
+	// socket that may still be running.
+	e.mu.Lock()
+	convs := sortedKeys(s.convs)
+	e.mu.Unlock()
+	pipe := e.rdb.Pipeline()
+	leaves := make([]*redis.Cmd, len(convs))
+	for i, c := range convs {
+		k := e.conv(c)
+		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
+			s.id, s.user, e.clk(), mode, grace, at)
+		if mode == "grace" {
+			// The grace's timer goes in the same round trip, whether or
+			// not this was the user's last socket there (if not, it finds
+			// nothing to do): a retry after a failure, whose leave finds
+			// the socket gone, still leaves the timer scheduled.
+			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
+		}
+	}
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at)
+	pipe.HDel(ctx, regKey, s.id)
+	if err := e.exec(ctx, pipe); err != nil {
+		return nil, unavailable("disconnect", err)
+	}
+	var b batch
+	for i, c := range convs {
+		v, _ := leaves[i].Int64Slice()
+		if len(v) < 3 {
+			continue
+		}
+		if v[0] == 1 {
+			b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
+		}
+		if v[1] == 1 {
+			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: timestamp.FromMillis(v[2]), Reason: reasonOf(mode)})
+		}
+	}
+	if v, _ := user.Int64Slice(); len(v) == 2 && v[0] == 1 {
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
+	}
+	return b, nil
+}
+
+func reasonOf(mode string) string {
+	switch mode {
+	case "timeout":
+		return ReasonTimeout
+	case "left":
+		return ReasonLeft
+	}
+	return ReasonDisconnected
+}
+
+func (e *RedisEngine) socket(id string) (*rSocket, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.local[id]
+	if !ok {
+		return nil, ErrUnknown
+	}
+	return s, nil
+}

@@ -1,0 +1,106 @@
+package presence
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/presenced/presenced/timestamp"
+)
+
+// runDue runs the timers that are due: typing expiry, grace ends, away.
+// Timers are claimed, fired, then acknowledged: a node that dies (or loses
+// a reply) between the two leaves them claimed, and they fire again, on
+// any node, once the claim runs out. Firing is idempotent: each script
+// checks that its moment has come and its work is not done yet, and only
+// a change it makes is announced.
+func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
+	for range 10 { // at most 10 × 200 timers per tick
+		raw, err := claimDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, e.clk(), 200, timerClaim.Milliseconds()).Slice()
+		if err != nil || len(raw) == 0 {
+			return unavailable("timers", err)
+		}
+		claim, items := raw[0], raw[1:]
+		if len(items) == 0 {
+			return nil
+		}
+		var b batch
+		var failed int
+		ack := []any{claim, e.clk()}
+		for _, x := range items {
+			it, _ := x.(string)
+			ev, wait, err := e.fire(ctx, it, now)
+			b = append(b, ev...)
+			if err != nil {
+				failed++
+				wait = time.Second.Milliseconds() // retried in 1s
+			}
+			ack = append(ack, it, wait)
+		}
+		e.emit(ctx, b)
+		if err := ackDue.Run(ctx, e.rdb, []string{e.kDue, e.kClaimed}, ack...).Err(); err != nil {
+			return unavailable("timers ack", err) // they fire again when the claim runs out
+		}
+		if failed > 0 {
+			return unavailable("timers", fmt.Errorf("%d timers failed; retried in 1s", failed))
+		}
+		if len(items) < 200 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// fire runs one timer and returns its events, and how long until it must
+// run again (0: done). A timer that finds its moment not come yet (the
+// timer's clock and the data's are different Redis servers, or a failover
+// moved the clock) runs again when the time that remains has passed.
+func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b batch, wait int64, err error) {
+	f := strings.Split(item, "\t")
+	switch {
+	case f[0] == "t" && len(f) == 2:
+		k := e.conv(f[1])
+		raw, err := typingExpire.Run(ctx, e.rdb, []string{k.ty, k.tyo}, e.clk()).Slice()
+		if err != nil || len(raw) != 2 {
+			return nil, 0, unavailable("typing expiry", err)
+		}
+		for _, u := range strs(raw[0]) {
+			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: u, At: now, Typing: false})
+		}
+		return b, toInt(raw[1]), nil
+	case f[0] == "g" && len(f) == 3:
+		k := e.conv(f[1])
+		v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, f[2], e.clk()).Int64Slice()
+		if err != nil || len(v) != 4 {
+			return nil, 0, unavailable("grace", err)
+		}
+		if v[2] == 1 {
+			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: f[2], At: now, Typing: false})
+		}
+		if v[0] == 1 {
+			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: timestamp.FromMillis(v[1]), Reason: ReasonDisconnected})
+		}
+		return b, v[3], nil
+	case f[0] == "u" && len(f) == 2:
+		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, f[1], e.clk()).Int64Slice()
+		if err != nil || len(v) != 3 {
+			return nil, 0, unavailable("grace", err)
+		}
+		if v[0] == 1 {
+			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
+		}
+		return b, v[2], nil
+	case f[0] == "a" && len(f) == 2:
+		v, err := userAway.Run(ctx, e.rdb, []string{e.kUsers}, f[1], e.clk(), e.cfg.AwayAfter.Milliseconds()).Int64Slice()
+		if err != nil || len(v) != 2 {
+			return nil, 0, unavailable("away", err)
+		}
+		if v[0] == 1 {
+			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Away})
+		}
+		return b, v[1], nil
+	}
+	e.log.Warn("unknown timer dropped", "timer", item)
+	return nil, 0, nil
+}
