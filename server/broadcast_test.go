@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	ws "github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/presenced/presenced/handlers"
@@ -126,5 +127,56 @@ func TestWebsocketUnreadBound(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
 		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
+	}
+}
+
+// A socket that upgrades from polling to our websocket is sent broadcasts
+// on the websocket once the upgrade is done.
+func TestBroadcastAfterUpgrade(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	if got := connectPolling(t, ts.URL, `{"token":"`+mint(t, "up-user")+`"}`); !strings.Contains(got, "session") {
+		t.Fatalf("polling connect: %q", got)
+	}
+	sid := pollingSid(t, ts)
+	u := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket&sid=" + sid
+	conn, _, err := ws.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if err := conn.WriteMessage(ws.TextMessage, []byte("2probe")); err != nil {
+		t.Fatal(err)
+	}
+	if _, m, err := conn.ReadMessage(); err != nil || string(m) != "3probe" {
+		t.Fatalf("probe: %q %v", m, err)
+	}
+	if err := conn.WriteMessage(ws.TextMessage, []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for ts.Server.IO().Sockets().Sockets().Values()[0].Conn().Transport().Name() != "websocket" {
+		if time.Now().After(deadline) {
+			t.Fatal("not upgraded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 3 {
+		if err := ts.Server.IO().To(handlers.UserRoom("up-user")).Emit("after", i); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			_, m, err := conn.ReadMessage()
+			if err != nil {
+				t.Fatalf("broadcast %d: %v", i, err)
+			}
+			if string(m) == "6" { // a NOOP the engine sends the old transport's way
+				continue
+			}
+			if want := `42["after",` + strconv.Itoa(i) + `]`; string(m) != want {
+				t.Fatalf("got %q, want %q", m, want)
+			}
+			break
+		}
 	}
 }

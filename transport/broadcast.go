@@ -58,7 +58,7 @@ func (f *Frame) WriteTo(s *socket.Socket) {
 	}
 	conn := s.Conn()
 	if f.ws != nil && conn.ReadyState() == "open" {
-		if w, ok := conn.Transport().(*wsTransport); ok && (!f.binary || conn.Protocol() >= 4) {
+		if w, ok := conn.Transport().(*wsTransport); ok && w.settled.Load() && (!f.binary || conn.Protocol() >= 4) {
 			if f.opts.Volatile && w.busy() {
 				return // as the library discards a volatile packet it cannot write now
 			}

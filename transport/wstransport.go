@@ -106,6 +106,13 @@ type wsTransport struct {
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
+	// settled: the engine hands this transport everything in order, so
+	// frames may be queued on it directly (Frame.WriteTo). A connection's
+	// first transport is settled from the start; an upgrade once the
+	// engine has handled its UPGRADE packet, which makes it the transport
+	// and then flushes the packets the engine held meanwhile (until then a
+	// direct frame could pass them).
+	settled atomic.Bool
 
 	netConn net.Conn // the hijacked connection, written by wsout.go
 	out     outbound
@@ -124,6 +131,7 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	releaseBuffers(w.conn.Conn)
 	w.jobDone = make(chan bool, 1)
 	w.upgradeSid = ctx.Query().Peek("sid")
+	w.settled.Store(w.upgradeSid == "")
 	w.idFn = w.engineID
 
 	_ = w.conn.On("error", func(errs ...any) {
@@ -168,6 +176,11 @@ func (w *wsTransport) read() {
 		data := append([]byte(nil), msg...)
 		if mt == ws.TextMessage {
 			w.OnData(types.NewStringBuffer(data))
+			if !w.settled.Load() && len(data) == 1 && data[0] == '5' {
+				// The engine has handled the UPGRADE: it made this its
+				// transport and flushed what it held (see settled).
+				w.settled.Store(true)
+			}
 		} else {
 			w.OnData(types.NewBytesBuffer(data))
 		}
