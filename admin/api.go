@@ -89,14 +89,6 @@ func paging(q url.Values) (page, limit int, err error) {
 	return page, limit, nil
 }
 
-func ms(t time.Time) *int64 {
-	if t.IsZero() {
-		return nil
-	}
-	v := t.UnixMilli()
-	return &v
-}
-
 func ts(t time.Time) *string {
 	if t.IsZero() {
 		return nil

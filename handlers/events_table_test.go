@@ -438,8 +438,6 @@ func manyIDs(n int) map[string]any {
 
 func itoaTbl(n int) string { b, _ := json.Marshal(n); return string(b) }
 
-const at12 = `"2026-11-30T12:00:00.000Z"`
-
 // badConvIDs are conversationId payloads every conversation event refuses
 // as invalid_argument.
 var badConvIDs = []struct {
