@@ -3,14 +3,24 @@
 # with the real socket.io-client).
 GO ?= go
 BIN := bin/presenced
+# golangci-lint, pinned: installed into bin/ by `make lint` when missing.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: build test test-go test-fuzz test-e2e test-compose vet e2e-deps clean
+.PHONY: build test test-go test-fuzz test-e2e test-compose vet lint e2e-deps clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/presenced
 
 vet:
 	$(GO) vet ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(CURDIR)/$(dir $(GOLANGCI_LINT)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+# .golangci.yml; two workers (the test machines are small)
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run --concurrency 2 ./...
 
 test-go:
 	$(GO) test -race -count=1 ./...
@@ -36,7 +46,7 @@ test-compose:
 	PRESENCE_LB_BIND=127.0.0.1:3000 PRESENCE_LB_MONITOR=127.0.0.1:8404 PRESENCE_NODE1=127.0.0.1:1 PRESENCE_NODE2=127.0.0.1:2 PRESENCE_NODE3=127.0.0.1:3 \
 		haproxy -c -q -f deploy/haproxy.cfg                            # the balancer config parses
 
-test: vet e2e-deps test-go test-fuzz test-compose test-e2e
+test: vet lint e2e-deps test-go test-fuzz test-compose test-e2e
 
 clean:
 	rm -rf bin

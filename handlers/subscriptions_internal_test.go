@@ -256,9 +256,9 @@ func TestDeliveryCoalescesByUser(t *testing.T) {
 		}
 	}()
 	close(g.release)
-	e := waitEmits(t, got, 2, "the first and the latest change")
+	waitEmits(t, got, 2, "the first and the latest change")
 	time.Sleep(50 * time.Millisecond)
-	e = got()
+	e := got()
 	if len(e) != 2 || e[0].p.Status != "online" || e[1].p.Status != "offline" {
 		t.Fatalf("updates %+v, want online then offline", e)
 	}

@@ -76,7 +76,9 @@ func TestAsyncSinkKeepsOrderPerConversation(t *testing.T) {
 				key = "user:" + e.UserID
 			}
 			var n int
-			fmt.Sscan(e.Reason, &n)
+			if _, err := fmt.Sscan(e.Reason, &n); err != nil {
+				t.Errorf("reason %q: %v", e.Reason, err)
+			}
 			seen[key] = append(seen[key], n)
 		}
 	}

@@ -57,7 +57,9 @@ func TestCachedMembershipForgetDuringRead(t *testing.T) {
 		t.Fatalf("after Forget: member=%v err=%v; a stale answer was cached", ok, err)
 	}
 	// and ordinary answers are cached
-	m.IsMember(context.Background(), "c", "a")
+	if _, err := m.IsMember(context.Background(), "c", "a"); err != nil {
+		t.Fatal(err)
+	}
 	if st.reads != 2 {
 		t.Fatalf("%d store reads, want 2", st.reads)
 	}

@@ -22,10 +22,6 @@ func newPGDatabase(tb testing.TB) string {
 	return storetest.FreshPostgres(tb, "presenced_test")
 }
 
-func withDatabase(tb testing.TB, admin, name string) string {
-	return storetest.WithDatabase(tb, admin, name)
-}
-
 var postgresBackend = storetest.Backend{
 	NewDatabase: newPGDatabase,
 	Open: func(ctx context.Context, url string, skipMigrate bool) (storetest.Store, error) {

@@ -101,13 +101,13 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 	// The writer connects first and switches the file to WAL; readers
 	// connect lazily, after it.
 	if err := s.w.PingContext(ctx); err != nil {
-		s.closeDBs()
+		_ = s.closeDBs() // the ping failed; that error is the one to report
 		return nil, wrap(op, err, s.transient)
 	}
 	if !cfg.SkipMigrate {
 		applied, err := s.Migrate(ctx)
 		if err != nil {
-			s.closeDBs()
+			_ = s.closeDBs() // the migration failed; that error is the one to report
 			return nil, err
 		}
 		logApplied(cfg.Logger, applied)

@@ -188,7 +188,7 @@ func (vb *valueBuilder) value(depth int) any {
 func FuzzAppendJSON(f *testing.F) {
 	f.Add([]byte{9, 3, 2, 0, 3, 1, 1, 7, 1, 2, 3, 4, 5, 6, 7, 8, 2}, "okserverTimenextInMs2026-11-30T15:17:54.203Z", 19434.0)
 	f.Add([]byte{8, 4, 2, 0, 5, 5, 6, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1, 10, 1, 11, 0, 3, 2, 1}, "caf\u00e9 <b>\"\\\n\xff\u2028", math.Inf(1))
-	f.Add([]byte{9, 2, 0, 2, 8, 2, 9, 1, 1, 3, 2, 12, 0, 40}, `{"a": [1, 2]} x`, -0.0)
+	f.Add([]byte{9, 2, 0, 2, 8, 2, 9, 1, 1, 3, 2, 12, 0, 40}, `{"a": [1, 2]} x`, math.Copysign(0, -1))
 	f.Add([]byte{8, 3, 6, 0x44, 0x50, 0, 0, 0, 0, 0, 0, 6, 0x3e, 0xb0, 0xc6, 0xf7, 0xa0, 0xb5, 0xed, 0x8d, 6, 0, 0, 0, 0, 0, 0, 0, 1}, "", 1e21)
 	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
 		vb := &valueBuilder{b: prog, s: s, x: x}

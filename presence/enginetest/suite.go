@@ -140,18 +140,6 @@ func (e *env) expect(want ...string) {
 	}
 }
 
-// expectSet compares ignoring order (events of independent conversations).
-func (e *env) expectSet(want ...string) {
-	e.t.Helper()
-	got := e.rec.Take()
-	slices.Sort(got)
-	w := slices.Clone(want)
-	slices.Sort(w)
-	if !slices.Equal(got, w) {
-		e.t.Fatalf("events (any order):\n got  %q\n want %q", got, w)
-	}
-}
-
 func (e *env) roster(eng presence.Engine, conv string) string {
 	e.t.Helper()
 	r, err := eng.Roster(e.ctx, conv)

@@ -457,10 +457,6 @@ func testConcurrentReplace(t *testing.T, b Backend) {
 	}
 	// The contact list is one whole list too: exactly 22 contacts, all
 	// from one writer.
-	var all []string
-	for _, l := range lists {
-		all = append(all, l...)
-	}
 	co, err := s.ContactOf(ctx(t), []string{"owner"}, "common1")
 	must(t, err)
 	if !co["owner"] {
