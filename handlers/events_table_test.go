@@ -17,6 +17,7 @@ import (
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // Table-driven tests of every client → server event (CONTRACT §1) against
@@ -140,7 +141,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 		Log: log, Metrics: metrics.New(), Engine: e.eng, Membership: members, Rooms: rooms,
 		Activity: func(_ context.Context, user string, at time.Time) {
 			e.mu.Lock()
-			e.activity = append(e.activity, user+" "+Timestamp(at))
+			e.activity = append(e.activity, user+" "+timestamp.Format(at))
 			e.mu.Unlock()
 		},
 	}
