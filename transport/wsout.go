@@ -171,17 +171,20 @@ func (w *wsTransport) checkUnread(pending, since, now int64) {
 func (w *wsTransport) drain(first []byte) {
 	o := &w.out
 	var batch net.Buffers
-	if first != nil {
-		batch = net.Buffers{first}
-	}
+	wrote := first != nil
 	for {
-		if len(batch) > 0 {
-			n := 0
-			for _, f := range batch {
-				n += len(f)
+		if wrote {
+			var n int
+			var err error
+			if first != nil {
+				n, err = len(first), w.writeFrames(nil, first)
+			} else {
+				for _, f := range batch {
+					n += len(f)
+				}
+				err = w.writeFrames(batch, nil)
+				clear(batch)
 			}
-			err := w.writeFrames(batch)
-			clear(batch)
 			o.mu.Lock()
 			if o.dead { // abandoned meanwhile
 				o.mu.Unlock()
@@ -231,13 +234,15 @@ func (w *wsTransport) drain(first []byte) {
 			return
 		}
 		batch, o.frames, o.spare = o.frames, o.spare[:0], nil
+		wrote = true
 		o.mu.Unlock()
 	}
 }
 
-// writeFrames writes whole frames in one writev, within the write deadline
-// (closeWait once the transport is closing).
-func (w *wsTransport) writeFrames(batch net.Buffers) error {
+// writeFrames writes whole frames, the batch in one writev or the single
+// frame, within the write deadline (closeWait once the transport is
+// closing).
+func (w *wsTransport) writeFrames(batch net.Buffers, single []byte) error {
 	o := &w.out
 	o.mu.Lock()
 	closing := o.closing
@@ -247,6 +252,10 @@ func (w *wsTransport) writeFrames(batch net.Buffers) error {
 		_ = w.netConn.SetWriteDeadline(time.Now().Add(closeWait))
 	case w.writeWait > 0:
 		_ = w.netConn.SetWriteDeadline(time.Now().Add(w.writeWait))
+	}
+	if single != nil {
+		_, err := w.netConn.Write(single)
+		return err
 	}
 	b := batch // WriteTo consumes its receiver
 	_, err := b.WriteTo(w.netConn)

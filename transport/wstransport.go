@@ -117,8 +117,6 @@ type wsTransport struct {
 	netConn net.Conn // the hijacked connection, written by wsout.go
 	out     outbound
 	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
-	ackMu   sync.Mutex
-	ackBuf  []byte       // under ackMu: the ack frame being built
 	pingAt  atomic.Int64 // unix ns of the last PING queued (pingrace.go)
 }
 
@@ -274,21 +272,27 @@ func (w *wsTransport) writeAck(id uint64, reply []any) {
 	if reply == nil {
 		reply = []any{}
 	}
-	w.ackMu.Lock()
-	buf := append(w.ackBuf[:0], make([]byte, maxFrameHeader)...)
+	bp := ackBufs.Get().(*[]byte)
+	buf := append((*bp)[:0], make([]byte, maxFrameHeader)...)
 	buf = append(buf, '4', '3')
 	buf = strconv.AppendUint(buf, id, 10)
 	buf, err := appendJSON(buf, reply)
-	if err != nil {
-		w.ackBuf = keep(buf)
-		w.ackMu.Unlock()
-		w.OnError("encode ack", err)
-		return
+	if err == nil {
+		w.writeNow(sealFrame(buf, opText)) // copies the frame if it must wait
 	}
-	w.writeNow(sealFrame(buf, opText))
-	w.ackBuf = keep(buf)
-	w.ackMu.Unlock()
+	if cap(buf) <= frameBufKeep {
+		*bp = buf[:0]
+		ackBufs.Put(bp)
+	}
+	if err != nil {
+		w.OnError("encode ack", err)
+	}
 }
+
+// ackBufs are the buffers acks are built in, shared by all connections: a
+// join's ack with its roster takes a few KB, and kept per connection it
+// was the largest buffer an idle socket held.
+var ackBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // Send queues the engine's packets, in order, and returns at once; the
 // transport stays writable (see wsTransport).
