@@ -117,7 +117,7 @@ type wsTransport struct {
 	netConn net.Conn // the hijacked connection, written by wsout.go
 	out     outbound
 	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
-	pingAt  atomic.Int64 // unix ns of the last PING queued (pingrace.go)
+	pingAt  atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
