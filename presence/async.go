@@ -13,6 +13,11 @@ import (
 // fan-out, the status publication and the last-seen record: under a burst
 // of joins that wait, not the join itself, was most of the ack's latency.
 //
+// presenced defers only what needs no order against the rooms: status
+// publication and last-seen records (cmd/presenced eventSinks). Room events
+// go out on the operation's path, to the room as it is then: deferred, they
+// reached sockets that joined the room after the event.
+//
 // Events keep their order where it is seen: those of one conversation (join,
 // leave, typing, state) go through one queue, and so do those of one user
 // without a conversation (status). Each queue has one worker. A full queue

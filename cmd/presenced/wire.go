@@ -233,23 +233,24 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.pipeline = lastseen.NewPipeline(buf, st, lcfg)
 	a.metrics.Registry.MustRegister(a.pipeline.Collectors()...)
 
-	// Room fan-out, status publication and last-seen records run after
-	// the operation that caused them has answered (a join's ack does not
-	// wait for them), in order per conversation and per user.
-	// (Locals, not a's fields, in the closures: a is nil once an error
-	// return has run.)
-	roomSink, pipeline := a.rooms.Sink(), a.pipeline
-	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
-		roomSink(ctx, ev)
-		pipeline.HandleEvents(ctx, ev)
-	}, 0, 0)
+	// Room events (presence:join / leave, typing) go to the room as it is
+	// when they happen, as Socket.IO's emit to a room does: a socket that
+	// joins later has the user in its roster and must not be told again.
+	// So they are emitted on the operation's path; that costs a join
+	// little since a broadcast is encoded once and only queued on each
+	// connection (transport.LocalAdapter). Deferred, they reached sockets
+	// that had joined since: in a burst of joins, every member heard of
+	// every other, twice the fan-out. Status publication and last-seen
+	// records (store and Redis work) run after the operation has answered,
+	// in order per user.
+	sink, events := eventSinks(a.rooms.Sink(), a.pipeline.HandleEvents)
 	a.events = events
+	pcfg.Sink = sink
 	a.closers = append(a.closers, func() error { // when serve did not run
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return events.Close(ctx)
 	})
-	pcfg.Sink = events.Sink()
 	var admission presence.Admission
 	if a.rdb != nil {
 		eng := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
@@ -412,4 +413,53 @@ func maxSockets(n int) int {
 		return -1
 	}
 	return n
+}
+
+// eventSinks returns the engine's Sink (see build): room events go to
+// rooms at once, on the caller's path; status events go to rooms, and
+// every event to records, through the returned AsyncSink.
+func eventSinks(rooms, records presence.Sink) (presence.Sink, *presence.AsyncSink) {
+	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
+		if status := statusEvents(ev); len(status) > 0 {
+			rooms(ctx, status)
+		}
+		records(ctx, ev)
+	}, 0, 0)
+	deferred := events.Sink()
+	return func(ctx context.Context, ev []presence.Event) {
+		if room := roomEvents(ev); len(room) > 0 {
+			rooms(ctx, room)
+		}
+		deferred(ctx, ev)
+	}, events
+}
+
+// roomEvents are the events for conversation rooms (join, leave, typing);
+// statusEvents the others. Each returns ev itself when all of it is of its
+// kind.
+func roomEvents(ev []presence.Event) []presence.Event {
+	return eventsWhere(ev, func(e presence.Event) bool { return e.Kind != presence.EventStatus })
+}
+
+func statusEvents(ev []presence.Event) []presence.Event {
+	return eventsWhere(ev, func(e presence.Event) bool { return e.Kind == presence.EventStatus })
+}
+
+func eventsWhere(ev []presence.Event, keep func(presence.Event) bool) []presence.Event {
+	n := 0
+	for _, e := range ev {
+		if keep(e) {
+			n++
+		}
+	}
+	if n == len(ev) {
+		return ev
+	}
+	out := make([]presence.Event, 0, n)
+	for _, e := range ev {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/presence"
+)
+
+// Room events reach the rooms before the engine's operation returns (so a
+// socket that joins afterwards is not told of a member its roster already
+// lists); status events and the records wait for the async workers.
+func TestEventSinksRoomEventsAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var rooms, records []presence.EventKind
+	hold := make(chan struct{})
+	sink, async := eventSinks(func(_ context.Context, ev []presence.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range ev {
+			rooms = append(rooms, e.Kind)
+		}
+	}, func(_ context.Context, ev []presence.Event) {
+		<-hold // the records are slow
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range ev {
+			records = append(records, e.Kind)
+		}
+	})
+	sink(context.Background(), []presence.Event{
+		{Kind: presence.EventJoin, ConversationID: "c1", UserID: "u1"},
+		{Kind: presence.EventStatus, UserID: "u1"},
+		{Kind: presence.EventTyping, ConversationID: "c1", UserID: "u1"},
+	})
+	mu.Lock()
+	got := append([]presence.EventKind(nil), rooms...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != presence.EventJoin || got[1] != presence.EventTyping {
+		t.Fatalf("room events when the operation returned: %v, want join and typing", got)
+	}
+	close(hold)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := async.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rooms) != 3 || rooms[2] != presence.EventStatus {
+		t.Fatalf("room sink got %v, want the status event last, from the workers", rooms)
+	}
+	if len(records) != 3 {
+		t.Fatalf("records got %v, want all three events", records)
+	}
+}
