@@ -196,7 +196,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	r.figHist("heartbeat", "setup_connect", &fs.connect)
 	r.figHist("heartbeat", "join_ack", &fs.join)
 	r.fig("heartbeat", "join_failed", float64(fs.joinFail.Load()+fs.failed.Load()), "joins", "lower")
-	r.fig("heartbeat", "setup_server_cpu", (c1.server-c0.server).Seconds()/c1.at.Sub(c0.at).Seconds(), "cores", "lower")
+	r.fig("heartbeat", "setup_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(len(live)), "µs", "lower")
 
 	o.logf("heartbeat: settling")
 	time.Sleep(3 * time.Second)

@@ -111,8 +111,8 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	nodeOf := func(i int) int { return (i / R) % nodes }
 	spec := fleetSpec{
 		count: N, rate: o.connectRate,
-		addr: func(i int) (string, int) { k := nodeOf(i); return ns[k].addr, k },
-		user: func(i int) string { return fmt.Sprintf("ty%d", i) },
+		addr:  func(i int) (string, int) { k := nodeOf(i); return ns[k].addr, k },
+		user:  func(i int) string { return fmt.Sprintf("ty%d", i) },
 		convs: func(i int) []string { return []string{fmt.Sprintf("tc%d", i%R)} },
 		onEvent: func(i int) eventFunc {
 			user, node := fmt.Sprintf("ty%d", i), nodeOf(i)
