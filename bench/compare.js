@@ -1,8 +1,10 @@
 'use strict';
-// Side-by-side table of two `presence-load -json` results:
+// Side-by-side table of `presence-load -json` results:
 //   node bench/compare.js presenced.json node.json [--md]
+//   node bench/compare.js p-idle.json,p-typing.json n-idle.json,n-typing.json   (merged per side)
 // For each figure: presenced, Node, the ratio presenced/Node and which is better
-// (by the figure's own direction: lower latency/memory/CPU, higher rate).
+// (by the figure's own direction: lower latency/memory/CPU, higher rate; "none" for
+// conditions such as the CPU other processes used meanwhile).
 const fs = require('node:fs');
 
 const files = process.argv.slice(2).filter((a) => !a.startsWith('--'));
@@ -11,7 +13,19 @@ if (files.length !== 2) {
   console.error('usage: node bench/compare.js presenced.json node.json [--md]');
   process.exit(2);
 }
-const [a, b] = files.map((f) => JSON.parse(fs.readFileSync(f, 'utf8')));
+// load reads one result, or merges a comma-separated list of results (one per scenario).
+function load(list) {
+  const parts = list.split(',').filter(Boolean).map((f) => JSON.parse(fs.readFileSync(f, 'utf8')));
+  return {
+    server: parts[0].server,
+    conditions: parts[0].conditions,
+    seconds: parts.reduce((s, p) => s + p.seconds, 0),
+    scenarios: parts.flatMap((p) => p.scenarios),
+    failed: parts.flatMap((p) => p.failed),
+    figures: parts.flatMap((p) => p.figures),
+  };
+}
+const [a, b] = files.map(load);
 
 function fmt(v) {
   if (v === undefined) return '-';
@@ -38,7 +52,8 @@ for (const f of a.figures.concat(b.figures)) {
   if (va !== undefined && vb !== undefined) {
     if (vb !== 0) ratio = (va / vb).toFixed(2);
     else if (va === 0) ratio = '1.00';
-    if (va === vb) better = 'same';
+    if (f.better === 'none') better = '(condition)';
+    else if (va === vb) better = 'same';
     else if ((f.better === 'lower') === va < vb) better = 'presenced';
     else better = 'Node';
   }

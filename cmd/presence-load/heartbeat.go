@@ -196,10 +196,26 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	r.figHist("heartbeat", "setup_connect", &fs.connect)
 	r.figHist("heartbeat", "join_ack", &fs.join)
 	r.fig("heartbeat", "join_failed", float64(fs.joinFail.Load()+fs.failed.Load()), "joins", "lower")
+	r.fig("heartbeat", "setup_other_processes_cpu", c0.others(c1).Seconds()/c1.at.Sub(c0.at).Seconds(), "cores", "none")
 	r.fig("heartbeat", "setup_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(len(live)), "µs", "lower")
 
 	o.logf("heartbeat: settling")
 	time.Sleep(3 * time.Second)
+	// the room fan-out of the joins (presence:join to every member) may
+	// still be under way: wait until the pushes stop (at most -settle), so
+	// that the heartbeat windows do not measure its tail
+	settled := time.Now()
+	for prev := pushes.join.Load(); time.Since(settled) < o.settle && ctx.Err() == nil; {
+		time.Sleep(2 * time.Second)
+		cur := pushes.join.Load()
+		if cur == prev {
+			break
+		}
+		o.progress("heartbeat: presence:join fan-out still arriving (%d pushes)", cur)
+		prev = cur
+	}
+	r.printf("  the join fan-out had arrived %s after the setup (presence:join pushes: %d)\n", (3*time.Second + time.Since(settled)).Round(time.Second), pushes.join.Load())
+	r.fig("heartbeat", "join_fanout_drain", (3*time.Second + time.Since(settled)).Seconds(), "s", "lower")
 	rss1 := rssKB(n.pid)
 	m1 := scrape(n.addr, "go_memstats_heap_inuse_bytes", "go_goroutines")
 	L := float64(len(live))
@@ -378,6 +394,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 		r.figMs("heartbeat", name+"_p50", w.lat.quantile(0.5))
 		r.figMs("heartbeat", name+"_p99", w.lat.quantile(0.99))
 		r.fig("heartbeat", name+"_acked_per_s", float64(w.inWindow.Load())/w.dur.Seconds(), "acks/s", "higher")
+		r.fig("heartbeat", name+"_other_processes_cpu", w.cpu0.others(w.cpu1).Seconds()/w.elapsed.Seconds(), "cores", "none")
 		if okN := float64(w.ok.Load()); okN > 0 {
 			r.fig("heartbeat", name+"_server_cpu_us", float64((w.cpu1.server-w.cpu0.server).Microseconds())/okN, "µs/hb", "lower")
 		}

@@ -68,6 +68,7 @@ func runIdle(ctx context.Context, o *options, r *report) error {
 	r.figHist("idle", "connect", &fs.connect)
 	r.fig("idle", "rss_idle_per_socket", perSock, "KiB", "lower")
 	r.fig("idle", "rss_idle_total", float64(rss1)/1024, "MiB", "lower")
+	r.fig("idle", "other_processes_cpu", c0.others(c1).Seconds()/c1.at.Sub(c0.at).Seconds(), "cores", "none")
 	r.fig("idle", "connect_failed", float64(fs.failed.Load()), "sockets", "lower")
 	r.fig("idle", "connect_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(live), "µs", "lower")
 	r.problems(e)

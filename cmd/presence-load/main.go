@@ -91,6 +91,7 @@ type options struct {
 	ackTimeout   time.Duration
 	workers      int
 	active       bool
+	settle       time.Duration
 	p99Target    time.Duration
 	stepStop     bool
 
@@ -187,6 +188,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.ackTimeout, "ack-timeout", 5*time.Second, "an ack later than this (or never) is a timeout")
 	fs.IntVar(&o.workers, "workers", 16, "heartbeat: pacing goroutines (each sends to its share of the sockets)")
 	fs.BoolVar(&o.active, "active", true, "heartbeat: send {active:true} (false: {active:false})")
+	fs.DurationVar(&o.settle, "settle", 90*time.Second, "heartbeat: after the setup, wait at most this long for the presence:join fan-out to stop arriving before measuring")
 	fs.DurationVar(&o.p99Target, "p99", 50*time.Millisecond, "heartbeat step mode: a rate passes when p99 is below this, the achieved rate is ≥95% of the target and under 0.1% of heartbeats fail")
 
 	fs.BoolVar(&o.stepStop, "step-stop", true, "heartbeat step mode: skip the higher rates once a rate overloads the server (p99 > 20× the target or > 1% failures)")

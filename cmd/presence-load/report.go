@@ -30,7 +30,7 @@ type figure struct {
 	Name     string  `json:"name"`
 	Value    float64 `json:"value"`
 	Unit     string  `json:"unit"`
-	Better   string  `json:"better"` // "lower" or "higher"
+	Better   string  `json:"better"` // "lower", "higher" or "none" (a condition, e.g. the load of other processes)
 	Note     string  `json:"note,omitempty"`
 }
 

@@ -181,13 +181,25 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 		}
 	}
 	c1 := e.cpu(pids...)
-	sleepCtx(ctx, 2*time.Second) // late deliveries
+	// late deliveries: wait until they stop arriving (at most 20 s)
+	drain := time.Now()
+	for prev := int64(-1); time.Since(drain) < 20*time.Second && ctx.Err() == nil; {
+		sleepCtx(ctx, time.Second)
+		cur := ts.delivered.Load()
+		if cur == prev {
+			break
+		}
+		prev = cur
+	}
 	expected := sent.Load() * int64(M-1)
 	got := ts.delivered.Load()
 	elapsed := c1.at.Sub(c0.at)
+	r.printf("  deliveries stopped arriving %s after the window\n", time.Since(drain).Round(time.Second))
+	r.fig(scen, "drain_after_window", time.Since(drain).Seconds(), "s", "lower")
+	r.fig(scen, "other_processes_cpu", c0.others(c1).Seconds()/elapsed.Seconds(), "cores", "none")
 	r.printf("  sent %d changes in %s (%.0f/s), acks %s, %d failed acks, %d send errors\n",
 		sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), ackLat.summary(), ackErr.Load(), sendErr.Load())
-	r.printf("  deliveries %d of %d expected (%.2f%% missing; %.0f/s), %d typing events matching no send (expiries)\n",
+	r.printf("  deliveries %d of %d expected (%.2f%% missing after the drain; %.0f/s in the window and the drain), %d typing events matching no send (expiries)\n",
 		got, expected, 100*float64(expected-got)/float64(max(1, expected)), float64(got)/elapsed.Seconds(), ts.unmatched.Load())
 	r.printf("  delivery latency: all %s\n", ts.all.summary())
 	if nodes > 1 {
