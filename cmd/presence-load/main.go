@@ -108,7 +108,7 @@ type options struct {
 	// typing
 	typingRooms   int
 	typingMembers int
-	typingRate    int
+	typingRates   []int
 	typingDur     time.Duration
 	typingNodes   []int
 }
@@ -200,7 +200,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.idleSockets, "idle-n", 10000, "idle: sockets connected without joining anything (memory per idle socket, connect rate)")
 	fs.IntVar(&o.typingRooms, "typing-rooms", 20, "typing: conversations")
 	fs.IntVar(&o.typingMembers, "typing-members", 100, "typing: sockets (one user each) per conversation")
-	fs.IntVar(&o.typingRate, "typing-rate", 500, "typing: typing:start/typing:stop events per second, all senders together")
+	var typingRates string
+	fs.StringVar(&typingRates, "typing-rates", "500", "typing: comma-separated rates of typing:start/typing:stop events per second (all senders together), one window each")
 	fs.DurationVar(&o.typingDur, "typing-duration", 20*time.Second, "typing: length of the measured window")
 	var typingNodes string
 	fs.StringVar(&typingNodes, "typing-nodes", "1,2", "typing: node counts to run the scenario with")
@@ -215,6 +216,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var err error
 	if o.typingNodes, err = parseInts(typingNodes); err != nil {
+		return err
+	}
+	if o.typingRates, err = parseInts(typingRates); err != nil {
 		return err
 	}
 	if o.scenarios, err = parseScenarios(o.scenario); err != nil {
@@ -354,7 +358,7 @@ func parseScenarios(s string) (map[string]bool, error) {
 var quickDefaults = map[string]string{
 	"n": "2000", "rates": "1k,2k,4k", "step-duration": "5s", "duration": "5s", "baseline": "3s",
 	"subscribers": "200", "flaps": "5", "queries": "30", "query-sizes": "1000",
-	"idle-n": "2000", "typing-rooms": "10", "typing-members": "50", "typing-rate": "200", "typing-duration": "5s",
+	"idle-n": "2000", "typing-rooms": "10", "typing-members": "50", "typing-rates": "200", "typing-duration": "5s",
 }
 
 func applyQuick(fs *flag.FlagSet) {

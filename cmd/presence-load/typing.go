@@ -14,6 +14,7 @@ import (
 type typingSent struct {
 	at   time.Time
 	node int
+	seq  uint64
 }
 
 // typingKey names a typing change: conversation, user, start or stop.
@@ -29,10 +30,19 @@ type typingStats struct {
 	same      hist // receiver on the sender's node
 	cross     hist // receiver on another node
 	delivered atomic.Int64
-	unmatched atomic.Int64 // typing events for no recorded send (e.g. the TTL expired)
+	extra     atomic.Int64 // a second event for the same change (a stop for an expiry as well as the explicit stop)
+	unmatched atomic.Int64 // typing events for no recorded change
 }
 
-func (t *typingStats) deliver(raw []byte, recvUser string, recvNode int, at time.Time) {
+// typingReceiver is one receiving socket: the change it last counted for
+// each key (its events arrive on its own reader goroutine).
+type typingReceiver struct {
+	user string
+	node int
+	seen map[typingKey]uint64
+}
+
+func (t *typingStats) deliver(rc *typingReceiver, raw []byte, at time.Time) {
 	var ev []json.RawMessage
 	var p struct {
 		ConversationID string `json:"conversationId"`
@@ -43,20 +53,26 @@ func (t *typingStats) deliver(raw []byte, recvUser string, recvNode int, at time
 		t.unmatched.Add(1)
 		return
 	}
-	if p.UserID == recvUser {
+	if p.UserID == rc.user {
 		return
 	}
+	k := typingKey{p.ConversationID, p.UserID, p.Typing}
 	t.mu.Lock()
-	s, ok := t.sent[typingKey{p.ConversationID, p.UserID, p.Typing}]
+	s, ok := t.sent[k]
 	t.mu.Unlock()
 	if !ok {
 		t.unmatched.Add(1)
 		return
 	}
+	if rc.seen[k] == s.seq {
+		t.extra.Add(1)
+		return
+	}
+	rc.seen[k] = s.seq
 	lat := at.Sub(s.at)
 	t.delivered.Add(1)
 	t.all.record(lat)
-	if s.node == recvNode {
+	if s.node == rc.node {
 		t.same.record(lat)
 	} else {
 		t.cross.record(lat)
@@ -101,24 +117,25 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	}
 	R, M := o.typingRooms, o.typingMembers
 	N := R * M
-	scen := fmt.Sprintf("typing_%dnode", nodes)
 	r.printf("\n== typing fan-out, %d node(s) ==\n", nodes)
 	r.printf("  Redis %s at %s, key prefix %s; %d node(s)%s\n", e.redisVer, e.redisURL, e.prefix, nodes, extraFlags(o))
-	r.printf("  %d conversations × %d members (one socket and user each, members of a conversation spread over the nodes); %d typing changes/s for %s\n",
-		R, M, o.typingRate, o.typingDur)
+	r.printf("  %d conversations × %d members (one socket and user each, members of a conversation spread over the nodes); windows of %s at %v typing changes/s\n",
+		R, M, o.typingDur, o.typingRates)
 
 	ts := &typingStats{sent: map[typingKey]typingSent{}}
 	nodeOf := func(i int) int { return (i / R) % nodes }
+	var stats atomic.Pointer[typingStats]
+	stats.Store(ts)
 	spec := fleetSpec{
 		count: N, rate: o.connectRate,
 		addr:  func(i int) (string, int) { k := nodeOf(i); return ns[k].addr, k },
 		user:  func(i int) string { return fmt.Sprintf("ty%d", i) },
 		convs: func(i int) []string { return []string{fmt.Sprintf("tc%d", i%R)} },
 		onEvent: func(i int) eventFunc {
-			user, node := fmt.Sprintf("ty%d", i), nodeOf(i)
+			rc := &typingReceiver{user: fmt.Sprintf("ty%d", i), node: nodeOf(i), seen: map[typingKey]uint64{}}
 			return func(name string, raw []byte, at time.Time) {
 				if name == "typing" {
-					ts.deliver(raw, user, node, at)
+					stats.Load().deliver(rc, raw, at)
 				}
 			}
 		},
@@ -138,8 +155,34 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	r.printf("  setup: %d sockets connected and joined in %s (join acks %s)\n", N, fs.elapsed.Round(time.Millisecond), fs.join.summary())
 	sleepCtx(ctx, 3*time.Second) // let the presence:join fan-out drain
 
-	o.logf("typing (%d nodes): %d changes/s for %s", nodes, o.typingRate, o.typingDur)
 	typing := make([]bool, N)
+	var seq uint64
+	for wi, rate := range o.typingRates {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if wi > 0 {
+			// a fresh count; the previous window's late events fall on the old one
+			ts = &typingStats{sent: map[typingKey]typingSent{}}
+			stats.Store(ts)
+			sleepCtx(ctx, 2*time.Second)
+		}
+		typingWindow(ctx, o, r, e, conns, pids, ts, typing, &seq, nodes, nodeOf, rate)
+	}
+	if k, why := lost(conns); k > 0 {
+		r.printf("  %d sockets were closed by the server: %s\n", k, why)
+	}
+	r.problems(e)
+	return nil
+}
+
+// typingWindow sends rate typing changes per second for -typing-duration
+// and measures their delivery to the other members.
+func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*conn, pids []int, ts *typingStats, typing []bool, seq *uint64, nodes int, nodeOf func(int) int, rate int) {
+	scen := fmt.Sprintf("typing_%dnode_%d", nodes, rate)
+	R, M, N := o.typingRooms, o.typingMembers, len(conns)
+	o.logf("typing (%d nodes): %d changes/s for %s", nodes, rate, o.typingDur)
+	r.printf("\n  window at %d changes/s:\n", rate)
 	var sent, ackErr, sendErr atomic.Int64
 	var ackLat hist
 	cb := func(p []byte, s, at time.Time) {
@@ -151,7 +194,7 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	c0 := e.cpu(pids...)
 	start := time.Now()
 	end := start.Add(o.typingDur)
-	interval := time.Second / time.Duration(max(1, o.typingRate))
+	interval := time.Second / time.Duration(max(1, rate))
 	for j := 0; ; j++ {
 		due := start.Add(time.Duration(j) * interval)
 		if !due.Before(end) || ctx.Err() != nil {
@@ -170,7 +213,8 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 		}
 		body, _ := json.Marshal([]any{ev, map[string]string{"conversationId": conv}})
 		ts.mu.Lock()
-		ts.sent[typingKey{conv, c.user, typing[i]}] = typingSent{time.Now(), nodeOf(i)}
+		*seq++
+		ts.sent[typingKey{conv, c.user, typing[i]}] = typingSent{time.Now(), nodeOf(i), *seq}
 		ts.mu.Unlock()
 		sent.Add(1)
 		if _, err := c.emitRaw(body, cb); err != nil {
@@ -191,16 +235,18 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 		}
 		prev = cur
 	}
+	drained := time.Since(drain)
 	expected := sent.Load() * int64(M-1)
 	got := ts.delivered.Load()
 	elapsed := c1.at.Sub(c0.at)
-	r.printf("  deliveries stopped arriving %s after the window\n", time.Since(drain).Round(time.Second))
-	r.fig(scen, "drain_after_window", time.Since(drain).Seconds(), "s", "lower")
+	r.printf("  deliveries stopped arriving %s after the window\n", drained.Round(time.Second))
+	r.fig(scen, "drain_after_window", drained.Seconds(), "s", "lower")
+	r.fig(scen, "deliveries_per_s", float64(got)/(elapsed+drained).Seconds(), "deliveries/s", "higher")
 	r.fig(scen, "other_processes_cpu", c0.others(c1).Seconds()/elapsed.Seconds(), "cores", "none")
 	r.printf("  sent %d changes in %s (%.0f/s), acks %s, %d failed acks, %d send errors\n",
 		sent.Load(), elapsed.Round(time.Millisecond), float64(sent.Load())/elapsed.Seconds(), ackLat.summary(), ackErr.Load(), sendErr.Load())
-	r.printf("  deliveries %d of %d expected (%.2f%% missing after the drain; %.0f/s in the window and the drain), %d typing events matching no send (expiries)\n",
-		got, expected, 100*float64(expected-got)/float64(max(1, expected)), float64(got)/elapsed.Seconds(), ts.unmatched.Load())
+	r.printf("  deliveries %d of %d expected (%.2f%% missing after the drain; %.0f/s in the window and the drain), %d typing events matching no send and %d second events for a change already delivered (a stop by expiry as well as the explicit one)\n",
+		got, expected, 100*float64(expected-got)/float64(max(1, expected)), float64(got)/(elapsed+drained).Seconds(), ts.unmatched.Load(), ts.extra.Load())
 	r.printf("  delivery latency: all %s\n", ts.all.summary())
 	if nodes > 1 {
 		r.printf("    receiver on the sender's node: %s\n    receiver on another node: %s\n", ts.same.summary(), ts.cross.summary())
@@ -215,9 +261,13 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	r.fig(scen, "missing", 100*float64(expected-got)/float64(max(1, expected)), "%", "lower")
 	r.fig(scen, "server_cpu", (c1.server-c0.server).Seconds()/elapsed.Seconds(), "cores", "lower")
 	r.fig(scen, "redis_cpu", (c1.redis-c0.redis).Seconds()/elapsed.Seconds(), "cores", "lower")
-	if k, why := lost(conns); k > 0 {
-		r.printf("  %d sockets were closed by the server: %s\n", k, why)
+	// end the typing sessions still open, unmeasured, so that the next
+	// window starts from nobody typing (not from their expiries)
+	for i, c := range conns {
+		if typing[i] {
+			typing[i] = false
+			body, _ := json.Marshal([]any{"typing:stop", map[string]string{"conversationId": fmt.Sprintf("tc%d", i%R)}})
+			_, _ = c.emitRaw(body, nil)
+		}
 	}
-	r.problems(e)
-	return nil
 }
