@@ -358,7 +358,7 @@ func parseScenarios(s string) (map[string]bool, error) {
 var quickDefaults = map[string]string{
 	"n": "2000", "rates": "1k,2k,4k", "step-duration": "5s", "duration": "5s", "baseline": "3s",
 	"subscribers": "200", "flaps": "5", "queries": "30", "query-sizes": "1000",
-	"idle-n": "2000", "typing-rooms": "10", "typing-members": "50", "typing-rates": "200", "typing-duration": "5s",
+	"settle": "20s", "idle-n": "2000", "typing-rooms": "10", "typing-members": "50", "typing-rates": "200", "typing-duration": "5s",
 }
 
 func applyQuick(fs *flag.FlagSet) {
