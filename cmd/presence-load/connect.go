@@ -78,6 +78,23 @@ func openFleet(ctx context.Context, e *env, spec fleetSpec, st *fleetStats) []*c
 	for i := range tokens {
 		tokens[i] = e.token(spec.user(i))
 	}
+	var opened atomic.Int64
+	stopProgress := make(chan struct{})
+	defer close(stopProgress)
+	if e.opt.tty && !e.opt.verbose {
+		go func() {
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					e.opt.progress("%d/%d sockets connected and joined, %d failed", opened.Load(), spec.count, st.failed.Load())
+				case <-stopProgress:
+					return
+				}
+			}
+		}()
+	}
 	for i := 0; i < spec.count; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			select {
@@ -124,6 +141,7 @@ func openFleet(ctx context.Context, e *env, spec fleetSpec, st *fleetStats) []*c
 				}
 			}
 			conns[i] = c
+			opened.Add(1)
 		}(i)
 	}
 	wg.Wait()

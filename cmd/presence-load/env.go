@@ -187,12 +187,18 @@ func (e *env) startNode(ctx context.Context, extra ...string) (*node, error) {
 	}
 	args = append(args, extra...)
 	args = append(args, e.opt.serverFlags...)
-	n.cmd = exec.Command(e.opt.serverBin, args...)
+	bin := e.opt.serverBin
+	if e.opt.server == "node" {
+		// the Node peer takes the same flags (it ignores those it has no use for)
+		f := strings.Fields(e.opt.peerCmd)
+		bin, args = f[0], append(f[1:len(f):len(f)], args...)
+	}
+	n.cmd = exec.Command(bin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = f, f
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("start %s: %w", e.opt.serverBin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	n.pid = n.cmd.Process.Pid
 	e.nodes = append(e.nodes, n)

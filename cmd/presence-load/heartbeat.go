@@ -192,9 +192,30 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	if len(live) == 0 {
 		return fmt.Errorf("no socket connected")
 	}
+	r.fig("heartbeat", "setup_sockets_per_s", float64(len(live))/fs.elapsed.Seconds(), "sockets/s", "higher")
+	r.figHist("heartbeat", "setup_connect", &fs.connect)
+	r.figHist("heartbeat", "join_ack", &fs.join)
+	r.fig("heartbeat", "join_failed", float64(fs.joinFail.Load()+fs.failed.Load()), "joins", "lower")
+	r.fig("heartbeat", "setup_other_processes_cpu", c0.others(c1).Seconds()/c1.at.Sub(c0.at).Seconds(), "cores", "none")
+	r.fig("heartbeat", "setup_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(len(live)), "µs", "lower")
 
 	o.logf("heartbeat: settling")
 	time.Sleep(3 * time.Second)
+	// the room fan-out of the joins (presence:join to every member) may
+	// still be under way: wait until the pushes stop (at most -settle), so
+	// that the heartbeat windows do not measure its tail
+	settled := time.Now()
+	for prev := pushes.join.Load(); time.Since(settled) < o.settle && ctx.Err() == nil; {
+		time.Sleep(2 * time.Second)
+		cur := pushes.join.Load()
+		if cur == prev {
+			break
+		}
+		o.progress("heartbeat: presence:join fan-out still arriving (%d pushes)", cur)
+		prev = cur
+	}
+	r.printf("  the join fan-out had arrived %s after the setup (presence:join pushes: %d)\n", (3*time.Second + time.Since(settled)).Round(time.Second), pushes.join.Load())
+	r.fig("heartbeat", "join_fanout_drain", (3*time.Second + time.Since(settled)).Seconds(), "s", "lower")
 	rss1 := rssKB(n.pid)
 	m1 := scrape(n.addr, "go_memstats_heap_inuse_bytes", "go_goroutines")
 	L := float64(len(live))
@@ -206,7 +227,9 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 		float64(rss0)/1024, float64(rss1)/1024, len(live), float64(rss1-rss0)/L,
 		(m1["go_memstats_heap_inuse_bytes"]-m0["go_memstats_heap_inuse_bytes"])/1024/L,
 		(m1["go_goroutines"]-m0["go_goroutines"])/L)
+	r.fig("heartbeat", "rss_joined_per_socket", float64(rss1-rss0)/L, "KiB", "lower")
 	if redis1, err := e.usedMemory(ctx); err == nil && redisMemErr == nil {
+		r.fig("heartbeat", "redis_bytes_per_user", float64(redis1-redis0)/L, "bytes", "lower")
 		shared := ""
 		if e.ownRedis == nil {
 			shared = " (a shared Redis: other programs' keys may be counted; -redis own is exact)"
@@ -366,6 +389,16 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 			r.printf("  %d/s: server profile (perf, cpu-clock):\n%s", w.target, w.perf)
 		}
 	}
+	for _, w := range wins {
+		name := fmt.Sprintf("hb_%d", w.target)
+		r.figMs("heartbeat", name+"_p50", w.lat.quantile(0.5))
+		r.figMs("heartbeat", name+"_p99", w.lat.quantile(0.99))
+		r.fig("heartbeat", name+"_acked_per_s", float64(w.inWindow.Load())/w.dur.Seconds(), "acks/s", "higher")
+		r.fig("heartbeat", name+"_other_processes_cpu", w.cpu0.others(w.cpu1).Seconds()/w.elapsed.Seconds(), "cores", "none")
+		if okN := float64(w.ok.Load()); okN > 0 {
+			r.fig("heartbeat", name+"_server_cpu_us", float64((w.cpu1.server-w.cpu0.server).Microseconds())/okN, "µs/hb", "lower")
+		}
+	}
 	if len(wins) > 1 {
 		best := 0
 		for _, w := range wins {
@@ -373,6 +406,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 				best = w.target
 			}
 		}
+		r.fig("heartbeat", "hb_max_rate_at_p99_target", float64(best), "hb/s", "higher")
 		if best > 0 {
 			r.printf("  highest rate meeting p99 < %s, achieved ≥ 95%% and < 0.1%% failures: %d heartbeats/s\n", o.p99Target, best)
 		} else {

@@ -59,6 +59,12 @@ import (
 
 type options struct {
 	scenario    string
+	scenarios   map[string]bool
+	server      string // "presenced" or "node" (the Node peer, bench/server.js)
+	peerCmd     string
+	jsonOut     bool
+	quick       bool
+	tty         bool // stdout is a terminal: a progress line on stderr
 	serverBin   string
 	redis       string
 	redisServer string
@@ -85,6 +91,7 @@ type options struct {
 	ackTimeout   time.Duration
 	workers      int
 	active       bool
+	settle       time.Duration
 	p99Target    time.Duration
 	stepStop     bool
 
@@ -94,6 +101,16 @@ type options struct {
 	flapGrace   time.Duration
 	queries     int
 	querySizes  []int
+
+	// idle
+	idleSockets int
+
+	// typing
+	typingRooms   int
+	typingMembers int
+	typingRates   []int
+	typingDur     time.Duration
+	typingNodes   []int
 }
 
 // generatorGOGC is the generator's own GC setting when GOGC is not in the
@@ -138,7 +155,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var o options
 	var rates, sizes string
 	fs := flag.NewFlagSet("presence-load", flag.ContinueOnError)
-	fs.StringVar(&o.scenario, "scenario", "all", "heartbeat, subscribe or all")
+	fs.StringVar(&o.scenario, "scenario", "all", "comma-separated: idle, heartbeat, typing, subscribe; all = heartbeat,subscribe; side = idle,heartbeat,typing,subscribe")
+	fs.StringVar(&o.server, "server", "presenced", `server under test: "presenced" (-server-bin) or "node" (the Node peer started with -peer-cmd)`)
+	fs.StringVar(&o.peerCmd, "peer-cmd", "node bench/server.js", "-server node: the command starting one Node peer node (it gets presenced's flags: --addr, --jwt-secret, --redis-url, --redis-prefix, …)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the figures as JSON on stdout (the text report goes to stderr, and to -out)")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run (~1 min per server): small counts and short windows for every flag not given explicitly")
 	fs.StringVar(&o.serverBin, "server-bin", "bin/presenced", "presenced binary to start (build it with: go build -o bin/presenced ./cmd/presenced)")
 	fs.StringVar(&o.redis, "redis", "redis://127.0.0.1:6379", `Redis URL, or "own" to start a private redis-server (exact command counts when the shared Redis is busy)`)
 	fs.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary for -redis own")
@@ -167,6 +188,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.ackTimeout, "ack-timeout", 5*time.Second, "an ack later than this (or never) is a timeout")
 	fs.IntVar(&o.workers, "workers", 16, "heartbeat: pacing goroutines (each sends to its share of the sockets)")
 	fs.BoolVar(&o.active, "active", true, "heartbeat: send {active:true} (false: {active:false})")
+	fs.DurationVar(&o.settle, "settle", 90*time.Second, "heartbeat: after the setup, wait at most this long for the presence:join fan-out to stop arriving before measuring")
 	fs.DurationVar(&o.p99Target, "p99", 50*time.Millisecond, "heartbeat step mode: a rate passes when p99 is below this, the achieved rate is ≥95% of the target and under 0.1% of heartbeats fail")
 
 	fs.BoolVar(&o.stepStop, "step-stop", true, "heartbeat step mode: skip the higher rates once a rate overloads the server (p99 > 20× the target or > 1% failures)")
@@ -175,13 +197,34 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.DurationVar(&o.flapGrace, "flap-grace", 200*time.Millisecond, "subscribe: the servers' --flap-grace")
 	fs.IntVar(&o.queries, "queries", 200, "subscribe: presence:query calls per size")
 	fs.StringVar(&sizes, "query-sizes", "200,1000", "subscribe: ids per presence:query")
+	fs.IntVar(&o.idleSockets, "idle-n", 10000, "idle: sockets connected without joining anything (memory per idle socket, connect rate)")
+	fs.IntVar(&o.typingRooms, "typing-rooms", 20, "typing: conversations")
+	fs.IntVar(&o.typingMembers, "typing-members", 100, "typing: sockets (one user each) per conversation")
+	var typingRates string
+	fs.StringVar(&typingRates, "typing-rates", "500", "typing: comma-separated rates of typing:start/typing:stop events per second (all senders together), one window each")
+	fs.DurationVar(&o.typingDur, "typing-duration", 20*time.Second, "typing: length of the measured window")
+	var typingNodes string
+	fs.StringVar(&typingNodes, "typing-nodes", "1,2", "typing: node counts to run the scenario with")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
+	if o.quick {
+		applyQuick(fs)
+	}
 	var err error
+	if o.typingNodes, err = parseInts(typingNodes); err != nil {
+		return err
+	}
+	if o.typingRates, err = parseInts(typingRates); err != nil {
+		return err
+	}
+	if o.scenarios, err = parseScenarios(o.scenario); err != nil {
+		return err
+	}
+	o.tty = isTerminal(os.Stdout)
 	if rates != "" {
 		if o.rates, err = parseInts(rates); err != nil {
 			return err
@@ -193,8 +236,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if o.convsPer*o.sockets < o.members {
 		o.members = o.convsPer * o.sockets
 	}
-	if _, err := os.Stat(o.serverBin); err != nil {
-		return fmt.Errorf("server binary %s: %w (build it: go build -o bin/presenced ./cmd/presenced)", o.serverBin, err)
+	switch o.server {
+	case "presenced":
+		if _, err := os.Stat(o.serverBin); err != nil {
+			return fmt.Errorf("server binary %s: %w (build it: go build -o bin/presenced ./cmd/presenced)", o.serverBin, err)
+		}
+	case "node":
+		f := strings.Fields(o.peerCmd)
+		if len(f) == 0 {
+			return fmt.Errorf("-peer-cmd is empty")
+		}
+		if _, err := exec.LookPath(f[0]); err != nil {
+			return fmt.Errorf("-peer-cmd: %w", err)
+		}
+	default:
+		return fmt.Errorf("unknown -server %q (presenced or node)", o.server)
 	}
 	if o.redis == "own" {
 		if p, err := exec.LookPath(o.redisServer); err != nil {
@@ -207,41 +263,117 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("raise RLIMIT_NOFILE: %w", err)
 	}
-	if need := uint64(o.sockets + 200); o.scenario != "subscribe" && nofile < need {
-		return fmt.Errorf("RLIMIT_NOFILE is %d (hard limit), %d sockets need about %d", nofile, o.sockets, need)
+	most := 0
+	if o.scenarios["heartbeat"] {
+		most = o.sockets
+	}
+	if o.scenarios["idle"] {
+		most = max(most, o.idleSockets)
+	}
+	if o.scenarios["typing"] {
+		most = max(most, o.typingRooms*o.typingMembers)
+	}
+	if need := uint64(most + 200); nofile < need {
+		return fmt.Errorf("RLIMIT_NOFILE is %d (hard limit), %d sockets need about %d", nofile, most, need)
 	}
 
-	r := &report{opt: &o, w: stdout}
+	text := stdout
+	if o.jsonOut {
+		text = os.Stderr
+	}
+	r := &report{opt: &o, w: text, started: time.Now()}
 	if o.out != "" {
 		f, err := os.Create(o.out)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		r.w = io.MultiWriter(stdout, f)
+		r.w = io.MultiWriter(text, f)
 	}
-	r.header(conditions(&o, nofile))
+	r.conditions = conditions(&o, nofile)
+	r.header(r.conditions)
 
 	var errs []string
-	if o.scenario == "all" || o.scenario == "heartbeat" {
-		if err := runHeartbeat(ctx, &o, r); err != nil {
-			errs = append(errs, "heartbeat: "+err.Error())
-			r.printf("\nheartbeat scenario FAILED: %v\n", err)
+	for _, sc := range scenarioOrder {
+		if !o.scenarios[sc.name] || ctx.Err() != nil {
+			continue
 		}
-	}
-	if ctx.Err() == nil && (o.scenario == "all" || o.scenario == "subscribe") {
-		if err := runSubscribe(ctx, &o, r); err != nil {
-			errs = append(errs, "subscribe: "+err.Error())
-			r.printf("\nsubscribe scenario FAILED: %v\n", err)
+		t0 := time.Now()
+		if err := sc.run(ctx, &o, r); err != nil {
+			errs = append(errs, sc.name+": "+err.Error())
+			r.failed = append(r.failed, sc.name+": "+err.Error())
+			r.printf("\n%s scenario FAILED: %v\n", sc.name, err)
+		} else {
+			r.done = append(r.done, sc.name)
 		}
+		r.printf("  (%s scenario took %s)\n", sc.name, time.Since(t0).Round(time.Second))
 	}
-	if o.scenario != "all" && o.scenario != "heartbeat" && o.scenario != "subscribe" {
-		return fmt.Errorf("unknown -scenario %q", o.scenario)
+	o.clearProgress()
+	if o.jsonOut {
+		if err := r.writeJSON(stdout); err != nil {
+			return err
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return ctx.Err()
+}
+
+// scenarioOrder is the order the scenarios run in.
+var scenarioOrder = []struct {
+	name string
+	run  func(context.Context, *options, *report) error
+}{
+	{"idle", runIdle},
+	{"heartbeat", runHeartbeat},
+	{"typing", runTyping},
+	{"subscribe", runSubscribe},
+}
+
+func parseScenarios(s string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		switch f = strings.TrimSpace(f); f {
+		case "all":
+			out["heartbeat"], out["subscribe"] = true, true
+		case "side":
+			for _, sc := range scenarioOrder {
+				out[sc.name] = true
+			}
+		case "idle", "heartbeat", "typing", "subscribe":
+			out[f] = true
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown -scenario %q", f)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no scenario in -scenario %q", s)
+	}
+	return out, nil
+}
+
+// quickDefaults are the -quick values of the flags not given explicitly.
+var quickDefaults = map[string]string{
+	"n": "2000", "rates": "1k,2k,4k", "step-duration": "5s", "duration": "5s", "baseline": "3s",
+	"subscribers": "200", "flaps": "5", "queries": "30", "query-sizes": "1000",
+	"settle": "20s", "idle-n": "2000", "typing-rooms": "10", "typing-members": "50", "typing-rates": "200", "typing-duration": "5s",
+}
+
+func applyQuick(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range quickDefaults {
+		if !set[name] {
+			_ = fs.Set(name, v)
+		}
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // conditions describes the machine and the versions.
@@ -279,7 +411,7 @@ func conditions(o *options, nofile uint64) []string {
 		fmt.Sprintf("machine: %d CPUs (%s), %s RAM, Linux %s; server, Redis, PostgreSQL and this load generator all share these CPUs, over loopback",
 			runtime.NumCPU(), model, mem, kernel),
 		fmt.Sprintf("generator: %s, GOMAXPROCS %d, GOGC %d, RLIMIT_NOFILE %d", runtime.Version(), runtime.GOMAXPROCS(0), gcPercent(), nofile),
-		fmt.Sprintf("server: %s (built with %s)", bin, srvVer),
+		serverLine(o, bin, srvVer),
 		fmt.Sprintf("started: %s; the machine was %s busy (other programs) in the 2s before", time.Now().UTC().Format(time.RFC3339), pct(float64(b1-b0), float64(t1-t0))),
 	)
 	return lines
@@ -289,4 +421,29 @@ func gcPercent() int {
 	p := debug.SetGCPercent(100)
 	debug.SetGCPercent(p)
 	return p
+}
+
+// serverLine names the server under test.
+func serverLine(o *options, bin, srvVer string) string {
+	if o.server != "node" {
+		commit := ""
+		if out, err := exec.Command("go", "version", "-m", o.serverBin).Output(); err == nil {
+			for _, l := range strings.Split(string(out), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "build\tvcs.revision="); ok {
+					commit = ", commit " + v
+				}
+				if strings.TrimSpace(l) == "build\tvcs.modified=true" {
+					commit += " (modified tree)"
+				}
+			}
+		}
+		return fmt.Sprintf("server: presenced %s (built with %s%s)", bin, srvVer, commit)
+	}
+	ver := ""
+	if f := strings.Fields(o.peerCmd); len(f) > 0 {
+		if out, err := exec.Command(f[0], "--version").Output(); err == nil {
+			ver = strings.TrimSpace(string(out))
+		}
+	}
+	return fmt.Sprintf("server: Node peer `%s` (%s; socket.io, @socket.io/redis-adapter and redis as locked in bench/package-lock.json)", o.peerCmd, ver)
 }

@@ -182,6 +182,7 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 	}
 	wg.Wait()
 	r.printf("  presence:subscribe [T] acks (100 in flight): %s, %d failed, %d not {T offline}\n", subLat.summary(), subFail.Load(), subWrong.Load())
+	r.figHist("subscribe", "subscribe_ack", &subLat)
 
 	// T flaps
 	o.logf("subscribe: %d flaps", o.flaps)
@@ -244,11 +245,25 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 			ms(fp.latOther[st].quantile(0.5)) + " / " + ms(fp.latOther[st].quantile(0.99))})
 	}
 	r.table(rows)
+	for _, st := range []string{"online", "offline"} {
+		r.figHist("subscribe", "update_"+st, fp.lat[st])
+		r.fig("subscribe", "update_"+st+"_missing", float64(missing[st]), "deliveries", "lower")
+	}
 	off := fp.lat["offline"]
 	g := o.flapGrace
+	if off.count.Load() > 0 {
+		// the Node peer has no flap grace: its offline update is not delayed
+		wait := g
+		if o.server == "node" {
+			wait = 0
+		}
+		r.figMs("subscribe", "update_offline_minus_grace_p50", off.quantile(0.5)-wait)
+		r.figMs("subscribe", "update_offline_minus_grace_p99", off.quantile(0.99)-wait)
+	}
 	r.printf("  offline minus the %s flap grace: p50 %s, p90 %s, p99 %s, max %s (the grace timer is polled by the engine's tick, every 250ms with the default 5s typing TTL, so up to 250ms of this is tick wait)\n",
 		g, ms(off.quantile(0.5)-g), ms(off.quantile(0.9)-g), ms(off.quantile(0.99)-g), ms(off.maxDur()-g))
 	r.printf("  CPU during the flaps: %s\n", cpuLine(fc0, fc1))
+	r.fig("subscribe", "flaps_other_processes_cpu", fc0.others(fc1).Seconds()/fc1.at.Sub(fc0.at).Seconds(), "cores", "none")
 	r.printf("  first updates: online %s; offline %s\n", fp.first["online"], fp.first["offline"])
 	r.printf("  duplicate updates %d, unexpected updates %d", fp.dups.Load(), fp.stray.Load())
 	for _, s := range fp.straySmpl {
@@ -339,6 +354,8 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 			one(&h)
 		}
 		qd := time.Since(q0)
+		r.figHist("subscribe", fmt.Sprintf("query_%d", size), &h)
+		r.fig("subscribe", fmt.Sprintf("query_%d_errors", size), float64(qerr), "queries", "lower")
 		cs1, _ := e.commandStats(ctx)
 		details = append(details, fmt.Sprintf("%d ids: CPU %s", size, cpuLine(qc0, e.cpu(pids...))))
 		d := cs1.sub(cs0).withoutOwn()

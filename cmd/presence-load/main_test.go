@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"math"
+	"testing"
+	"time"
+)
+
+func TestParseScenarios(t *testing.T) {
+	got, err := parseScenarios("all")
+	if err != nil || !got["heartbeat"] || !got["subscribe"] || got["idle"] || got["typing"] {
+		t.Fatalf("all: %v %v", got, err)
+	}
+	got, err = parseScenarios("side")
+	if err != nil || len(got) != len(scenarioOrder) {
+		t.Fatalf("side: %v %v", got, err)
+	}
+	got, err = parseScenarios("idle, typing")
+	if err != nil || !got["idle"] || !got["typing"] || len(got) != 2 {
+		t.Fatalf("idle,typing: %v %v", got, err)
+	}
+	if _, err := parseScenarios("nope"); err == nil {
+		t.Fatal("unknown scenario accepted")
+	}
+	if _, err := parseScenarios(""); err == nil {
+		t.Fatal("empty list accepted")
+	}
+}
+
+func TestApplyQuickKeepsExplicitFlags(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	n := fs.Int("n", 10000, "")
+	idle := fs.Int("idle-n", 10000, "")
+	d := fs.Duration("typing-duration", 20*time.Second, "")
+	for name := range quickDefaults {
+		if fs.Lookup(name) == nil {
+			fs.String(name, "", "")
+		}
+	}
+	if err := fs.Parse([]string{"-n", "42"}); err != nil {
+		t.Fatal(err)
+	}
+	applyQuick(fs)
+	if *n != 42 {
+		t.Errorf("explicit -n overridden: %d", *n)
+	}
+	if *idle != 2000 || *d != 5*time.Second {
+		t.Errorf("quick defaults not applied: idle-n %d, typing-duration %s", *idle, *d)
+	}
+}
+
+func TestReportJSON(t *testing.T) {
+	o := &options{server: "node"}
+	r := &report{opt: o, w: &bytes.Buffer{}, started: time.Now()}
+	var h hist
+	h.record(2 * time.Millisecond)
+	r.figHist("typing_1node", "delivery", &h)
+	r.fig("idle", "rss_idle_per_socket", 12.5, "KiB", "lower")
+	r.fig("idle", "nan", math.NaN(), "x", "lower")
+	var empty hist
+	r.figHist("idle", "empty", &empty)
+	var buf bytes.Buffer
+	if err := r.writeJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Server  string   `json:"server"`
+		Failed  []string `json:"failed"`
+		Figures []figure `json:"figures"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if out.Server != "node" || out.Failed == nil || len(out.Figures) != 3 {
+		t.Fatalf("unexpected JSON: %s", buf.String())
+	}
+	if f := out.Figures[0]; f.Name != "delivery_p50" || f.Unit != "ms" || f.Better != "lower" || f.Value < 1.9 || f.Value > 2.1 {
+		t.Fatalf("first figure: %+v", f)
+	}
+}
