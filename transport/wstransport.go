@@ -185,13 +185,6 @@ func (w *wsTransport) read() {
 	}
 }
 
-func keep(b []byte) []byte {
-	if cap(b) > frameBufKeep {
-		return nil
-	}
-	return b[:0]
-}
-
 func (w *wsTransport) fail(err error) {
 	if ws.IsUnexpectedCloseError(err) || errors.Is(err, net.ErrClosed) {
 		w.conn.Emit("close")
