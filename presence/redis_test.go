@@ -1,6 +1,7 @@
 package presence_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,43 @@ func testRedis(tb testing.TB) redis.UniversalClient {
 func uniquePrefix(tb testing.TB, rdb redis.UniversalClient) string {
 	tb.Helper()
 	return redistest.Prefix(tb, rdb, "test-")
+}
+
+// fakeClockRedis is a test key prefix whose engines read one fake clock,
+// in Go and in their scripts, and report to one recorder.
+type fakeClockRedis struct {
+	rdb    redis.UniversalClient
+	prefix string
+	clock  *enginetest.Clock
+	rec    *enginetest.Recorder
+}
+
+func newFakeClockRedis(tb testing.TB) *fakeClockRedis {
+	tb.Helper()
+	rdb := testRedis(tb)
+	return &fakeClockRedis{rdb: rdb, prefix: uniquePrefix(tb, rdb), clock: enginetest.NewClock(), rec: &enginetest.Recorder{}}
+}
+
+// node is an engine of cfg (its Now and Sink set to the fixture's).
+func (f *fakeClockRedis) node(cfg presence.Config) *presence.RedisEngine {
+	cfg.Now, cfg.Sink = f.clock.Now, f.rec.Sink()
+	eng := presence.NewRedisEngine(f.rdb, cfg, presence.RedisConfig{Prefix: f.prefix})
+	presence.SetRedisClock(eng, f.clock.Now)
+	return eng
+}
+
+// connectJoin connects socket sid of user to eng and joins it to convs.
+func connectJoin(tb testing.TB, eng presence.Engine, sid, user string, convs ...string) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range convs {
+		if _, err := eng.Join(ctx, sid, c); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 func TestRedisEngine(t *testing.T) {
