@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,11 +197,31 @@ func (n *goNode) adapter() *adapter.NamespaceAdapter {
 	return n.io.Of("/", nil).Adapter().(*adapter.NamespaceAdapter)
 }
 
+// waitRoom waits until the node has room (in) or has it no more (!in);
+// what names the wait in the failure.
+func (n *goNode) waitRoom(t *testing.T, room socket.Room, in bool, what string) {
+	t.Helper()
+	eventually(t, 3*time.Second, what, func() bool {
+		_, ok := n.adapter().Rooms().Load(room)
+		return ok == in
+	})
+}
+
 func (n *goNode) sseCalls(name string) []sseCall {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return callsNamed(n.sse, name)
+}
+
+// hasCallWith says whether one of calls has arg0 as its first argument.
+func hasCallWith(calls []sseCall, arg0 any) bool {
+	return slices.ContainsFunc(calls, func(c sseCall) bool { return c.args[0] == arg0 })
+}
+
+// callsNamed are the calls of event name, in order.
+func callsNamed(calls []sseCall, name string) []sseCall {
 	var out []sseCall
-	for _, c := range n.sse {
+	for _, c := range calls {
 		if c.name == name {
 			out = append(out, c)
 		}

@@ -200,16 +200,19 @@ func (n *nodeServer) tryCall(cmd string, params map[string]any) (any, error) {
 	}
 }
 
+// waitServerCount waits until the Node server counts want servers.
+func (n *nodeServer) waitServerCount(t *testing.T, want int) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("node sees %d servers", want), func() bool {
+		c, err := n.tryCall("serverCount", nil)
+		return err == nil && c == float64(want)
+	})
+}
+
 func (n *nodeServer) sseCalls(name string) []sseCall {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var out []sseCall
-	for _, c := range n.sse {
-		if c.name == name {
-			out = append(out, c)
-		}
-	}
-	return out
+	return callsNamed(n.sse, name)
 }
 
 // emit broadcasts from the Node server to everyone (for fence).

@@ -112,9 +112,7 @@ func requestID(tb testing.TB, payload []byte) string {
 // TestWireBytes makes the Node adapter and ours do the same things and
 // compares the bytes each publishes (uids and request ids aside).
 func TestWireBytes(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testWireBytes(t, m.sharded) })
-	}
+	inModes(t, testWireBytes)
 }
 
 func testWireBytes(t *testing.T, sharded bool) {
@@ -123,10 +121,7 @@ func testWireBytes(t *testing.T, sharded bool) {
 	ns := startNodeServer(t, modeName(sharded), prefix)
 	g := startGoNode(t, "go", rdb, adapter.Config{Prefix: prefix, Sharded: sharded, RequestsTimeout: 2 * time.Second})
 	waitCluster(t, g)
-	eventually(t, 5*time.Second, "node sees 2 servers", func() bool {
-		c, err := ns.tryCall("serverCount", nil)
-		return err == nil && c == 2.0
-	})
+	ns.waitServerCount(t, 2)
 	cap := startCapture(t, rdb, sharded, prefix)
 	goUID := g.adapter().UID()
 
@@ -347,9 +342,7 @@ func normalizeNumbers(v any) any {
 // TestWireResponses has a third server ask a Node and a Go server the same
 // things and compares their answers byte for byte (uids aside).
 func TestWireResponses(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testWireResponses(t, m.sharded) })
-	}
+	inModes(t, testWireResponses)
 }
 
 func testWireResponses(t *testing.T, sharded bool) {
@@ -360,10 +353,7 @@ func testWireResponses(t *testing.T, sharded bool) {
 	g := startGoNode(t, "go", rdb, cfg)
 	asker := startGoNode(t, "asker", rdb, cfg)
 	waitCluster(t, g, asker)
-	eventually(t, 5*time.Second, "node sees 3 servers", func() bool {
-		c, err := ns.tryCall("serverCount", nil)
-		return err == nil && c == 3.0
-	})
+	ns.waitServerCount(t, 3)
 	dialClient(t, ns.url, "cn", clientOpts{auth: auth("n", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
 	dialClient(t, g.url, "cg", clientOpts{auth: auth("g", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
 
