@@ -213,6 +213,42 @@ func (n *goNode) sseCalls(name string) []sseCall {
 	return callsNamed(n.sse, name)
 }
 
+// copyElems is a copy of an array or map with f applied to each element;
+// any other value is returned as it is.
+func copyElems(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = f(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = f(e)
+		}
+		return out
+	}
+	return v
+}
+
+// replaceElems applies f to each element of an array or map, in place,
+// and returns v.
+func replaceElems(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		for i, e := range t {
+			t[i] = f(e)
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = f(e)
+		}
+	}
+	return v
+}
+
 // hasCallWith says whether one of calls has arg0 as its first argument.
 func hasCallWith(calls []sseCall, arg0 any) bool {
 	return slices.ContainsFunc(calls, func(c sseCall) bool { return c.args[0] == arg0 })

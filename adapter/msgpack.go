@@ -77,6 +77,24 @@ func checkLength(n int) error {
 	return nil
 }
 
+// writeMsgpackArrayLen writes an array header for n items, refusing n the
+// format cannot hold (checkLength).
+func writeMsgpackArrayLen(enc *msgpack.Encoder, n int) error {
+	if err := checkLength(n); err != nil {
+		return err
+	}
+	return enc.EncodeArrayLen(n)
+}
+
+// writeMsgpackMapLen writes a map header for n pairs, like
+// writeMsgpackArrayLen.
+func writeMsgpackMapLen(enc *msgpack.Encoder, n int) error {
+	if err := checkLength(n); err != nil {
+		return err
+	}
+	return enc.EncodeMapLen(n)
+}
+
 // encodeMsgpack returns the notepack-compatible encoding of v.
 //
 // The MessagePack formats are written by vmihailenco/msgpack's Encoder
@@ -161,10 +179,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return writeMsgpackBin(enc, buf, v.Bytes())
 	case obj:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeMapLen(len(v)); err != nil {
+		if err := writeMsgpackMapLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -177,10 +192,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return nil
 	case []any:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(v)); err != nil {
+		if err := writeMsgpackArrayLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -190,10 +202,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return nil
 	case []string:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(v)); err != nil {
+		if err := writeMsgpackArrayLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -211,10 +220,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		if err := checkLength(len(keys)); err != nil {
-			return err
-		}
-		if err := enc.EncodeMapLen(len(keys)); err != nil {
+		if err := writeMsgpackMapLen(enc, len(keys)); err != nil {
 			return err
 		}
 		for _, k := range keys {

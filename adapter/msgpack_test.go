@@ -10,17 +10,8 @@ import (
 	"testing"
 
 	"github.com/presenced/presenced/internal/fuzzinput"
+	"github.com/presenced/presenced/internal/memtest"
 )
-
-// allocatedBy reports the bytes fn allocates.
-func allocatedBy(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
 
 // Containers nested inside each other, each declaring as many elements as
 // there are bytes left, must not each get a slice of that size: the
@@ -50,7 +41,7 @@ func TestMsgpackNestedLengthsBounded(t *testing.T) {
 		}
 		in = append(in, bytes.Repeat([]byte{0xc0}, pad)...)
 		var err error
-		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		got := memtest.AllocatedBy(func() { _, err = decodeMsgpack(in) })
 		if !errors.Is(err, errShortBuffer) {
 			t.Errorf("%s: %v, want %v", tc.name, err, errShortBuffer)
 		}
@@ -75,7 +66,7 @@ func TestMsgpackDeclaredLengthsRefused(t *testing.T) {
 	} {
 		in := append(bytes.Clone(head), 1, 2, 3)
 		var err error
-		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		got := memtest.AllocatedBy(func() { _, err = decodeMsgpack(in) })
 		if !errors.Is(err, errShortBuffer) {
 			t.Errorf("% x: %v, want %v", in, err, errShortBuffer)
 		}
@@ -292,7 +283,7 @@ func TestMsgpackKeysOfKeysBounded(t *testing.T) {
 	in = append(in, bytes.Repeat([]byte{0xc0}, depth)...)
 	var v any
 	var err error
-	got := allocatedBy(func() { v, err = decodeMsgpack(in) })
+	got := memtest.AllocatedBy(func() { v, err = decodeMsgpack(in) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -221,39 +221,18 @@ func (n *nodeServer) emit(ev string, args ...any) {
 }
 
 func toWire(v any) any {
-	switch t := v.(type) {
-	case []byte:
-		return map[string]any{"$bin": base64.StdEncoding.EncodeToString(t)}
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = toWire(e)
-		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = toWire(e)
-		}
-		return out
+	if b, ok := v.([]byte); ok {
+		return map[string]any{"$bin": base64.StdEncoding.EncodeToString(b)}
 	}
-	return v
+	return copyElems(v, toWire)
 }
 
 func fromWire(v any) any {
-	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = fromWire(e)
-		}
-	case map[string]any:
-		if s, ok := t["$bin"].(string); ok && len(t) == 1 {
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		if s, ok := m["$bin"].(string); ok {
 			b, _ := base64.StdEncoding.DecodeString(s)
 			return b
 		}
-		for k, e := range t {
-			t[k] = fromWire(e)
-		}
 	}
-	return v
+	return replaceElems(v, fromWire)
 }

@@ -294,37 +294,16 @@ func TestMsgpackMatchesNotepack(t *testing.T) {
 }
 
 func toComparable(v any) any {
-	switch t := v.(type) {
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = toComparable(e)
-		}
-		return out
-	case []byte:
-		return fmt.Sprintf("bin%x", t)
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range t {
-			out[k] = toComparable(e)
-		}
-		return out
+	if b, ok := v.([]byte); ok {
+		return fmt.Sprintf("bin%x", b)
 	}
-	return v
+	return copyElems(v, toComparable)
 }
 
 func normalizeNumbers(v any) any {
 	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = normalizeNumbers(e)
-		}
-		return t
-	case map[string]any:
-		for k, e := range t {
-			t[k] = normalizeNumbers(e)
-		}
-		return t
+	case []any, map[string]any:
+		return replaceElems(t, normalizeNumbers)
 	case int:
 		return float64(t)
 	case int8:

@@ -88,14 +88,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		[]string(nil), struct{ X int }{3}, json.RawMessage(`{ "raw" : 1 }`),
 	}
 	for _, v := range values {
-		want, werr := json.Marshal(v)
-		got, gerr := appendJSON([]byte("43"), v)
-		if (werr != nil) != (gerr != nil) {
-			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
-		}
-		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
-			t.Errorf("%#v: %s, encoding/json %s", v, got[2:], want)
-		}
+		compareAppendJSON(t, v, t.Errorf)
 	}
 	// a value encoding/json refuses is refused
 	if _, err := appendJSON(nil, []any{math.NaN()}); err == nil {
@@ -103,6 +96,21 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}
 	if _, err := appendJSON(nil, map[string]any{"c": make(chan int)}); err == nil {
 		t.Error("channel encoded")
+	}
+}
+
+// compareAppendJSON checks appendJSON's encoding of v (after a prefix)
+// against encoding/json's: a refusal by one only is fatal, other output is
+// reported with report.
+func compareAppendJSON(t *testing.T, v any, report func(format string, args ...any)) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	got, gerr := appendJSON([]byte("43"), v)
+	if (werr != nil) != (gerr != nil) {
+		t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
+	}
+	if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
+		report("%#v: %s, encoding/json %s", v, got[2:], want)
 	}
 }
 
@@ -164,13 +172,6 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
 		vb := &valueBuilder{fuzzinput.Program{B: prog, S: s, X: x}}
 		v := vb.value(0)
-		want, werr := json.Marshal(v)
-		got, gerr := appendJSON([]byte("43"), v)
-		if (werr != nil) != (gerr != nil) {
-			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
-		}
-		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
-			t.Fatalf("%#v: %s, encoding/json %s", v, got[2:], want)
-		}
+		compareAppendJSON(t, v, t.Fatalf)
 	})
 }
