@@ -11,6 +11,21 @@ import {
   TOPOLOGIES, uid, ack, show, startPair, clusterDatabase,
 } from '../lib/presence.js';
 
+/** b sets state in conversation c; resolves, once a got it, with a mark of a's recorder. */
+async function stateSeen(a, b, c, state) {
+  const mark = a.rec.mark();
+  await ack(b.socket, 'state:set', { conversationId: c, state });
+  await a.rec.wait('state', { since: mark, timeoutMs: 5000 });
+  return a.rec.mark();
+}
+
+/** a's state and presence:leave events since mark, as [event, userId, state or reason]. */
+function stateAndLeaves(a, mark) {
+  return a.rec.events.slice(mark)
+    .filter((e) => e.event === 'state' || e.event === 'presence:leave')
+    .map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]);
+}
+
 /** A state object whose JSON encoding is exactly n bytes. */
 function stateOfBytes(n) {
   const s = { s: '' };
@@ -98,17 +113,13 @@ for (const kind of TOPOLOGIES) {
 
     it('leave clears the state: state null, then presence:leave', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23d' });
-      const mark0 = a.rec.mark();
-      await ack(b.socket, 'state:set', { conversationId: c, state: { x: 1 } });
-      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
-      const markA = a.rec.mark();
+      const markA = await stateSeen(a, b, c, { x: 1 });
       assert.deepEqual(await ack(b.socket, 'conversation:leave', { conversationId: c }), { ok: true });
       const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 5000 });
       assert.equal(left.payload.reason, 'left');
       await sleep(300);
-      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
-      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
-        [['state', B, null], ['presence:leave', B, 'left']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+      assert.deepEqual(stateAndLeaves(a, markA), [['state', B, null], ['presence:leave', B, 'left']],
+        `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
 
       // Without a state, a leave sends no state event.
       const c2 = uid('c');
@@ -123,15 +134,11 @@ for (const kind of TOPOLOGIES) {
 
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23e' });
-      const mark0 = a.rec.mark();
-      await ack(b.socket, 'state:set', { conversationId: c, state: { y: 2 } });
-      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
-      const markA = a.rec.mark();
+      const markA = await stateSeen(a, b, c, { y: 2 });
       b.socket.disconnect();
       await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
-      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
-      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
-        [['state', B, null], ['presence:leave', B, 'disconnected']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+      assert.deepEqual(stateAndLeaves(a, markA), [['state', B, null], ['presence:leave', B, 'disconnected']],
+        `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
     });
   });
 }
