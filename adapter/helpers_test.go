@@ -233,22 +233,6 @@ func copyElems(v any, f func(any) any) any {
 	return v
 }
 
-// replaceElems applies f to each element of an array or map, in place,
-// and returns v.
-func replaceElems(v any, f func(any) any) any {
-	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = f(e)
-		}
-	case map[string]any:
-		for k, e := range t {
-			t[k] = f(e)
-		}
-	}
-	return v
-}
-
 // hasCallWith says whether one of calls has arg0 as its first argument.
 func hasCallWith(calls []sseCall, arg0 any) bool {
 	return slices.ContainsFunc(calls, func(c sseCall) bool { return c.args[0] == arg0 })

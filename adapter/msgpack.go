@@ -878,19 +878,29 @@ func hasBinary(v any) bool {
 	return false
 }
 
+// replaceElems applies f to each element of an array or map, in place,
+// and returns v; any other value is returned as it is.
+func replaceElems(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		for i, e := range t {
+			t[i] = f(e)
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = f(e)
+		}
+	}
+	return v
+}
+
 // normalizeBinary replaces, in place, readers that are not byte buffers
 // (which can be read once only) with their bytes, so that this node's own
 // encoding and the one sent to Redis both see the data.
 func normalizeBinary(v any) any {
 	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = normalizeBinary(e)
-		}
-	case map[string]any:
-		for k, e := range t {
-			t[k] = normalizeBinary(e)
-		}
+	case []any, map[string]any:
+		return replaceElems(t, normalizeBinary)
 	case types.BufferInterface, *strings.Reader, []byte, string:
 	case io.Reader:
 		data, err := io.ReadAll(t)

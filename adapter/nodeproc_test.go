@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/adapter"
 )
 
 // e2eDir is ../e2e, where the interop script and its node_modules live.
@@ -234,5 +236,5 @@ func fromWire(v any) any {
 			return b
 		}
 	}
-	return replaceElems(v, fromWire)
+	return adapter.ReplaceElems(v, fromWire)
 }

@@ -109,6 +109,15 @@ func requestID(tb testing.TB, payload []byte) string {
 	return ""
 }
 
+// startWireNode starts a Node server on the test Redis under a prefix of
+// its own, in the mode sharded says.
+func startWireNode(t *testing.T, sharded bool) (*redis.Client, string, *nodeServer) {
+	t.Helper()
+	rdb := needRedis(t)
+	prefix := uniquePrefix(t)
+	return rdb, prefix, startNodeServer(t, modeName(sharded), prefix)
+}
+
 // TestWireBytes makes the Node adapter and ours do the same things and
 // compares the bytes each publishes (uids and request ids aside).
 func TestWireBytes(t *testing.T) {
@@ -116,9 +125,7 @@ func TestWireBytes(t *testing.T) {
 }
 
 func testWireBytes(t *testing.T, sharded bool) {
-	rdb := needRedis(t)
-	prefix := uniquePrefix(t)
-	ns := startNodeServer(t, modeName(sharded), prefix)
+	rdb, prefix, ns := startWireNode(t, sharded)
 	g := startGoNode(t, "go", rdb, adapter.Config{Prefix: prefix, Sharded: sharded, RequestsTimeout: 2 * time.Second})
 	waitCluster(t, g)
 	ns.waitServerCount(t, 2)
@@ -303,7 +310,7 @@ func toComparable(v any) any {
 func normalizeNumbers(v any) any {
 	switch t := v.(type) {
 	case []any, map[string]any:
-		return replaceElems(t, normalizeNumbers)
+		return adapter.ReplaceElems(t, normalizeNumbers)
 	case int:
 		return float64(t)
 	case int8:
@@ -325,9 +332,7 @@ func TestWireResponses(t *testing.T) {
 }
 
 func testWireResponses(t *testing.T, sharded bool) {
-	rdb := needRedis(t)
-	prefix := uniquePrefix(t)
-	ns := startNodeServer(t, modeName(sharded), prefix)
+	rdb, prefix, ns := startWireNode(t, sharded)
 	cfg := adapter.Config{Prefix: prefix, Sharded: sharded, RequestsTimeout: 2 * time.Second}
 	g := startGoNode(t, "go", rdb, cfg)
 	asker := startGoNode(t, "asker", rdb, cfg)
