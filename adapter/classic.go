@@ -114,12 +114,7 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 
 // onClassicRequest handles a request of another node or of an emitter.
 func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
-	v, err := decodeMessage(payload)
-	if err != nil {
-		a.log.Debug("ignoring malformed request", "err", err)
-		return
-	}
-	m, ok := asMap(v)
+	m, ok := a.decodeMap(payload, "request")
 	if !ok {
 		return
 	}
@@ -225,11 +220,7 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 
 // onClassicResponse handles a response to one of our requests.
 func (a *NamespaceAdapter) onClassicResponse(payload string) {
-	v, err := decodeMessage(payload)
-	if err != nil {
-		return
-	}
-	m, ok := asMap(v)
+	m, ok := a.decodeMap(payload, "")
 	if !ok {
 		return
 	}

@@ -69,7 +69,5 @@ func TestRedisCluster(t *testing.T) {
 		masters[node.Options().Addr] = true
 	}
 	t.Logf("room channels spread over %d masters", len(masters))
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testGoGo(t, cc, m.sharded) })
-	}
+	inModes(t, func(t *testing.T, sharded bool) { testGoGo(t, cc, sharded) })
 }

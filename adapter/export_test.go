@@ -4,4 +4,5 @@ package adapter
 var (
 	EncodeMsgpack = encodeMsgpack
 	DecodeMsgpack = decodeMsgpack
+	ReplaceElems  = replaceElems
 )

@@ -24,6 +24,14 @@ func modes() []struct {
 	}{{"classic", false}, {"sharded", true}}
 }
 
+// inModes runs test once per mode, as a subtest named after the mode.
+func inModes(t *testing.T, test func(t *testing.T, sharded bool)) {
+	t.Helper()
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) { test(t, m.sharded) })
+	}
+}
+
 // ackWith answers every acknowledgement request with reply.
 func ackWith(reply ...any) func(string, []any) []any {
 	return func(ev string, args []any) []any {
@@ -236,19 +244,13 @@ func testGoGo(t *testing.T, rdb redis.UniversalClient, sharded bool) {
 
 	t.Run("remote join and leave", func(t *testing.T) {
 		n2.io.In("user:a").SocketsJoin("r9")
-		eventually(t, 3*time.Second, "c1 in r9", func() bool {
-			_, ok := n1.adapter().Rooms().Load("r9")
-			return ok
-		})
+		n1.waitRoom(t, "r9", true, "c1 in r9")
 		waitRooms(t, n1)
 		n3.io.To("r9").Emit("m9")
 		fence(t, n3.emit, all...)
 		got(t, "m9", all, []int{1, 0, 0, 0})
 		n3.io.In("user:a").SocketsLeave("r9")
-		eventually(t, 3*time.Second, "c1 out of r9", func() bool {
-			_, ok := n1.adapter().Rooms().Load("r9")
-			return !ok
-		})
+		n1.waitRoom(t, "r9", false, "c1 out of r9")
 	})
 
 	t.Run("all rooms", func(t *testing.T) {
@@ -288,37 +290,23 @@ func testGoGo(t *testing.T, rdb redis.UniversalClient, sharded bool) {
 		if err := em.In("user:c").SocketsJoin("r7"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 3*time.Second, "c3 in r7", func() bool {
-			_, ok := n3.adapter().Rooms().Load("r7")
-			return ok
-		})
+		n3.waitRoom(t, "r7", true, "c3 in r7")
 		if err := em.In("user:c").SocketsLeave("r7"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 3*time.Second, "c3 out of r7", func() bool {
-			_, ok := n3.adapter().Rooms().Load("r7")
-			return !ok
-		})
+		n3.waitRoom(t, "r7", false, "c3 out of r7")
 		if err := em.ServerSideEmit("note", "from-emitter"); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, 3*time.Second, "emitter note on n3", func() bool {
-			for _, c := range n3.sseCalls("note") {
-				if c.args[0] == "from-emitter" {
-					return true
-				}
-			}
-			return false
+			return hasCallWith(n3.sseCalls("note"), "from-emitter")
 		})
 	})
 
 	t.Run("remote disconnect", func(t *testing.T) {
 		n3.io.In("user:d").DisconnectSockets(false)
 		c4.expect("disconnect")
-		eventually(t, 3*time.Second, "c4 gone from n1", func() bool {
-			_, ok := n1.adapter().Rooms().Load("user:d")
-			return !ok
-		})
+		n1.waitRoom(t, "user:d", false, "c4 gone from n1")
 		fence(t, n2.emit, c1, c2, c3)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,11 +197,51 @@ func (n *goNode) adapter() *adapter.NamespaceAdapter {
 	return n.io.Of("/", nil).Adapter().(*adapter.NamespaceAdapter)
 }
 
+// waitRoom waits until the node has room (in) or has it no more (!in);
+// what names the wait in the failure.
+func (n *goNode) waitRoom(t *testing.T, room socket.Room, in bool, what string) {
+	t.Helper()
+	eventually(t, 3*time.Second, what, func() bool {
+		_, ok := n.adapter().Rooms().Load(room)
+		return ok == in
+	})
+}
+
 func (n *goNode) sseCalls(name string) []sseCall {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	return callsNamed(n.sse, name)
+}
+
+// copyElems is a copy of an array or map with f applied to each element;
+// any other value is returned as it is.
+func copyElems(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = f(e)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = f(e)
+		}
+		return out
+	}
+	return v
+}
+
+// hasCallWith says whether one of calls has arg0 as its first argument.
+func hasCallWith(calls []sseCall, arg0 any) bool {
+	return slices.ContainsFunc(calls, func(c sseCall) bool { return c.args[0] == arg0 })
+}
+
+// callsNamed are the calls of event name, in order.
+func callsNamed(calls []sseCall, name string) []sseCall {
 	var out []sseCall
-	for _, c := range n.sse {
+	for _, c := range calls {
 		if c.name == name {
 			out = append(out, c)
 		}

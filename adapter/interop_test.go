@@ -18,9 +18,7 @@ import (
 // TestInterop runs a Go server and a Node server (socket.io 4.8 with
 // @socket.io/redis-adapter) on one Redis, in both modes.
 func TestInterop(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testInterop(t, m.sharded) })
-	}
+	inModes(t, testInterop)
 }
 
 func modeName(sharded bool) string {
@@ -64,10 +62,7 @@ func testInterop(t *testing.T, sharded bool) {
 		Prefix: prefix, Sharded: sharded, RequestsTimeout: 3 * time.Second, AcceptClassicEmitter: sharded,
 	})
 	waitCluster(t, g)
-	eventually(t, 5*time.Second, "node sees 2 servers", func() bool {
-		c, err := ns.tryCall("serverCount", nil)
-		return err == nil && c == 2.0
-	})
+	ns.waitServerCount(t, 2)
 
 	cg := dialClient(t, g.url, "cg", clientOpts{auth: auth("g", "r1"), ackReply: ackWith("cg")})
 	cn := dialClient(t, ns.url, "cn", clientOpts{auth: auth("n", "r1", "r2"), ackReply: ackWith("cn")})
@@ -252,15 +247,9 @@ func testInterop(t *testing.T, sharded bool) {
 			return !slices.Contains(strs(ns.call(t, "localRooms", nil)), "r5")
 		})
 		ns.call(t, "socketsJoin", map[string]any{"target": "user:g", "rooms": []any{"r6"}})
-		eventually(t, 3*time.Second, "go socket in r6", func() bool {
-			_, ok := g.adapter().Rooms().Load("r6")
-			return ok
-		})
+		g.waitRoom(t, "r6", true, "go socket in r6")
 		ns.call(t, "socketsLeave", map[string]any{"target": "user:g", "rooms": []any{"r6"}})
-		eventually(t, 3*time.Second, "go socket out of r6", func() bool {
-			_, ok := g.adapter().Rooms().Load("r6")
-			return !ok
-		})
+		g.waitRoom(t, "r6", false, "go socket out of r6")
 	})
 
 	t.Run("all rooms", func(t *testing.T) {
@@ -294,18 +283,10 @@ func testInterop(t *testing.T, sharded bool) {
 		}
 		cg2.expect("ne2")
 		ns.call(t, "emitterSocketsJoin", map[string]any{"target": "user:g", "rooms": []any{"r8"}})
-		eventually(t, 3*time.Second, "go socket in r8", func() bool {
-			_, ok := g.adapter().Rooms().Load("r8")
-			return ok
-		})
+		g.waitRoom(t, "r8", true, "go socket in r8")
 		ns.call(t, "emitterServerSideEmit", map[string]any{"event": "note", "args": []any{"node-emitter"}})
 		eventually(t, 3*time.Second, "go got emitter note", func() bool {
-			for _, c := range g.sseCalls("note") {
-				if c.args[0] == "node-emitter" {
-					return true
-				}
-			}
-			return false
+			return hasCallWith(g.sseCalls("note"), "node-emitter")
 		})
 	})
 
@@ -333,12 +314,7 @@ func testInterop(t *testing.T, sharded bool) {
 			t.Fatal(err)
 		}
 		eventually(t, 3*time.Second, "node got go emitter note", func() bool {
-			for _, c := range ns.sseCalls("note") {
-				if c.args[0] == "go-emitter" {
-					return true
-				}
-			}
-			return false
+			return hasCallWith(ns.sseCalls("note"), "go-emitter")
 		})
 	})
 
@@ -347,9 +323,6 @@ func testInterop(t *testing.T, sharded bool) {
 		cn.expect("disconnect")
 		ns.call(t, "disconnectSockets", map[string]any{"target": "user:g2"})
 		cg2.expect("disconnect")
-		eventually(t, 3*time.Second, "cg2 gone", func() bool {
-			_, ok := g.adapter().Rooms().Load("user:g2")
-			return !ok
-		})
+		g.waitRoom(t, "user:g2", false, "cg2 gone")
 	})
 }

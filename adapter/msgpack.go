@@ -77,6 +77,24 @@ func checkLength(n int) error {
 	return nil
 }
 
+// writeMsgpackArrayLen writes an array header for n items, refusing n the
+// format cannot hold (checkLength).
+func writeMsgpackArrayLen(enc *msgpack.Encoder, n int) error {
+	if err := checkLength(n); err != nil {
+		return err
+	}
+	return enc.EncodeArrayLen(n)
+}
+
+// writeMsgpackMapLen writes a map header for n pairs, like
+// writeMsgpackArrayLen.
+func writeMsgpackMapLen(enc *msgpack.Encoder, n int) error {
+	if err := checkLength(n); err != nil {
+		return err
+	}
+	return enc.EncodeMapLen(n)
+}
+
 // encodeMsgpack returns the notepack-compatible encoding of v.
 //
 // The MessagePack formats are written by vmihailenco/msgpack's Encoder
@@ -161,10 +179,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return writeMsgpackBin(enc, buf, v.Bytes())
 	case obj:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeMapLen(len(v)); err != nil {
+		if err := writeMsgpackMapLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -177,10 +192,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return nil
 	case []any:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(v)); err != nil {
+		if err := writeMsgpackArrayLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -190,10 +202,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		}
 		return nil
 	case []string:
-		if err := checkLength(len(v)); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(v)); err != nil {
+		if err := writeMsgpackArrayLen(enc, len(v)); err != nil {
 			return err
 		}
 		for _, e := range v {
@@ -211,10 +220,7 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		if err := checkLength(len(keys)); err != nil {
-			return err
-		}
-		if err := enc.EncodeMapLen(len(keys)); err != nil {
+		if err := writeMsgpackMapLen(enc, len(keys)); err != nil {
 			return err
 		}
 		for _, k := range keys {
@@ -872,19 +878,29 @@ func hasBinary(v any) bool {
 	return false
 }
 
+// replaceElems applies f to each element of an array or map, in place,
+// and returns v; any other value is returned as it is.
+func replaceElems(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		for i, e := range t {
+			t[i] = f(e)
+		}
+	case map[string]any:
+		for k, e := range t {
+			t[k] = f(e)
+		}
+	}
+	return v
+}
+
 // normalizeBinary replaces, in place, readers that are not byte buffers
 // (which can be read once only) with their bytes, so that this node's own
 // encoding and the one sent to Redis both see the data.
 func normalizeBinary(v any) any {
 	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = normalizeBinary(e)
-		}
-	case map[string]any:
-		for k, e := range t {
-			t[k] = normalizeBinary(e)
-		}
+	case []any, map[string]any:
+		return replaceElems(t, normalizeBinary)
 	case types.BufferInterface, *strings.Reader, []byte, string:
 	case io.Reader:
 		data, err := io.ReadAll(t)

@@ -8,17 +8,10 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-)
 
-// allocatedBy reports the bytes fn allocates.
-func allocatedBy(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
+	"github.com/presenced/presenced/internal/fuzzinput"
+	"github.com/presenced/presenced/internal/memtest"
+)
 
 // Containers nested inside each other, each declaring as many elements as
 // there are bytes left, must not each get a slice of that size: the
@@ -48,7 +41,7 @@ func TestMsgpackNestedLengthsBounded(t *testing.T) {
 		}
 		in = append(in, bytes.Repeat([]byte{0xc0}, pad)...)
 		var err error
-		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		got := memtest.AllocatedBy(func() { _, err = decodeMsgpack(in) })
 		if !errors.Is(err, errShortBuffer) {
 			t.Errorf("%s: %v, want %v", tc.name, err, errShortBuffer)
 		}
@@ -73,7 +66,7 @@ func TestMsgpackDeclaredLengthsRefused(t *testing.T) {
 	} {
 		in := append(bytes.Clone(head), 1, 2, 3)
 		var err error
-		got := allocatedBy(func() { _, err = decodeMsgpack(in) })
+		got := memtest.AllocatedBy(func() { _, err = decodeMsgpack(in) })
 		if !errors.Is(err, errShortBuffer) {
 			t.Errorf("% x: %v, want %v", in, err, errShortBuffer)
 		}
@@ -174,84 +167,63 @@ func FuzzMsgpackDecode(f *testing.F) {
 	})
 }
 
-// msgpackBuilder makes, from fuzz input, values of the kinds the adapter
-// encodes: b is a small program (each byte picks a kind, a length or a
-// piece of a number), strings and binary are cut from s. value returns the
+// msgpackBuilder makes, from fuzz input (a fuzzinput.Program), values of
+// the kinds the adapter encodes; strings and binary are cut from S. value
+// returns the
 // value and what decoding its encoding must give (the JavaScript view:
 // every number a float64, objects maps).
-type msgpackBuilder struct {
-	b []byte
-	s string
-	x float64
-}
+type msgpackBuilder struct{ fuzzinput.Program }
 
-func (mb *msgpackBuilder) next() byte {
-	if len(mb.b) == 0 {
-		return 0
-	}
-	c := mb.b[0]
-	mb.b = mb.b[1:]
-	return c
-}
-
-func (mb *msgpackBuilder) u64() uint64 {
-	var u uint64
-	for range 8 {
-		u = u<<8 | uint64(mb.next())
-	}
-	return u
-}
-
+// str is a piece of S, now and then repeated into a long one, for the 16-
+// and 32-bit lengths.
 func (mb *msgpackBuilder) str() string {
-	if mb.s == "" {
+	if mb.S == "" {
 		return ""
 	}
-	i := int(mb.next()) % len(mb.s)
-	j := i + int(mb.next())%(len(mb.s)-i+1)
-	s := mb.s[i:j]
-	if mb.next()%8 == 0 { // now and then a long one, for the 16- and 32-bit lengths
-		s = strings.Repeat(s, 1+int(mb.next())<<4)
+	s := mb.Str()
+	if mb.Next()%8 == 0 {
+		s = strings.Repeat(s, 1+int(mb.Next())<<4)
 	}
 	return s
 }
 
 func (mb *msgpackBuilder) value(depth int) (v, want any) {
-	switch op := mb.next() % 16; {
+	switch op := mb.Next() % 16; {
 	case op == 0:
 		return nil, nil
 	case op == 1:
-		b := mb.next()&1 == 1
+		b := mb.Next()&1 == 1
 		return b, b
 	case op == 2:
 		s := mb.str()
 		return s, s
 	case op == 3:
-		i := int64(mb.u64())
+		i := int64(mb.U64())
 		return i, float64(i)
 	case op == 4:
-		u := mb.u64()
+		u := mb.U64()
 		return u, float64(u)
 	case op == 5:
-		i := int(int16(mb.u64()))
+		i := int(int16(mb.U64()))
 		return i, float64(i)
 	case op == 6:
-		return mb.x, mb.x
+		return mb.X, mb.X
 	case op == 7:
-		f := math.Float64frombits(mb.u64())
+		f := math.Float64frombits(mb.U64())
 		return f, f
 	case op == 8:
 		p := []byte(mb.str())
 		return p, p
 	case op == 9 && depth < 6:
 		var a, w []any
-		for range mb.next() % 5 {
+		for range mb.Next() % 5 {
 			v, want := mb.value(depth + 1)
 			a, w = append(a, v), append(w, want)
 		}
 		return a, w
 	case op == 10 && depth < 6:
 		m, w := map[string]any{}, map[string]any{}
-		for range mb.next() % 5 {
+		for range mb.Next() % 5 {
 			k := mb.str()
 			m[k], w[k] = mb.value(depth + 1)
 		}
@@ -259,23 +231,23 @@ func (mb *msgpackBuilder) value(depth int) (v, want any) {
 	case op == 11 && depth < 6:
 		var o obj
 		w := map[string]any{}
-		for range mb.next() % 5 {
+		for range mb.Next() % 5 {
 			k := mb.str()
 			v, want := mb.value(depth + 1)
 			o, w[k] = append(o, kv{k, v}), want // the last of a key wins
 		}
 		return o, w
 	case op == 12:
-		a, b := int8(mb.next()), uint16(mb.u64())
+		a, b := int8(mb.Next()), uint16(mb.U64())
 		return []any{a, b}, []any{float64(a), float64(b)}
 	case op == 13:
 		ss := []string{mb.str(), mb.str()}
 		return ss, []any{ss[0], ss[1]}
 	case op == 14:
-		f := float32(mb.x)
+		f := float32(mb.X)
 		return f, float64(f)
 	}
-	n := int32(mb.u64())
+	n := int32(mb.U64())
 	return n, float64(n)
 }
 
@@ -286,7 +258,7 @@ func FuzzMsgpackRoundTrip(f *testing.F) {
 	f.Add([]byte{10, 4, 3, 0x80, 0, 0, 0, 0, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 7, 0x7f, 0xf8, 0, 0, 0, 0, 0, 1, 6}, "k\xff\u00e9", math.Inf(-1))
 	f.Add([]byte{9, 4, 2, 0, 3, 0, 255, 8, 0, 3, 0, 200, 12, 0x80, 0xff, 0xff, 14}, "0123456789abcdefghijklmnopqrstuvwxyz", math.Copysign(0, -1))
 	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
-		mb := &msgpackBuilder{b: prog, s: s, x: x}
+		mb := &msgpackBuilder{fuzzinput.Program{B: prog, S: s, X: x}}
 		v, want := mb.value(0)
 		enc, err := encodeMsgpack(v)
 		if err != nil {
@@ -311,7 +283,7 @@ func TestMsgpackKeysOfKeysBounded(t *testing.T) {
 	in = append(in, bytes.Repeat([]byte{0xc0}, depth)...)
 	var v any
 	var err error
-	got := allocatedBy(func() { v, err = decodeMsgpack(in) })
+	got := memtest.AllocatedBy(func() { v, err = decodeMsgpack(in) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/adapter"
 )
 
 // e2eDir is ../e2e, where the interop script and its node_modules live.
@@ -200,16 +202,19 @@ func (n *nodeServer) tryCall(cmd string, params map[string]any) (any, error) {
 	}
 }
 
+// waitServerCount waits until the Node server counts want servers.
+func (n *nodeServer) waitServerCount(t *testing.T, want int) {
+	t.Helper()
+	eventually(t, 5*time.Second, fmt.Sprintf("node sees %d servers", want), func() bool {
+		c, err := n.tryCall("serverCount", nil)
+		return err == nil && c == float64(want)
+	})
+}
+
 func (n *nodeServer) sseCalls(name string) []sseCall {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var out []sseCall
-	for _, c := range n.sse {
-		if c.name == name {
-			out = append(out, c)
-		}
-	}
-	return out
+	return callsNamed(n.sse, name)
 }
 
 // emit broadcasts from the Node server to everyone (for fence).
@@ -218,39 +223,18 @@ func (n *nodeServer) emit(ev string, args ...any) {
 }
 
 func toWire(v any) any {
-	switch t := v.(type) {
-	case []byte:
-		return map[string]any{"$bin": base64.StdEncoding.EncodeToString(t)}
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = toWire(e)
-		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = toWire(e)
-		}
-		return out
+	if b, ok := v.([]byte); ok {
+		return map[string]any{"$bin": base64.StdEncoding.EncodeToString(b)}
 	}
-	return v
+	return copyElems(v, toWire)
 }
 
 func fromWire(v any) any {
-	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = fromWire(e)
-		}
-	case map[string]any:
-		if s, ok := t["$bin"].(string); ok && len(t) == 1 {
+	if m, ok := v.(map[string]any); ok && len(m) == 1 {
+		if s, ok := m["$bin"].(string); ok {
 			b, _ := base64.StdEncoding.DecodeString(s)
 			return b
 		}
-		for k, e := range t {
-			t[k] = fromWire(e)
-		}
 	}
-	return v
+	return adapter.ReplaceElems(v, fromWire)
 }

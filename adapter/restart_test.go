@@ -102,9 +102,7 @@ func (r *redisProc) kill() {
 // nodes keep serving their own clients, publishes fail fast and are counted
 // meanwhile, and cross-node broadcasts resume by themselves.
 func TestRedisRestart(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testRedisRestart(t, m.sharded) })
-	}
+	inModes(t, testRedisRestart)
 }
 
 func testRedisRestart(t *testing.T, sharded bool) {

@@ -48,7 +48,5 @@ func startSentinel(tb testing.TB) *redis.Client {
 // TestRedisSentinel runs the Go-to-Go suite through Sentinel.
 func TestRedisSentinel(t *testing.T) {
 	client := startSentinel(t)
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testGoGo(t, client, m.sharded) })
-	}
+	inModes(t, func(t *testing.T, sharded bool) { testGoGo(t, client, sharded) })
 }

@@ -65,12 +65,7 @@ func (a *NamespaceAdapter) shardedBroadcastWithAck(requestID string, packet *par
 // onShardedMessage handles a message of the main, a room or our response
 // channel.
 func (a *NamespaceAdapter) onShardedMessage(channel, payload string) {
-	v, err := decodeMessage(payload)
-	if err != nil {
-		a.log.Debug("ignoring malformed message", "err", err)
-		return
-	}
-	m, ok := asMap(v)
+	m, ok := a.decodeMap(payload, "message")
 	if !ok {
 		return
 	}

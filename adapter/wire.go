@@ -178,6 +178,20 @@ func encodeMessage(o obj, mayContainBinary bool) ([]byte, error) {
 
 var errMalformed = errors.New("adapter: malformed message")
 
+// decodeMap decodes a message of another node as a map; false for a
+// malformed one or another value. A malformed one is logged at debug level
+// as what, unless what is "".
+func (a *NamespaceAdapter) decodeMap(payload, what string) (map[string]any, bool) {
+	v, err := decodeMessage(payload)
+	if err != nil {
+		if what != "" {
+			a.log.Debug("ignoring malformed "+what, "err", err)
+		}
+		return nil, false
+	}
+	return asMap(v)
+}
+
 func asMap(v any) (map[string]any, bool) {
 	m, ok := v.(map[string]any)
 	return m, ok

@@ -109,24 +109,26 @@ func requestID(tb testing.TB, payload []byte) string {
 	return ""
 }
 
+// startWireNode starts a Node server on the test Redis under a prefix of
+// its own, in the mode sharded says.
+func startWireNode(t *testing.T, sharded bool) (*redis.Client, string, *nodeServer) {
+	t.Helper()
+	rdb := needRedis(t)
+	prefix := uniquePrefix(t)
+	return rdb, prefix, startNodeServer(t, modeName(sharded), prefix)
+}
+
 // TestWireBytes makes the Node adapter and ours do the same things and
 // compares the bytes each publishes (uids and request ids aside).
 func TestWireBytes(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testWireBytes(t, m.sharded) })
-	}
+	inModes(t, testWireBytes)
 }
 
 func testWireBytes(t *testing.T, sharded bool) {
-	rdb := needRedis(t)
-	prefix := uniquePrefix(t)
-	ns := startNodeServer(t, modeName(sharded), prefix)
+	rdb, prefix, ns := startWireNode(t, sharded)
 	g := startGoNode(t, "go", rdb, adapter.Config{Prefix: prefix, Sharded: sharded, RequestsTimeout: 2 * time.Second})
 	waitCluster(t, g)
-	eventually(t, 5*time.Second, "node sees 2 servers", func() bool {
-		c, err := ns.tryCall("serverCount", nil)
-		return err == nil && c == 2.0
-	})
+	ns.waitServerCount(t, 2)
 	cap := startCapture(t, rdb, sharded, prefix)
 	goUID := g.adapter().UID()
 
@@ -299,37 +301,16 @@ func TestMsgpackMatchesNotepack(t *testing.T) {
 }
 
 func toComparable(v any) any {
-	switch t := v.(type) {
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = toComparable(e)
-		}
-		return out
-	case []byte:
-		return fmt.Sprintf("bin%x", t)
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range t {
-			out[k] = toComparable(e)
-		}
-		return out
+	if b, ok := v.([]byte); ok {
+		return fmt.Sprintf("bin%x", b)
 	}
-	return v
+	return copyElems(v, toComparable)
 }
 
 func normalizeNumbers(v any) any {
 	switch t := v.(type) {
-	case []any:
-		for i, e := range t {
-			t[i] = normalizeNumbers(e)
-		}
-		return t
-	case map[string]any:
-		for k, e := range t {
-			t[k] = normalizeNumbers(e)
-		}
-		return t
+	case []any, map[string]any:
+		return adapter.ReplaceElems(t, normalizeNumbers)
 	case int:
 		return float64(t)
 	case int8:
@@ -347,23 +328,16 @@ func normalizeNumbers(v any) any {
 // TestWireResponses has a third server ask a Node and a Go server the same
 // things and compares their answers byte for byte (uids aside).
 func TestWireResponses(t *testing.T) {
-	for _, m := range modes() {
-		t.Run(m.name, func(t *testing.T) { testWireResponses(t, m.sharded) })
-	}
+	inModes(t, testWireResponses)
 }
 
 func testWireResponses(t *testing.T, sharded bool) {
-	rdb := needRedis(t)
-	prefix := uniquePrefix(t)
-	ns := startNodeServer(t, modeName(sharded), prefix)
+	rdb, prefix, ns := startWireNode(t, sharded)
 	cfg := adapter.Config{Prefix: prefix, Sharded: sharded, RequestsTimeout: 2 * time.Second}
 	g := startGoNode(t, "go", rdb, cfg)
 	asker := startGoNode(t, "asker", rdb, cfg)
 	waitCluster(t, g, asker)
-	eventually(t, 5*time.Second, "node sees 3 servers", func() bool {
-		c, err := ns.tryCall("serverCount", nil)
-		return err == nil && c == 3.0
-	})
+	ns.waitServerCount(t, 3)
 	dialClient(t, ns.url, "cn", clientOpts{auth: auth("n", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
 	dialClient(t, g.url, "cg", clientOpts{auth: auth("g", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
 

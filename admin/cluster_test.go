@@ -2,12 +2,9 @@ package admin_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/presenced/presenced/admin"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -23,38 +21,8 @@ import (
 
 func testRedis(tb testing.TB) (redis.UniversalClient, string) {
 	tb.Helper()
-	url := os.Getenv("REDIS_TEST_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis unreachable: %v", err)
-		}
-		tb.Skipf("redis unreachable: %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "test-admin-" + hex.EncodeToString(b)
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		it := rdb.Scan(ctx, 0, prefix+":*", 5000).Iterator()
-		pipe := rdb.Pipeline()
-		for it.Next(ctx) {
-			pipe.Unlink(ctx, it.Val())
-			if pipe.Len() >= 5000 {
-				_, _ = pipe.Exec(ctx)
-			}
-		}
-		_, _ = pipe.Exec(ctx)
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	rdb := redistest.Client(tb)
+	return rdb, redistest.Prefix(tb, rdb, "test-admin-")
 }
 
 // TestClusterStatsRedis: each node publishes its figures to Redis, and the

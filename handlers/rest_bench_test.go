@@ -2,25 +2,22 @@ package handlers_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -35,28 +32,8 @@ import (
 //	go test -run '^$' -bench RESTQuery200 -benchtime 2000x ./handlers/
 func BenchmarkRESTQuery200(b *testing.B) {
 	ctx := context.Background()
-	redisURL := os.Getenv("REDIS_TEST_URL")
-	if redisURL == "" {
-		redisURL = "redis://127.0.0.1:6379"
-	}
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		b.Skipf("redis: %v", err)
-	}
-	rb := make([]byte, 4)
-	_, _ = rand.Read(rb)
-	prefix := "bench-rest-" + hex.EncodeToString(rb)
-	defer func() {
-		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-	}()
+	rdb := redistest.Client(b)
+	prefix := redistest.Prefix(b, rdb, "bench-rest-")
 	st, err := store.OpenPostgres(ctx, storetest.FreshPostgres(b, "presenced_bench"), store.PostgresConfig{})
 	if err != nil {
 		b.Fatal(err)

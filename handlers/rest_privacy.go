@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 
@@ -50,7 +49,7 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 		a.d.Settings.Set(user, v)
 	}
 	if a.d.PrivacyChanged != nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+		ctx, cancel := writeContext(r)
 		a.d.PrivacyChanged(ctx, user, v)
 		cancel()
 	}

@@ -28,6 +28,13 @@ func (a *REST) serviceList(w http.ResponseWriter, r *http.Request, param string)
 	return "", nil, false
 }
 
+// writeContext is the context of a write a request makes: bounded by
+// serviceTimeout, and not canceled when the caller goes away, so that a
+// write and what follows it run to completion.
+func writeContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+}
+
 // PUT /service/conversations/{conversationId}/members {userIds}
 func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	conv, members, ok := a.serviceList(w, r, "conversationId")
@@ -36,7 +43,7 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 	}
 	// The write and the eviction run to completion even if the caller
 	// goes away, so that removed users are not left in the room.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+	ctx, cancel := writeContext(r)
 	defer cancel()
 	removed, err := a.d.Store.SetMembers(ctx, conv, members)
 	if err != nil {
@@ -68,7 +75,7 @@ func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), serviceTimeout)
+	ctx, cancel := writeContext(r)
 	defer cancel()
 	if err := a.d.Store.SetContacts(ctx, user, contacts); err != nil {
 		a.fail(w, r, err)

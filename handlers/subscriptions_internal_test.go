@@ -307,14 +307,18 @@ func TestPrivacyChangeRefreshesSubscribers(t *testing.T) {
 		t.Fatalf("ack: %+v", ack)
 	}
 	ctx := context.Background()
-	tr.mu.Lock()
-	tr.settings["h"] = store.Nobody
-	tr.mu.Unlock()
-	s.Refresh("h")
-	if e, ok := s.queue.take(); ok {
-		s.deliverNow(ctx, e)
-		s.queue.done(e.UserID)
+	// setPrivacy changes h's setting and delivers what the change queued.
+	setPrivacy := func(v store.Visibility) {
+		tr.mu.Lock()
+		tr.settings["h"] = v
+		tr.mu.Unlock()
+		s.Refresh("h")
+		if e, ok := s.queue.take(); ok {
+			s.deliverNow(ctx, e)
+			s.queue.done(e.UserID)
+		}
 	}
+	setPrivacy(store.Nobody)
 	if g := got(); len(g) != 1 || g[0].p.Status != lastseen.StatusHidden {
 		t.Fatalf("updates %+v, want one hidden, sent at the privacy change", g)
 	}
@@ -322,14 +326,7 @@ func TestPrivacyChangeRefreshesSubscribers(t *testing.T) {
 	if g := got(); len(g) != 1 {
 		t.Fatalf("updates %+v, want none at the hidden user's status change", g)
 	}
-	tr.mu.Lock()
-	tr.settings["h"] = store.Everyone
-	tr.mu.Unlock()
-	s.Refresh("h")
-	if e, ok := s.queue.take(); ok {
-		s.deliverNow(ctx, e)
-		s.queue.done(e.UserID)
-	}
+	setPrivacy(store.Everyone)
 	if g := got(); len(g) != 2 || g[1].p.Status != "offline" {
 		t.Fatalf("updates %+v, want h shown offline at once", g)
 	}

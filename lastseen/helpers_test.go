@@ -209,15 +209,21 @@ func (f *fakeStore) LastSeen(_ context.Context, ids []string) (map[string]time.T
 func (f *fakeStore) Privacy(_ context.Context, ids []string) (map[string]store.Visibility, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return visibilities(f.privacy, ids), nil
+}
+
+// visibilities is a fake store's Privacy answer: each id's setting in
+// set, else the default.
+func visibilities(set map[string]store.Visibility, ids []string) map[string]store.Visibility {
 	out := map[string]store.Visibility{}
 	for _, id := range ids {
-		v, ok := f.privacy[id]
+		v, ok := set[id]
 		if !ok {
 			v = store.DefaultVisibility
 		}
 		out[id] = v
 	}
-	return out, nil
+	return out
 }
 
 func (f *fakeStore) SetPrivacy(_ context.Context, id string, v store.Visibility) error {

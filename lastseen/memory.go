@@ -79,27 +79,29 @@ func (m *Memory) Claim(_ context.Context, n int, now time.Time) (Claim, error) {
 
 // Ack implements Buffer.
 func (m *Memory) Ack(_ context.Context, c Claim) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, e := range c.Entries {
-		if at, ok := m.claimed[e.UserID]; ok && at == c.At {
-			delete(m.claimed, e.UserID)
-		}
-	}
+	m.unclaim(c, false)
 	return nil
 }
 
 // Release implements Buffer.
 func (m *Memory) Release(_ context.Context, c Claim) error {
+	m.unclaim(c, true)
+	return nil
+}
+
+// unclaim ends the claim c on its users (those not claimed again since);
+// dirty makes every user of c dirty again.
+func (m *Memory) unclaim(c Claim, dirty bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range c.Entries {
 		if at, ok := m.claimed[e.UserID]; ok && at == c.At {
 			delete(m.claimed, e.UserID)
 		}
-		m.dirty[e.UserID] = struct{}{}
+		if dirty {
+			m.dirty[e.UserID] = struct{}{}
+		}
 	}
-	return nil
 }
 
 // Requeue implements Buffer.

@@ -1,6 +1,10 @@
 package lastseen
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	prom "github.com/presenced/presenced/metrics"
+)
 
 // metrics of one Pipeline; registered by whoever owns the registry, through
 // Collectors.
@@ -17,52 +21,29 @@ type metrics struct {
 
 func newMetrics(p *Pipeline) *metrics {
 	m := &metrics{
-		records: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_lastseen_records_total",
-			Help: "Last-seen records by outcome: buffered (queued for the buffer), coarsened (dropped within the coarse interval), exact (offline time, written at once).",
-		}, []string{"result"}),
-		statements: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_lastseen_flush_statements_total",
-			Help: "Store write statements sent by last-seen flushes (one per batch), failed ones included.",
-		}),
-		rows: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_lastseen_flush_rows_total",
-			Help: "Users written to the store by successful last-seen flush statements.",
-		}),
-		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "presenced_lastseen_flush_batch_rows",
-			Help:    "Users per successful last-seen flush statement.",
-			Buckets: []float64{1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000},
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_lastseen_flush_errors_total",
-			Help: "Last-seen flushes that failed (their users stay dirty).",
-		}),
-		requeued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_lastseen_requeued_total",
-			Help: "Users whose claim outlived the claim timeout (a dead flusher) and were made dirty again.",
-		}),
-		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_lastseen_trimmed_total",
-			Help: "Written users forgotten by the buffer after the retention period.",
-		}),
-		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "presenced_lastseen_flush_duration_seconds",
-			Help:    "Duration of last-seen flushes.",
-			Buckets: prometheus.DefBuckets,
-		}),
-		dirty: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "presenced_lastseen_dirty_users",
-			Help: "Users waiting to be written to the store (after the last flush).",
-		}),
-		claimed: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "presenced_lastseen_claimed_users",
-			Help: "Users claimed by a flusher and not yet acknowledged (after the last flush).",
-		}),
-		bufferUsers: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "presenced_lastseen_buffer_users",
-			Help: "Users with a time in the last-seen buffer (after the last flush).",
-		}),
+		records: prom.NewCounterVec("presenced_lastseen_records_total",
+			"Last-seen records by outcome: buffered (queued for the buffer), coarsened (dropped within the coarse interval), exact (offline time, written at once).", "result"),
+		statements: prom.NewCounter("presenced_lastseen_flush_statements_total",
+			"Store write statements sent by last-seen flushes (one per batch), failed ones included."),
+		rows: prom.NewCounter("presenced_lastseen_flush_rows_total",
+			"Users written to the store by successful last-seen flush statements."),
+		batchRows: prom.NewHistogram("presenced_lastseen_flush_batch_rows",
+			"Users per successful last-seen flush statement.",
+			[]float64{1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000}),
+		errors: prom.NewCounter("presenced_lastseen_flush_errors_total",
+			"Last-seen flushes that failed (their users stay dirty)."),
+		requeued: prom.NewCounter("presenced_lastseen_requeued_total",
+			"Users whose claim outlived the claim timeout (a dead flusher) and were made dirty again."),
+		trimmed: prom.NewCounter("presenced_lastseen_trimmed_total",
+			"Written users forgotten by the buffer after the retention period."),
+		duration: prom.NewHistogram("presenced_lastseen_flush_duration_seconds",
+			"Duration of last-seen flushes.", prometheus.DefBuckets),
+		dirty: prom.NewGauge("presenced_lastseen_dirty_users",
+			"Users waiting to be written to the store (after the last flush)."),
+		claimed: prom.NewGauge("presenced_lastseen_claimed_users",
+			"Users claimed by a flusher and not yet acknowledged (after the last flush)."),
+		bufferUsers: prom.NewGauge("presenced_lastseen_buffer_users",
+			"Users with a time in the last-seen buffer (after the last flush)."),
 	}
 	m.recent = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "presenced_lastseen_coarse_entries",

@@ -37,15 +37,7 @@ func (s *settingStore) Privacy(ctx context.Context, ids []string) (map[string]st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]store.Visibility{}
-	for _, id := range ids {
-		v, ok := s.v[id]
-		if !ok {
-			v = store.DefaultVisibility
-		}
-		out[id] = v
-	}
-	return out, nil
+	return visibilities(s.v, ids), nil
 }
 
 func (s *settingStore) readCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reads }

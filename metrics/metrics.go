@@ -47,55 +47,33 @@ func New() *Metrics {
 	reg := prometheus.NewRegistry()
 	m := &Metrics{
 		Registry: reg,
-		SocketsConnected: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "presenced_sockets_connected",
-			Help: "Socket.IO sockets connected to this node.",
-		}),
-		Handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_handshakes_total",
-			Help: "Socket.IO handshakes by outcome (ok, unauthorized, rate_limited, forbidden_origin, draining).",
-		}, []string{"outcome"}),
-		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_events_total",
-			Help: "Client events handled, by event name and outcome (ok or an error code).",
-		}, []string{"event", "outcome"}),
+		SocketsConnected: NewGauge("presenced_sockets_connected",
+			"Socket.IO sockets connected to this node."),
+		Handshakes: NewCounterVec("presenced_handshakes_total",
+			"Socket.IO handshakes by outcome (ok, unauthorized, rate_limited, forbidden_origin, draining).", "outcome"),
+		Events: NewCounterVec("presenced_events_total",
+			"Client events handled, by event name and outcome (ok or an error code).", "event", "outcome"),
 		EventDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "presenced_event_duration_seconds",
 			Help:    "Time to handle a client event, up to its ack.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"event"}),
-		Disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_disconnects_total",
-			Help: "Socket disconnections whose disconnect work ran, by Socket.IO reason.",
-		}, []string{"reason"}),
-		SlowConsumerDisconnects: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_slow_consumer_disconnects_total",
-			Help: "Sockets disconnected because their client left too much outbound data unread, or unread too long.",
-		}),
-		EventsRateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "presenced_events_rate_limited_total",
-			Help: "Client events refused with rate_limited (over the socket's limit for the event), by event name (\"unknown\" for unknown events).",
-		}, []string{"event"}),
-		SocketsRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_sockets_refused_total",
-			Help: "Handshakes refused because the user already had PRESENCE_MAX_SOCKETS_PER_USER sockets in the cluster.",
-		}),
-		TokensExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_tokens_expired_total",
-			Help: "Connections closed because their token expired (the client reconnects with a fresh token).",
-		}),
-		AdapterPublished: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_adapter_published_total",
-			Help: "Messages the cluster adapter published to Redis.",
-		}),
-		AdapterPublishFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_adapter_publish_failures_total",
-			Help: "Messages the cluster adapter could not publish (Redis unreachable or slow, queue full).",
-		}),
-		AdapterReceived: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "presenced_adapter_received_total",
-			Help: "Messages the cluster adapter received from Redis.",
-		}),
+		Disconnects: NewCounterVec("presenced_disconnects_total",
+			"Socket disconnections whose disconnect work ran, by Socket.IO reason.", "reason"),
+		SlowConsumerDisconnects: NewCounter("presenced_slow_consumer_disconnects_total",
+			"Sockets disconnected because their client left too much outbound data unread, or unread too long."),
+		EventsRateLimited: NewCounterVec("presenced_events_rate_limited_total",
+			"Client events refused with rate_limited (over the socket's limit for the event), by event name (\"unknown\" for unknown events).", "event"),
+		SocketsRefused: NewCounter("presenced_sockets_refused_total",
+			"Handshakes refused because the user already had PRESENCE_MAX_SOCKETS_PER_USER sockets in the cluster."),
+		TokensExpired: NewCounter("presenced_tokens_expired_total",
+			"Connections closed because their token expired (the client reconnects with a fresh token)."),
+		AdapterPublished: NewCounter("presenced_adapter_published_total",
+			"Messages the cluster adapter published to Redis."),
+		AdapterPublishFailed: NewCounter("presenced_adapter_publish_failures_total",
+			"Messages the cluster adapter could not publish (Redis unreachable or slow, queue full)."),
+		AdapterReceived: NewCounter("presenced_adapter_received_total",
+			"Messages the cluster adapter received from Redis."),
 	}
 	reg.MustRegister(
 		m.SocketsConnected, m.Handshakes, m.Events, m.EventDuration, m.Disconnects, m.SlowConsumerDisconnects,
@@ -108,6 +86,26 @@ func New() *Metrics {
 		m.Handshakes.WithLabelValues(o)
 	}
 	return m
+}
+
+// NewCounter is a counter with the given name and help.
+func NewCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+// NewCounterVec is a counter vector with the given name, help and labels.
+func NewCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// NewGauge is a gauge with the given name and help.
+func NewGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+// NewHistogram is a histogram with the given name, help and buckets.
+func NewHistogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -3,10 +3,8 @@ package presence_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/presenced/presenced/internal/leakcheck"
 )
 
 // TestMain fails the package's tests if goroutines outlive them.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

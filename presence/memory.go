@@ -351,38 +351,41 @@ func (e *MemoryEngine) Touch(ctx context.Context, socketID string) error {
 
 // TypingStart implements Engine.
 func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) error {
-	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
-		s, c, err := m.joined(socketID, conv)
-		if err != nil {
-			return nil, err
-		}
-		var b batch
+	return e.typingUpdate(ctx, socketID, conv, func(m *Memory, s *mSocket, c *mConv, now time.Time) batch {
 		if t := c.typing[s.user]; t != nil && t.until.After(now) {
 			t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
-		} else {
-			c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
-			m.typingConvs[conv] = struct{}{}
-			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
+			return nil
 		}
-		return m.activity(s.user, now, b), nil
+		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
+		m.typingConvs[conv] = struct{}{}
+		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID}}
 	})
 }
 
 // TypingStop implements Engine.
 func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) error {
+	return e.typingUpdate(ctx, socketID, conv, func(m *Memory, s *mSocket, c *mConv, now time.Time) batch {
+		t := c.typing[s.user]
+		if t == nil {
+			return nil
+		}
+		delete(c.typing, s.user)
+		if !t.until.After(now) {
+			return nil
+		}
+		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID}}
+	})
+}
+
+// typingUpdate runs a typing change of socketID in conv, which it must
+// have joined; the change's events go out with the user's activity.
+func (e *MemoryEngine) typingUpdate(ctx context.Context, socketID, conv string, change func(m *Memory, s *mSocket, c *mConv, now time.Time) batch) error {
 	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
 		s, c, err := m.joined(socketID, conv)
 		if err != nil {
 			return nil, err
 		}
-		var b batch
-		if t := c.typing[s.user]; t != nil {
-			delete(c.typing, s.user)
-			if t.until.After(now) {
-				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID})
-			}
-		}
-		return m.activity(s.user, now, b), nil
+		return m.activity(s.user, now, change(m, s, c, now)), nil
 	})
 }
 

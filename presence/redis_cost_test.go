@@ -14,25 +14,38 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
-	"github.com/presenced/presenced/presence/enginetest"
 )
 
-// roundTrips counts the client's round trips to Redis: one per command sent
-// alone, one per pipeline.
-type roundTrips struct{ n atomic.Int64 }
+// redisCounter is a client hook that counts what the client sends to Redis:
+// one per command sent alone, and per pipeline one (round trips) or one per
+// command in it (commands; a script is one).
+type redisCounter struct {
+	n        atomic.Int64
+	commands bool
+}
 
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+// roundTrips counts the client's round trips to Redis.
+func roundTrips() *redisCounter { return &redisCounter{} }
 
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// commands counts the client's commands to Redis.
+func commands() *redisCounter { return &redisCounter{commands: true} }
+
+func (r *redisCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *redisCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		r.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (r *redisCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
+		if r.commands {
+			r.n.Add(int64(len(cmds)))
+		} else {
+			r.n.Add(1)
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -54,7 +67,7 @@ func TestRedisCosts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	counter := &roundTrips{}
+	counter := roundTrips()
 	rdb.AddHook(counter)
 	// The first active heartbeat records activity: one round trip, however
 	// many conversations. Within the activity window, and when idle, a
@@ -82,25 +95,6 @@ func TestRedisCosts(t *testing.T) {
 	}
 	if got := counter.n.Load(); got != 1 {
 		t.Errorf("status of 1000 users: %d round trips, want 1", got)
-	}
-}
-
-// commands counts the client's commands to Redis (a script is one).
-type commands struct{ n atomic.Int64 }
-
-func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
 	}
 }
 
@@ -137,7 +131,7 @@ func TestRedisIdleCost(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = eng.Run(ctx) }()
 	time.Sleep(time.Second) // the first tick's work done
-	counter := &commands{}
+	counter := commands()
 	rdb.AddHook(counter)
 	time.Sleep(window)
 	cancel()
@@ -158,20 +152,12 @@ func TestRedisIdleCost(t *testing.T) {
 // is removed by the node's reconciliation within TTL, as timed out; the
 // node's live sockets stay.
 func TestRedisGhostEntry(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock, rec := f.rdb, f.prefix, f.clock, f.rec
 	ctx := context.Background()
-	clock := enginetest.NewClock()
-	rec := &enginetest.Recorder{}
 	const ttl = 10 * time.Second
-	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", TTL: ttl, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
-	presence.SetRedisClock(eng, clock.Now)
-	if err := eng.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Join(ctx, "a1", "c1"); err != nil {
-		t.Fatal(err)
-	}
+	eng := f.node(presence.Config{NodeID: "n1", TTL: ttl})
+	connectJoin(t, eng, "a1", "alice", "c1")
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -268,12 +254,7 @@ func TestRedisDataLossResync(t *testing.T) {
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Join(ctx, "s1", "c1"); err != nil {
-		t.Fatal(err)
-	}
+	connectJoin(t, eng, "s1", "alice", "c1")
 	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		rdb.Del(ctx, iter.Val())
@@ -321,7 +302,7 @@ func TestRedisActivityGroupCommit(t *testing.T) {
 	}
 	clock.Add(20_000) // the heartbeats come 20 s after the connections
 	at := clock.Load()
-	counter := &roundTrips{}
+	counter := roundTrips()
 	rdb.AddHook(counter)
 	var wg sync.WaitGroup
 	errs := make(chan error, users)

@@ -102,7 +102,6 @@ func rosterUsers(t *testing.T, eng presence.Engine, conv string) []string {
 func TestRedisClockSkew(t *testing.T) {
 	rdb := testRedis(t)
 	prefix := uniquePrefix(t, rdb)
-	ctx := context.Background()
 	const lease = 3 * time.Second // less than the skew; enough not to lapse on a loaded machine
 	rec := &enginetest.Recorder{}
 	node := func(id string, skew time.Duration) *presence.RedisEngine {
@@ -110,17 +109,8 @@ func TestRedisClockSkew(t *testing.T) {
 			Now: func() time.Time { return time.Now().Add(skew) }}, presence.RedisConfig{Prefix: prefix})
 	}
 	n1, n2 := node("n1", 0), node("n2", 6*time.Second)
-	for _, c := range []struct {
-		eng       *presence.RedisEngine
-		sid, user string
-	}{{n1, "a1", "alice"}, {n2, "b1", "bob"}} {
-		if err := c.eng.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.user}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.eng.Join(ctx, c.sid, "c1"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "b1", "bob", "c1")
 	stop1, stop2 := runNode(n1), runNode(n2)
 	defer stop1()
 	time.Sleep(2 * lease)
@@ -227,28 +217,12 @@ func TestRedisOutage(t *testing.T) {
 // A node whose lease lapsed and that was reaped registers its sockets
 // again, but not while the reap runs: the reaper would remove them again.
 func TestRedisResyncAfterReap(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock, rec := f.rdb, f.prefix, f.clock, f.rec
 	ctx := context.Background()
-	clock := enginetest.NewClock()
-	rec := &enginetest.Recorder{}
-	node := func(id string) *presence.RedisEngine {
-		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: id, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
-		presence.SetRedisClock(eng, clock.Now)
-		return eng
-	}
-	n1, n2 := node("n1"), node("n2")
-	for _, c := range []struct {
-		eng       *presence.RedisEngine
-		sid, user string
-	}{{n1, "a1", "alice"}, {n2, "b1", "bob"}} {
-		if err := c.eng.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.user}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.eng.Join(ctx, c.sid, "c1"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "b1", "bob", "c1")
 	tick := func(engs ...*presence.RedisEngine) {
 		t.Helper()
 		for _, e := range engs {

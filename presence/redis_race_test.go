@@ -48,14 +48,7 @@ func TestRedisLeaveDuringDisconnect(t *testing.T) {
 	prefix := uniquePrefix(t, rdb)
 	ctx := context.Background()
 	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
-	if err := eng.Connect(ctx, presence.Socket{ID: "s1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []string{"c1", "c2", "c3"} {
-		if _, err := eng.Join(ctx, "s1", c); err != nil {
-			t.Fatal(err)
-		}
-	}
+	connectJoin(t, eng, "s1", "alice", "c1", "c2", "c3")
 	rdb.AddHook(delayHook{})
 	left := make(chan error, 1)
 	go func() { left <- eng.Leave(context.WithValue(ctx, roleKey{}, "slow"), "s1", "c1") }()

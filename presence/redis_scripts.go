@@ -48,6 +48,20 @@ local function clock(fake)
 end
 `
 
+// userLeftLib removes a user from a conversation's members (on, m) and its
+// typing (ty, tyo); userLeft is true if the user was still typing at now.
+const userLeftLib = `
+local function userLeft(on, m, ty, tyo, user, now)
+  redis.call('HDEL', m, user)
+  redis.call('ZREM', on, user)
+  local exp = redis.call('ZSCORE', ty, user)
+  if not exp then return false end
+  redis.call('ZREM', ty, user)
+  redis.call('HDEL', tyo, user)
+  return tonumber(exp) > now
+end
+`
+
 // convJoin adds a socket to a conversation.
 // KEYS on sk su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
@@ -101,7 +115,7 @@ end
 // atMs; "" is now).
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
-var convLeave = redis.NewScript(clockLib + `
+var convLeave = redis.NewScript(clockLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
@@ -128,14 +142,7 @@ if mode == 'grace' then
   redis.call('HSET', m, user, '0|' .. since .. '|' .. deadline .. '|' .. now)
   return {stopped, 0, 0}
 end
-redis.call('HDEL', m, user)
-redis.call('ZREM', on, user)
-local exp = redis.call('ZSCORE', ty, user)
-if exp then
-  redis.call('ZREM', ty, user)
-  redis.call('HDEL', tyo, user)
-  if tonumber(exp) > now then stopped = 1 end
-end
+if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
 return {stopped, 1, at}
 `)
 
@@ -143,7 +150,7 @@ return {stopped, 1, at}
 // is not due yet (the timer's clock, another Redis server's, ran ahead),
 // it says how long to wait.
 // KEYS on m ty tyo; ARGV user clock → {left(0|1), leftAt, typingStopped, waitMs}
-var convGrace = redis.NewScript(clockLib + `
+var convGrace = redis.NewScript(clockLib + userLeftLib + `
 local on, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user, now = ARGV[1], clock(ARGV[2])
 local v = redis.call('HGET', m, user)
@@ -151,15 +158,8 @@ if not v then return {0, 0, 0, 0} end
 local n, since, deadline, left = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)$')
 if tonumber(n) > 0 or tonumber(deadline) == 0 then return {0, 0, 0, 0} end
 if tonumber(deadline) > now then return {0, 0, 0, tonumber(deadline) - now} end
-redis.call('HDEL', m, user)
-redis.call('ZREM', on, user)
 local stopped = 0
-local exp = redis.call('ZSCORE', ty, user)
-if exp then
-  redis.call('ZREM', ty, user)
-  redis.call('HDEL', tyo, user)
-  if tonumber(exp) > now then stopped = 1 end
-end
+if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
 return {1, tonumber(left), stopped, 0}
 `)
 

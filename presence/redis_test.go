@@ -2,13 +2,11 @@ package presence_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/presence/enginetest"
 )
@@ -17,40 +15,50 @@ import (
 // CI=true an unreachable Redis fails the test instead of skipping it.
 func testRedis(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
-	url := os.Getenv("REDIS_TEST_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatalf("REDIS_TEST_URL: %v", err)
-	}
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		_ = rdb.Close()
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis at %s unreachable: %v", url, err)
-		}
-		tb.Skipf("redis at %s unreachable: %v", url, err)
-	}
-	tb.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return redistest.Client(tb)
 }
 
 // uniquePrefix isolates one test's keys and deletes them afterwards.
 func uniquePrefix(tb testing.TB, rdb redis.UniversalClient) string {
 	tb.Helper()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	p := "test-" + hex.EncodeToString(b)
-	tb.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, p+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
+	return redistest.Prefix(tb, rdb, "test-")
+}
+
+// fakeClockRedis is a test key prefix whose engines read one fake clock,
+// in Go and in their scripts, and report to one recorder.
+type fakeClockRedis struct {
+	rdb    redis.UniversalClient
+	prefix string
+	clock  *enginetest.Clock
+	rec    *enginetest.Recorder
+}
+
+func newFakeClockRedis(tb testing.TB) *fakeClockRedis {
+	tb.Helper()
+	rdb := testRedis(tb)
+	return &fakeClockRedis{rdb: rdb, prefix: uniquePrefix(tb, rdb), clock: enginetest.NewClock(), rec: &enginetest.Recorder{}}
+}
+
+// node is an engine of cfg (its Now and Sink set to the fixture's).
+func (f *fakeClockRedis) node(cfg presence.Config) *presence.RedisEngine {
+	cfg.Now, cfg.Sink = f.clock.Now, f.rec.Sink()
+	eng := presence.NewRedisEngine(f.rdb, cfg, presence.RedisConfig{Prefix: f.prefix})
+	presence.SetRedisClock(eng, f.clock.Now)
+	return eng
+}
+
+// connectJoin connects socket sid of user to eng and joins it to convs.
+func connectJoin(tb testing.TB, eng presence.Engine, sid, user string, convs ...string) {
+	tb.Helper()
+	ctx := context.Background()
+	if err := eng.Connect(ctx, presence.Socket{ID: sid, UserID: user}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range convs {
+		if _, err := eng.Join(ctx, sid, c); err != nil {
+			tb.Fatal(err)
 		}
-	})
-	return p
+	}
 }
 
 func TestRedisEngine(t *testing.T) {

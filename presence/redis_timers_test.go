@@ -16,17 +16,10 @@ import (
 // and dies before firing them leaves them to another node, which fires
 // them once the claim runs out. Firing again is harmless.
 func TestRedisTimerClaimedByDeadNode(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock, rec := f.rdb, f.prefix, f.clock, f.rec
 	ctx := context.Background()
-	clock := enginetest.NewClock()
-	rec := &enginetest.Recorder{}
-	node := func(id string) *presence.RedisEngine {
-		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: id, Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
-		presence.SetRedisClock(eng, clock.Now)
-		return eng
-	}
-	n1, n2 := node("n1"), node("n2")
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
 	if err := n2.Connect(ctx, presence.Socket{ID: "b1", UserID: "bob"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,19 +88,11 @@ func TestRedisTimerClaimedByDeadNode(t *testing.T) {
 // the retry finds the socket gone, and the flap grace's timer must still
 // be there to end the grace (else the user stays in the roster for good).
 func TestRedisDisconnectReplyLost(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	f := newFakeClockRedis(t)
+	rdb, clock, rec := f.rdb, f.clock, f.rec
 	ctx := context.Background()
-	clock := enginetest.NewClock()
-	rec := &enginetest.Recorder{}
-	eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: "n1", Now: clock.Now, Sink: rec.Sink()}, presence.RedisConfig{Prefix: prefix})
-	presence.SetRedisClock(eng, clock.Now)
-	if err := eng.Connect(ctx, presence.Socket{ID: "a1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Join(ctx, "a1", "c1"); err != nil {
-		t.Fatal(err)
-	}
+	eng := f.node(presence.Config{NodeID: "n1"})
+	connectJoin(t, eng, "a1", "alice", "c1")
 	rec.Take()
 	rdb.AddHook(delayHook{})
 	if err := eng.Disconnect(context.WithValue(ctx, roleKey{}, "lost"), "a1"); err == nil {

@@ -132,6 +132,15 @@ func uniqueIDs(op, what string, list []string) ([]string, error) {
 	return ids.Sorted(list), nil // never nil: pgx sends nil as NULL
 }
 
+// replaceArgs validates the arguments of a list replace (SetContacts,
+// SetMembers): the owner's id and the new list, returned as uniqueIDs.
+func replaceArgs(op, keyName, key, listName string, list []string) ([]string, error) {
+	if err := checkID(op, keyName, key); err != nil {
+		return nil, err
+	}
+	return uniqueIDs(op, listName, list)
+}
+
 // lastSeenRows validates a batch and reduces it to one row per user (the
 // latest time wins), sorted by user id, times in Unix milliseconds.
 func lastSeenRows(op string, batch []LastSeen) (users []string, ms []int64, err error) {

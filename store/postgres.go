@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"slices"
@@ -86,27 +87,27 @@ func OpenPostgres(ctx context.Context, url string, cfg PostgresConfig) (*Postgre
 }
 
 // Migrate applies pending migrations (see the package function Migrate),
-// on a connection of its own that is closed afterwards, so the migration
-// lock can never stay behind in the pool.
+// on a connection of its own (see onMigrationConn).
 func (p *Postgres) Migrate(ctx context.Context) ([]Migration, error) {
-	if p.closed.Load() {
-		return nil, wrap("migrate", errClosed, pgTransient)
-	}
-	db := stdlib.OpenDB(p.conn)
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	return Migrate(ctx, db, DialectPostgres)
+	return p.onMigrationConn(ctx, "migrate", Migrate)
 }
 
 // MigrationStatus lists the migrations and whether each is applied.
 func (p *Postgres) MigrationStatus(ctx context.Context) ([]Migration, error) {
+	return p.onMigrationConn(ctx, "migration status", MigrationStatus)
+}
+
+// onMigrationConn runs fn (Migrate or MigrationStatus) on a connection of
+// its own that is closed afterwards, so the migration lock can never stay
+// behind in the pool.
+func (p *Postgres) onMigrationConn(ctx context.Context, op string, fn func(context.Context, *sql.DB, Dialect) ([]Migration, error)) ([]Migration, error) {
 	if p.closed.Load() {
-		return nil, wrap("migration status", errClosed, pgTransient)
+		return nil, wrap(op, errClosed, pgTransient)
 	}
 	db := stdlib.OpenDB(p.conn)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	return MigrationStatus(ctx, db, DialectPostgres)
+	return fn(ctx, db, DialectPostgres)
 }
 
 // Stats returns the statement counters.
@@ -193,10 +194,7 @@ const (
 // not in the new list and insert the missing ones.
 func (p *Postgres) SetContacts(ctx context.Context, userID string, contacts []string) error {
 	const op = "set contacts"
-	if err := checkID(op, "user id", userID); err != nil {
-		return err
-	}
-	ids, err := uniqueIDs(op, "contact id", contacts)
+	ids, err := replaceArgs(op, "user id", userID, "contact id", contacts)
 	if err != nil {
 		return err
 	}
@@ -220,10 +218,7 @@ func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string
 // removed members.
 func (p *Postgres) SetMembers(ctx context.Context, conversationID string, userIDs []string) ([]string, error) {
 	const op = "set members"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return nil, err
-	}
-	ids, err := uniqueIDs(op, "user id", userIDs)
+	ids, err := replaceArgs(op, "conversation id", conversationID, "user id", userIDs)
 	if err != nil {
 		return nil, err
 	}

@@ -180,16 +180,24 @@ func (s *SQLite) exec(ctx context.Context, q sqlExecer, query string, args ...an
 // jsonIDs encodes validated ids as a JSON array for json_each. Valid ids
 // hold no character that JSON would escape.
 func jsonIDs(ids []string) string {
+	return jsonArray(len(ids), 16, func(b *strings.Builder, i int) {
+		b.WriteByte('"')
+		b.WriteString(ids[i])
+		b.WriteByte('"')
+	})
+}
+
+// jsonArray writes a JSON array of n elements, each written by elem;
+// sizeHint is the expected bytes per element.
+func jsonArray(n, sizeHint int, elem func(b *strings.Builder, i int)) string {
 	var b strings.Builder
-	b.Grow(len(ids) * 16)
+	b.Grow(n * sizeHint)
 	b.WriteByte('[')
-	for i, id := range ids {
+	for i := range n {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteByte('"')
-		b.WriteString(id)
-		b.WriteByte('"')
+		elem(&b, i)
 	}
 	b.WriteByte(']')
 	return b.String()
@@ -213,21 +221,14 @@ func (s *SQLite) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	var b strings.Builder
-	b.Grow(len(ids) * 32)
-	b.WriteByte('[')
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteByte(',')
-		}
+	rows := jsonArray(len(ids), 32, func(b *strings.Builder, i int) {
 		b.WriteString(`["`)
-		b.WriteString(id)
+		b.WriteString(ids[i])
 		b.WriteString(`",`)
 		b.WriteString(strconv.FormatInt(ms[i], 10))
 		b.WriteByte(']')
-	}
-	b.WriteByte(']')
-	return wrap(op, s.exec(ctx, s.w, sqliteUpsertLastSeen, b.String()), s.transient)
+	})
+	return wrap(op, s.exec(ctx, s.w, sqliteUpsertLastSeen, rows), s.transient)
 }
 
 // LastSeen implements Store.
@@ -261,10 +262,7 @@ WHERE privacy.last_seen <> excluded.last_seen`, userID, string(v)), s.transient)
 // not in the new list and insert the missing ones.
 func (s *SQLite) SetContacts(ctx context.Context, userID string, contacts []string) error {
 	const op = "set contacts"
-	if err := checkID(op, "user id", userID); err != nil {
-		return err
-	}
-	ids, err := uniqueIDs(op, "contact id", contacts)
+	ids, err := replaceArgs(op, "user id", userID, "contact id", contacts)
 	if err != nil {
 		return err
 	}
@@ -288,10 +286,7 @@ func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) 
 // removed members.
 func (s *SQLite) SetMembers(ctx context.Context, conversationID string, userIDs []string) ([]string, error) {
 	const op = "set members"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return nil, err
-	}
-	ids, err := uniqueIDs(op, "user id", userIDs)
+	ids, err := replaceArgs(op, "conversation id", conversationID, "user id", userIDs)
 	if err != nil {
 		return nil, err
 	}

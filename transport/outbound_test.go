@@ -32,21 +32,10 @@ func TestOutboundGuardBytes(t *testing.T) {
 	for range 9 {
 		g.created(msgPacket(999), now)
 	}
-	select {
-	case w := <-why:
-		t.Fatalf("tripped under the bound: %s", w)
-	case <-time.After(50 * time.Millisecond):
-	}
+	noTrip(t, why, "tripped under the bound")
 	g.created(msgPacket(1999), now) // 11,000 unread
 	g.created(msgPacket(1999), now)
-	select {
-	case w := <-why:
-		if w != "too much unread data" {
-			t.Fatalf("why: %q", w)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("did not trip over the bound")
-	}
+	wantTrip(t, why, "too much unread data", "did not trip over the bound")
 	time.Sleep(50 * time.Millisecond)
 	if trips.Load() != 1 {
 		t.Fatalf("tripped %d times", trips.Load())
@@ -64,18 +53,31 @@ func TestOutboundGuardAge(t *testing.T) {
 	g.created(msgPacket(10), t0+int64(900*time.Millisecond))
 	g.flushed([]*packet.Packet{p}) // one still pending: the clock restarts now
 	g.created(msgPacket(10), time.Now().UnixNano()+int64(500*time.Millisecond))
+	noTrip(t, why, "tripped early")
+	g.created(msgPacket(10), time.Now().UnixNano()+int64(2*time.Second))
+	wantTrip(t, why, "unread for too long", "did not trip on age")
+}
+
+// noTrip fails the test (what: how) if the guard trips within 50ms.
+func noTrip(t *testing.T, why <-chan string, what string) {
+	t.Helper()
 	select {
 	case w := <-why:
-		t.Fatalf("tripped early: %s", w)
+		t.Fatalf("%s: %s", what, w)
 	case <-time.After(50 * time.Millisecond):
 	}
-	g.created(msgPacket(10), time.Now().UnixNano()+int64(2*time.Second))
+}
+
+// wantTrip fails the test unless the guard trips for want within a second
+// (else it fails with missing).
+func wantTrip(t *testing.T, why <-chan string, want, missing string) {
+	t.Helper()
 	select {
 	case w := <-why:
-		if w != "unread for too long" {
+		if w != want {
 			t.Fatalf("why: %q", w)
 		}
 	case <-time.After(time.Second):
-		t.Fatal("did not trip on age")
+		t.Fatal(missing)
 	}
 }

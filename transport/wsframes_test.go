@@ -8,13 +8,14 @@ import (
 	"io"
 	"math"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	ws "github.com/gorilla/websocket"
+
+	"github.com/presenced/presenced/internal/memtest"
 )
 
 // scriptConn serves prepared bytes, at most chunk per Read.
@@ -273,16 +274,6 @@ func TestFrameReaderFillBounded(t *testing.T) {
 	}
 }
 
-// allocatedBy reports the bytes fn allocates.
-func allocatedBy(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // A frame's declared length is memory the reader grows into as the bytes
 // arrive, not at once: a 14-byte header declaring a message of the limit's
 // size used to cost a buffer of that size per connection, whether or not
@@ -295,7 +286,7 @@ func TestFrameReaderGrowsAsBytesArrive(t *testing.T) {
 	in = append(in, bytes.Repeat([]byte{'x'}, 1000)...) // then the connection ends
 	f := &frameReader{conn: &scriptConn{data: in, chunk: 4096}, ctl: &ctlLog{}, limit: limit}
 	var err error
-	got := allocatedBy(func() { _, _, err = f.next() })
+	got := memtest.AllocatedBy(func() { _, _, err = f.next() })
 	var ce *ws.CloseError
 	if !errors.As(err, &ce) || ce.Code != ws.CloseAbnormalClosure {
 		t.Fatalf("cut message: %v, want close 1006", err)

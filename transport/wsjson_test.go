@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/presenced/presenced/internal/fuzzinput"
 )
 
 // decodeSamples are Socket.IO event arrays: the fast reader must take the
@@ -86,14 +88,7 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 		[]string(nil), struct{ X int }{3}, json.RawMessage(`{ "raw" : 1 }`),
 	}
 	for _, v := range values {
-		want, werr := json.Marshal(v)
-		got, gerr := appendJSON([]byte("43"), v)
-		if (werr != nil) != (gerr != nil) {
-			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
-		}
-		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
-			t.Errorf("%#v: %s, encoding/json %s", v, got[2:], want)
-		}
+		compareAppendJSON(t, v, t.Errorf)
 	}
 	// a value encoding/json refuses is refused
 	if _, err := appendJSON(nil, []any{math.NaN()}); err == nil {
@@ -104,82 +99,66 @@ func TestAppendJSONMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-// valueBuilder makes, from fuzz input, values of the kinds the server's
-// acks and events hold: b is a small program (each byte picks a kind, a
-// length or a piece of a number), and strings are cut from s.
-type valueBuilder struct {
-	b []byte
-	s string
-	x float64
+// compareAppendJSON checks appendJSON's encoding of v (after a prefix)
+// against encoding/json's: a refusal by one only is fatal, other output is
+// reported with report.
+func compareAppendJSON(t *testing.T, v any, report func(format string, args ...any)) {
+	t.Helper()
+	want, werr := json.Marshal(v)
+	got, gerr := appendJSON([]byte("43"), v)
+	if (werr != nil) != (gerr != nil) {
+		t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
+	}
+	if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
+		report("%#v: %s, encoding/json %s", v, got[2:], want)
+	}
 }
 
-func (vb *valueBuilder) next() byte {
-	if len(vb.b) == 0 {
-		return 0
-	}
-	c := vb.b[0]
-	vb.b = vb.b[1:]
-	return c
-}
-
-func (vb *valueBuilder) u64() uint64 {
-	var u uint64
-	for range 8 {
-		u = u<<8 | uint64(vb.next())
-	}
-	return u
-}
-
-func (vb *valueBuilder) str() string {
-	if vb.s == "" {
-		return ""
-	}
-	i := int(vb.next()) % len(vb.s)
-	j := i + int(vb.next())%(len(vb.s)-i+1)
-	return vb.s[i:j]
-}
+// valueBuilder makes, from fuzz input (a fuzzinput.Program), values of the
+// kinds the server's acks and events hold.
+type valueBuilder struct{ fuzzinput.Program }
 
 func (vb *valueBuilder) value(depth int) any {
-	switch op := vb.next() % 14; {
+	switch op := vb.Next() % 14; {
 	case op == 0:
 		return nil
 	case op == 1:
-		return vb.next()&1 == 1
+		return vb.Next()&1 == 1
 	case op == 2:
-		return vb.str()
+		return vb.Str()
 	case op == 3:
-		return int(vb.u64())
+		return int(vb.U64())
 	case op == 4:
-		return int64(int16(vb.u64()))
+		return int64(int16(vb.U64()))
 	case op == 5:
-		return vb.x
+		return vb.X
 	case op == 6:
-		return math.Float64frombits(vb.u64())
+		return math.Float64frombits(vb.U64())
 	case op == 7:
-		return float64(int32(vb.u64())) / float64(int(vb.next())%8+1)
+		return float64(int32(vb.U64())) / float64(int(vb.Next())%8+1)
 	case op == 8 && depth < 6:
 		a := []any{}
-		for range vb.next() % 5 {
+		for range vb.Next() % 5 {
 			a = append(a, vb.value(depth+1))
 		}
 		return a
 	case op == 9 && depth < 6:
 		m := map[string]any{}
-		for range vb.next() % 5 {
-			m[vb.str()] = vb.value(depth + 1)
+		for range vb.Next() % 5 {
+			m[vb.Str()] = vb.value(depth + 1)
 		}
 		return m
 	case op == 10:
-		if vb.next()&1 == 1 {
+		if vb.Next()&1 == 1 {
 			return []any(nil)
 		}
 		return map[string]any(nil)
 	case op == 11:
-		return []string{vb.str(), vb.str()}
+		return []string{vb.Str(), vb.Str()}
 	case op == 12:
-		return json.RawMessage(vb.str()) // encoding/json checks it
+		return json.RawMessage(vb.Str()) // encoding/json checks it
 	}
-	return int32(vb.u64())
+	return int32(vb.U64())
 }
 
 // FuzzAppendJSON checks the encoding direction of the fast path (acks are
@@ -191,15 +170,8 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add([]byte{9, 2, 0, 2, 8, 2, 9, 1, 1, 3, 2, 12, 0, 40}, `{"a": [1, 2]} x`, math.Copysign(0, -1))
 	f.Add([]byte{8, 3, 6, 0x44, 0x50, 0, 0, 0, 0, 0, 0, 6, 0x3e, 0xb0, 0xc6, 0xf7, 0xa0, 0xb5, 0xed, 0x8d, 6, 0, 0, 0, 0, 0, 0, 0, 1}, "", 1e21)
 	f.Fuzz(func(t *testing.T, prog []byte, s string, x float64) {
-		vb := &valueBuilder{b: prog, s: s, x: x}
+		vb := &valueBuilder{fuzzinput.Program{B: prog, S: s, X: x}}
 		v := vb.value(0)
-		want, werr := json.Marshal(v)
-		got, gerr := appendJSON([]byte("43"), v)
-		if (werr != nil) != (gerr != nil) {
-			t.Fatalf("%#v: error %v, encoding/json %v", v, gerr, werr)
-		}
-		if werr == nil && !bytes.Equal(got, append([]byte("43"), want...)) {
-			t.Fatalf("%#v: %s, encoding/json %s", v, got[2:], want)
-		}
+		compareAppendJSON(t, v, t.Fatalf)
 	})
 }

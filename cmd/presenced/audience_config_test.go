@@ -12,17 +12,11 @@ import (
 )
 
 func TestJWTAudienceIssuerSettings(t *testing.T) {
-	c, _, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustServeConfig(t, nil)
 	if c.JWTAudience != nil || c.JWTIssuer != "" {
 		t.Errorf("defaults: %q %q, want none", c.JWTAudience, c.JWTIssuer)
 	}
-	c, _, err = parseConfig("serve", []string{"--jwt-audience", "presence, chat,"}, env("PRESENCE_JWT_ISSUER", "https://idp.example"), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c = mustServeConfig(t, []string{"--jwt-audience", "presence, chat,"}, "PRESENCE_JWT_ISSUER", "https://idp.example")
 	if !slices.Equal(c.JWTAudience, []string{"presence", "chat"}) || c.JWTIssuer != "https://idp.example" {
 		t.Errorf("values: %q %q", c.JWTAudience, c.JWTIssuer)
 	}
@@ -36,10 +30,7 @@ func TestJWTAudienceIssuerSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := strings.TrimSpace(out.String())
-	cfg, _, err := parseConfig("serve", args, env(), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustServeConfig(t, args)
 	v, _, err := newVerifier(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

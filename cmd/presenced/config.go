@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,28 +105,80 @@ func dur(dst func(*Config) *time.Duration, min time.Duration) func(*Config, stri
 	}
 }
 
-// settings is every setting of this build; later features add rows.
-var settings = []setting{
-	{"PRESENCE_ADDR", ":3000", "listen address", str(func(c *Config) *string { return &c.Addr })},
-	{"PRESENCE_JWT_SECRET", "", "HS256 secret for client tokens (at least 16 bytes); dev mode generates one", str(func(c *Config) *string { return &c.JWTSecret })},
-	{"PRESENCE_JWKS_URL", "", "verify RS256/ES256 tokens with keys from this JWKS URL instead", func(c *Config, v string) error {
+func boolean(dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errors.New("must be true or false")
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+// whole stores a whole number from min to max; msg says so.
+func whole(dst func(*Config) *int, min, max int, msg string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < min || n > max {
+			return errors.New(msg)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+// oneOf stores one of values ("" among them: the setting may be empty).
+func oneOf(dst func(*Config) *string, values ...string) func(*Config, string) error {
+	named := slices.DeleteFunc(slices.Clone(values), func(v string) bool { return v == "" })
+	msg := "must be " + named[len(named)-1]
+	if len(named) > 1 {
+		msg = "must be " + strings.Join(named[:len(named)-1], ", ") + " or " + named[len(named)-1]
+	}
+	return func(c *Config, v string) error {
+		if !slices.Contains(values, v) {
+			return errors.New(msg)
+		}
+		*dst(c) = v
+		return nil
+	}
+}
+
+// serverURL stores a URL of one of schemes with a host, or nothing when
+// empty; msg says what it must be.
+func serverURL(dst func(*Config) *string, msg string, schemes ...string) func(*Config, string) error {
+	return func(c *Config, v string) error {
 		if v == "" {
 			return nil
 		}
 		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return errors.New("must be an http(s) URL")
+		if err != nil || !slices.Contains(schemes, u.Scheme) || u.Host == "" {
+			return errors.New(msg)
 		}
-		c.JWKSURL = v
+		*dst(c) = v
 		return nil
-	}},
-	{"PRESENCE_JWT_AUDIENCE", "", "required aud of client tokens (comma-separated: any one of them); unset: aud is not checked", func(c *Config, v string) error {
-		c.JWTAudience = nil
-		for _, a := range strings.Split(v, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				c.JWTAudience = append(c.JWTAudience, a)
-			}
+	}
+}
+
+// listItems are the non-empty items of a comma-separated list, trimmed.
+func listItems(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
 		}
+	}
+	return out
+}
+
+// settings is every setting of this build; later features add rows.
+var settings = []setting{
+	{"PRESENCE_ADDR", ":3000", "listen address", str(func(c *Config) *string { return &c.Addr })},
+	{"PRESENCE_JWT_SECRET", "", "HS256 secret for client tokens (at least 16 bytes); dev mode generates one", str(func(c *Config) *string { return &c.JWTSecret })},
+	{"PRESENCE_JWKS_URL", "", "verify RS256/ES256 tokens with keys from this JWKS URL instead",
+		serverURL(func(c *Config) *string { return &c.JWKSURL }, "must be an http(s) URL", "http", "https")},
+	{"PRESENCE_JWT_AUDIENCE", "", "required aud of client tokens (comma-separated: any one of them); unset: aud is not checked", func(c *Config, v string) error {
+		c.JWTAudience = listItems(v)
 		return nil
 	}},
 	{"PRESENCE_JWT_ISSUER", "", "required iss of client tokens; unset: iss is not checked", str(func(c *Config) *string { return &c.JWTIssuer })},
@@ -133,11 +186,7 @@ var settings = []setting{
 	{"PRESENCE_ADMIN_TOKEN", "", "admin panel login token (/admin; panel off without it, except in dev mode where one is generated and printed)", str(func(c *Config) *string { return &c.AdminToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
 		c.CORSOrigins = nil
-		for _, o := range strings.Split(v, ",") {
-			o = strings.TrimSpace(o)
-			if o == "" {
-				continue
-			}
+		for _, o := range listItems(v) {
 			if o != "*" {
 				u, err := url.Parse(o)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
@@ -165,25 +214,9 @@ var settings = []setting{
 		c.RedisPrefix = v
 		return nil
 	}},
-	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", func(c *Config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.RedisSharded = b
-		return nil
-	}},
-	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA", func(c *Config, v string) error {
-		if v == "" {
-			return nil
-		}
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-			return errors.New("must be a postgres:// URL")
-		}
-		c.DatabaseURL = v
-		return nil
-	}},
+	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
+	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA",
+		serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")},
 	{"PRESENCE_DATA", "./presenced.db", "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
 		if v == "" {
 			return errors.New("must not be empty")
@@ -207,40 +240,16 @@ var settings = []setting{
 	{"PRESENCE_TTL", "45s", "presence entry lifetime without refresh", dur(func(c *Config) *time.Duration { return &c.TTL }, time.Second)},
 	{"PRESENCE_AWAY_AFTER", "5m", "status turns away after this long without activity", dur(func(c *Config) *time.Duration { return &c.AwayAfter }, time.Second)},
 	{"PRESENCE_FLAP_GRACE", "3s", "a reconnect within this long emits no leave, join or status change", dur(func(c *Config) *time.Duration { return &c.FlapGrace }, 0)},
-	{"PRESENCE_MAX_CONVERSATIONS", "100", "conversations one socket may join", func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100000 {
-			return errors.New("must be a whole number from 1 to 100000")
-		}
-		c.MaxConversations = n
-		return nil
-	}},
-	{"PRESENCE_MAX_SOCKETS_PER_USER", "20", "sockets one user may have open across the cluster; beyond, connect_error unauthorized (too many connections); 0 = no cap", func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 100000 {
-			return errors.New("must be a whole number from 0 (no cap) to 100000")
-		}
-		c.MaxSocketsPerUser = n
-		return nil
-	}},
-	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode", func(c *Config, v string) error {
-		switch v {
-		case "", "store", "open":
-			c.Membership = v
-			return nil
-		}
-		return errors.New("must be store or open")
-	}},
+	{"PRESENCE_MAX_CONVERSATIONS", "100", "conversations one socket may join",
+		whole(func(c *Config) *int { return &c.MaxConversations }, 1, 100000, "must be a whole number from 1 to 100000")},
+	{"PRESENCE_MAX_SOCKETS_PER_USER", "20", "sockets one user may have open across the cluster; beyond, connect_error unauthorized (too many connections); 0 = no cap",
+		whole(func(c *Config) *int { return &c.MaxSocketsPerUser }, 0, 100000, "must be a whole number from 0 (no cap) to 100000")},
+	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode",
+		oneOf(func(c *Config) *string { return &c.Membership }, "", "store", "open")},
 	{"PRESENCE_LASTSEEN_COARSE", "10m", "at most one activity record per user per interval", dur(func(c *Config) *time.Duration { return &c.LastSeenCoarse }, time.Second)},
 	{"PRESENCE_LASTSEEN_FLUSH_INTERVAL", "30s", "how often buffered last-seen times are written to the store", dur(func(c *Config) *time.Duration { return &c.LastSeenFlush }, 100*time.Millisecond)},
-	{"PRESENCE_LASTSEEN_FLUSH_BATCH", "1000", "users written per store statement", func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return errors.New("must be a whole number from 1 to 10000")
-		}
-		c.LastSeenBatch = n
-		return nil
-	}},
+	{"PRESENCE_LASTSEEN_FLUSH_BATCH", "1000", "users written per store statement",
+		whole(func(c *Config) *int { return &c.LastSeenBatch }, 1, 10000, "must be a whole number from 1 to 10000")},
 	{"PRESENCE_LASTSEEN_RETENTION", "168h", "buffered last-seen times older than this are dropped from Redis once stored", dur(func(c *Config) *time.Duration { return &c.LastSeenRetention }, time.Minute)},
 	{"PRESENCE_REST_LIMIT", "600/1m", "REST requests per user per window, as N/duration", func(c *Config, v string) error {
 		n, d, err := parseLimit(v)
@@ -290,22 +299,9 @@ var settings = []setting{
 		}
 		return nil
 	}},
-	{"PRESENCE_PARSER", "json", "Socket.IO parser: json (the default parser) or msgpack (socket.io-msgpack-parser, as in socket.io.msgpack.min.js); every client of the server must use the same", func(c *Config, v string) error {
-		switch v {
-		case "json", "msgpack":
-			c.Parser = v
-			return nil
-		}
-		return errors.New("must be json or msgpack")
-	}},
-	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", func(c *Config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return errors.New("must be true or false")
-		}
-		c.AllowEIO3 = b
-		return nil
-	}},
+	{"PRESENCE_PARSER", "json", "Socket.IO parser: json (the default parser) or msgpack (socket.io-msgpack-parser, as in socket.io.msgpack.min.js); every client of the server must use the same",
+		oneOf(func(c *Config) *string { return &c.Parser }, "json", "msgpack")},
+	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", boolean(func(c *Config) *bool { return &c.AllowEIO3 })},
 	{"PRESENCE_HANDSHAKE_LIMIT", "100/10s", "new connections allowed per client IP per window, as N/duration; 0 turns the limit off", func(c *Config, v string) error {
 		if v == "0" || v == "off" {
 			c.HandshakeLimit = 0
@@ -326,11 +322,7 @@ var settings = []setting{
 	eventLimit("PRESENCE_EVENT_LIMIT", "20/1s:50", "any other client event", func(l *handlers.EventLimits) *handlers.Limit { return &l.Other }),
 	{"PRESENCE_TRUSTED_PROXIES", "", "comma-separated CIDRs (or addresses) of load balancers whose X-Forwarded-For is believed for per-IP limits and logs; from anyone else the header is ignored", func(c *Config, v string) error {
 		c.TrustedProxies = nil
-		for _, part := range strings.Split(v, ",") {
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
+		for _, part := range listItems(v) {
 			p, err := netip.ParsePrefix(part)
 			if err != nil {
 				a, aerr := netip.ParseAddr(part)
@@ -344,22 +336,10 @@ var settings = []setting{
 		return nil
 	}},
 	{"PRESENCE_SHUTDOWN_TIMEOUT", "20s", "longest graceful shutdown before exiting", dur(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, time.Second)},
-	{"PRESENCE_LOG_FORMAT", "", "text or json (default: text on a terminal, else json)", func(c *Config, v string) error {
-		switch v {
-		case "", "text", "json":
-			c.LogFormat = v
-			return nil
-		}
-		return errors.New("must be text or json")
-	}},
-	{"PRESENCE_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error {
-		switch v {
-		case "debug", "info", "warn", "error":
-			c.LogLevel = v
-			return nil
-		}
-		return errors.New("must be debug, info, warn or error")
-	}},
+	{"PRESENCE_LOG_FORMAT", "", "text or json (default: text on a terminal, else json)",
+		oneOf(func(c *Config) *string { return &c.LogFormat }, "", "text", "json")},
+	{"PRESENCE_LOG_LEVEL", "info", "debug, info, warn or error",
+		oneOf(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
 	{"PRESENCE_DEBUG_ADDR", "", "address of a listener serving Go's profiler at /debug/pprof/ (empty: off; keep it on loopback)", str(func(c *Config) *string { return &c.DebugAddr })},
 }
 

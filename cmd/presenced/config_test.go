@@ -25,6 +25,17 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
+// mustServeConfig is the serve configuration of args and the environment
+// kv (name, value, …); it fails the test on an error.
+func mustServeConfig(t *testing.T, args []string, kv ...string) Config {
+	t.Helper()
+	c, _, err := parseConfig("serve", args, env(kv...), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestParseConfigDefaults(t *testing.T) {
 	c, rest, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
 	if err != nil {
@@ -168,10 +179,7 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestTrustedProxies(t *testing.T) {
-	c, _, err := parseConfig("serve", []string{"--trusted-proxies", " 10.0.0.0/8, 192.168.1.7 ,::1,fd00::1/64"}, env(), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustServeConfig(t, []string{"--trusted-proxies", " 10.0.0.0/8, 192.168.1.7 ,::1,fd00::1/64"})
 	var got []string
 	for _, p := range c.TrustedProxies {
 		got = append(got, p.String())
@@ -183,10 +191,7 @@ func TestTrustedProxies(t *testing.T) {
 
 // An empty value of any other setting still means its default.
 func TestEmptyOtherSettingIsDefault(t *testing.T) {
-	c, _, err := parseConfig("serve", nil, env("PRESENCE_TYPING_TTL", "", "PRESENCE_ADDR", ""), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustServeConfig(t, nil, "PRESENCE_TYPING_TTL", "", "PRESENCE_ADDR", "")
 	if !c.DevMode || c.Addr != ":3000" {
 		t.Fatalf("dev %v addr %q", c.DevMode, c.Addr)
 	}

@@ -10,10 +10,7 @@ import (
 )
 
 func TestEventLimitSettings(t *testing.T) {
-	c, _, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustServeConfig(t, nil)
 	want := handlers.EventLimits{
 		Typing: handlers.Limit{Rate: 5, Burst: 10}, Join: handlers.Limit{Rate: 20, Burst: 200}, Query: handlers.Limit{Rate: 5, Burst: 10},
 		State: handlers.Limit{Rate: 30, Burst: 60}, Heartbeat: handlers.Limit{Rate: 10, Burst: 20}, Other: handlers.Limit{Rate: 20, Burst: 50},
@@ -21,11 +18,8 @@ func TestEventLimitSettings(t *testing.T) {
 	if c.EventLimits != want {
 		t.Errorf("defaults: got %+v, want %+v", c.EventLimits, want)
 	}
-	c, _, err = parseConfig("serve", []string{"--typing-limit", "1/2s:4", "--query-limit", "0", "--heartbeat-limit", "off", "--join-limit", "30/s"},
-		env("PRESENCE_STATE_LIMIT", "100/100ms:7", "PRESENCE_EVENT_LIMIT", "3/1m:3"), &bytes.Buffer{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c = mustServeConfig(t, []string{"--typing-limit", "1/2s:4", "--query-limit", "0", "--heartbeat-limit", "off", "--join-limit", "30/s"},
+		"PRESENCE_STATE_LIMIT", "100/100ms:7", "PRESENCE_EVENT_LIMIT", "3/1m:3")
 	l := c.EventLimits
 	if l.Typing != (handlers.Limit{Rate: 0.5, Burst: 4}) || l.Join != (handlers.Limit{Rate: 30, Burst: 30}) ||
 		l.State != (handlers.Limit{Rate: 1000, Burst: 7}) || l.Other != (handlers.Limit{Rate: 0.05, Burst: 3}) {

@@ -1,19 +1,18 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store/storetest"
 )
@@ -76,13 +75,7 @@ func serveExit(t *testing.T, getenv func(string) (string, bool), within time.Dur
 // A node whose id is held by a live node refuses to start: exit 2, with
 // the setting named.
 func TestServeNodeIDTaken(t *testing.T) {
-	opt, err := redis.ParseURL(cmp.Or(os.Getenv("REDIS_TEST_URL"), "redis://127.0.0.1:6379"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := redis.NewClient(opt).Ping(context.Background()).Err(); err != nil {
-		t.Skipf("redis unreachable: %v", err)
-	}
+	opt := redistest.Client(t).Options()
 	prefix, id := "test-nodeid-"+randomSuffix(), "dup-"+randomSuffix()
 	t.Cleanup(func() { cleanPrefix(opt.Addr, prefix) })
 	holdNodeID(t, opt.Addr, prefix, id)
@@ -96,13 +89,7 @@ func TestServeNodeIDTaken(t *testing.T) {
 // connection, and exits 2 then if the id is taken. (Redis is reached
 // through a proxy that starts listening once the id is held.)
 func TestServeNodeIDTakenLate(t *testing.T) {
-	opt, err := redis.ParseURL(cmp.Or(os.Getenv("REDIS_TEST_URL"), "redis://127.0.0.1:6379"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := redis.NewClient(opt).Ping(context.Background()).Err(); err != nil {
-		t.Skipf("redis unreachable: %v", err)
-	}
+	opt := redistest.Client(t).Options()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,17 @@ export function request(url, { method = 'GET', headers = {}, body, chunked = fal
   });
 }
 
+/** The headers of a websocket upgrade request (a fresh key), then extra. */
+export function upgradeHeaders(extra = {}) {
+  return {
+    Connection: 'Upgrade',
+    Upgrade: 'websocket',
+    'Sec-WebSocket-Version': '13',
+    'Sec-WebSocket-Key': crypto.randomBytes(16).toString('base64'),
+    ...extra,
+  };
+}
+
 /**
  * A raw websocket upgrade request. Resolves with {status, headers}: 101 if
  * the server switched protocols (the socket is then destroyed), else the
@@ -47,13 +58,7 @@ export function upgradeRequest(url, headers = {}, timeoutMs = 10000) {
   return new Promise((resolve, reject) => {
     const req = http.request(url, {
       agent: false,
-      headers: {
-        Connection: 'Upgrade',
-        Upgrade: 'websocket',
-        'Sec-WebSocket-Version': '13',
-        'Sec-WebSocket-Key': crypto.randomBytes(16).toString('base64'),
-        ...headers,
-      },
+      headers: upgradeHeaders(headers),
     });
     const timer = setTimeout(() => req.destroy(new Error(`upgrade ${url}: no response within ${timeoutMs} ms`)), timeoutMs);
     req.on('upgrade', (res, socket) => {

@@ -226,6 +226,21 @@ export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = '
 }
 
 /**
+ * startTopology, then user A on node 1 and user B on node 2 joined to one
+ * new conversation c. Resolves with {topo, c, A, B, a, b}: a and b are
+ * their joinUser results.
+ */
+export async function startPair(kind, { t, db, args, tag }) {
+  const topo = await startTopology(kind, { t, db, args, tag });
+  const c = uid('c');
+  const A = uid('A');
+  const B = uid('B');
+  const a = await joinUser(topo.url1, A, c, { t });
+  const b = await joinUser(topo.url2, B, c, { t });
+  return { topo, c, A, B, a, b };
+}
+
+/**
  * For a test file: one fresh database for the cluster topology, created in
  * before() and dropped in after(). Returns a getter object {db}.
  */

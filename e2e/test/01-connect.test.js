@@ -62,24 +62,24 @@ describe('connect and session', { timeout: 60000 }, () => {
     assert.equal(await metric(server.url, 'presenced_sockets_connected'), 0);
   });
 
-  it('connects over websocket only', async () => {
+  /** Connects userId over transport only; checks the transport and the session. */
+  async function connectOver(transport, userId) {
     const { socket, session } = await connect(server.url, {
-      transports: ['websocket'],
-      token: tokenFor('ws-user', SECRET),
+      transports: [transport],
+      token: tokenFor(userId, SECRET),
     });
     sockets.push(socket);
-    assert.equal(socket.io.engine.transport.name, 'websocket');
-    checkSession(session, socket, 'ws-user');
+    assert.equal(socket.io.engine.transport.name, transport);
+    checkSession(session, socket, userId);
+    return socket;
+  }
+
+  it('connects over websocket only', async () => {
+    await connectOver('websocket', 'ws-user');
   });
 
   it('connects over polling only', async () => {
-    const { socket, session } = await connect(server.url, {
-      transports: ['polling'],
-      token: tokenFor('poll-user', SECRET),
-    });
-    sockets.push(socket);
-    assert.equal(socket.io.engine.transport.name, 'polling');
-    checkSession(session, socket, 'poll-user');
+    const socket = await connectOver('polling', 'poll-user');
     // A polling socket stays connected across ping cycles too.
     const pings = await countPings(socket, 1500);
     assert.ok(pings >= 2, `polling socket got ${pings} pings in 1.5 s at a 300 ms interval`);

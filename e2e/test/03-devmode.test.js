@@ -81,22 +81,23 @@ test('dev mode: generated secret, banner, `presenced token`, kept across restart
 });
 
 
-test('dev mode: a page on a localhost dev port may connect (polling)', { timeout: 30000 }, async (t) => {
+/** A dev-mode server, and zoe connected to it over transport from a localhost dev port's page. */
+async function devPageConnects(t, transport) {
   const dir = tmpdir(t);
   const server = await startServer({ t, secret: null, args: ['--data', path.join(dir, 'presenced.db')] });
   const { stdout: token } = await runCli(['token', 'zoe', '--data', path.join(dir, 'presenced.db')]);
-  const { socket, session } = await connect(server.url, { transports: ['polling'], extraHeaders: { origin: 'http://localhost:5173' }, token: token.trim() });
+  const { socket, session } = await connect(server.url, { transports: [transport], extraHeaders: { origin: 'http://localhost:5173' }, token: token.trim() });
   closeClient(socket);
   assert.equal(session.userId, 'zoe');
+  return server;
+}
+
+test('dev mode: a page on a localhost dev port may connect (polling)', { timeout: 30000 }, async (t) => {
+  const server = await devPageConnects(t, 'polling');
   const evil = await request(pollingUrl(server.url), { headers: { Origin: 'http://evil.example' } });
   assert.equal(evil.status, 403, 'other origins are still refused in dev mode');
 });
 
 test('dev mode: a page on a localhost dev port may connect (websocket)', { timeout: 30000 }, async (t) => {
-  const dir = tmpdir(t);
-  const server = await startServer({ t, secret: null, args: ['--data', path.join(dir, 'presenced.db')] });
-  const { stdout: token } = await runCli(['token', 'zoe', '--data', path.join(dir, 'presenced.db')]);
-  const { socket, session } = await connect(server.url, { transports: ['websocket'], extraHeaders: { origin: 'http://localhost:5173' }, token: token.trim() });
-  closeClient(socket);
-  assert.equal(session.userId, 'zoe');
+  await devPageConnects(t, 'websocket');
 });

@@ -13,18 +13,14 @@ import os from 'node:os';
 import { startServer, SECRET } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
 import { connect, sleep } from '../lib/client.js';
+import { upgradeHeaders } from '../lib/http.js';
 
 /** Upgrades a raw Engine.IO websocket; resolves with the net.Socket. */
 function rawWebsocket(base) {
   return new Promise((resolve, reject) => {
     const req = http.request(`${base}/socket.io/?EIO=4&transport=websocket`, {
       agent: false,
-      headers: {
-        Connection: 'Upgrade',
-        Upgrade: 'websocket',
-        'Sec-WebSocket-Version': '13',
-        'Sec-WebSocket-Key': crypto.randomBytes(16).toString('base64'),
-      },
+      headers: upgradeHeaders(),
     });
     req.on('upgrade', (res, socket) => { socket.resume(); resolve(socket); });
     req.on('response', (res) => reject(new Error(`no upgrade: ${res.statusCode}`)));

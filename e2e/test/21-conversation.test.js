@@ -10,7 +10,7 @@ import { request } from '../lib/http.js';
 import { tokenFor } from '../lib/jwt.js';
 import { SECRET } from '../lib/server.js';
 import {
-  WITH_SHARDED, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase,
+  WITH_SHARDED, uid, ack, show, connectUser, joinUser, startTopology, startPair, clusterDatabase,
 } from '../lib/presence.js';
 
 const QUIET_MS = 800;
@@ -79,12 +79,7 @@ for (const kind of WITH_SHARDED) {
     });
 
     it('second socket of a user: no presence:join; leaving one socket: no leave; the last: leave "left"', { timeout: 30000 }, async (t) => {
-      const topo = await startTopology(kind, { t, db: store.db, tag: '21b' });
-      const c = uid('c');
-      const A = uid('A');
-      const B = uid('B');
-      const a = await joinUser(topo.url1, A, c, { t });
-      const b1 = await joinUser(topo.url2, B, c, { t });
+      const { topo, c, A, B, a, b: b1 } = await startPair(kind, { t, db: store.db, tag: '21b' });
       await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
 
       // B's second device, on the other node in the cluster (node 1).

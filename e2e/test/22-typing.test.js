@@ -8,25 +8,15 @@ import assert from 'node:assert/strict';
 
 import { sleep } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase,
+  TOPOLOGIES, uid, ack, show, connectUser, startPair, clusterDatabase,
 } from '../lib/presence.js';
-
-async function pair(t, kind, db, args, tag) {
-  const topo = await startTopology(kind, { t, db, args, tag });
-  const c = uid('c');
-  const A = uid('A');
-  const B = uid('B');
-  const a = await joinUser(topo.url1, A, c, { t });
-  const b = await joinUser(topo.url2, B, c, { t });
-  return { topo, c, A, B, a, b };
-}
 
 for (const kind of TOPOLOGIES) {
   describe(`typing [${kind}]`, { timeout: 180000 }, () => {
     const store = clusterDatabase(kind, { before, after, tag: '22' });
 
     it('start broadcasts once per session, repeats are silent, stop {reason:"sent"} broadcasts typing:false', { timeout: 30000 }, async (t) => {
-      const { topo, c, B, a, b } = await pair(t, kind, store.db, ['--typing-ttl', '5s'], '22a');
+      const { topo, c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--typing-ttl', '5s'], tag: '22a' });
       const markA = a.rec.mark();
       const start = await ack(b.socket, 'typing:start', { conversationId: c });
       assert.deepEqual(start, { ok: true }, `typing:start ack: ${show(start)}`);
@@ -71,7 +61,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('typing expires after --typing-ttl 1s: typing:false without a stop', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, ['--typing-ttl', '1s'], '22b');
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--typing-ttl', '1s'], tag: '22b' });
       const markA = a.rec.mark();
       const sentAt = Date.now();
       const start = await ack(b.socket, 'typing:start', { conversationId: c });
@@ -92,7 +82,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('typing:start / typing:stop before joining: forbidden', { timeout: 30000 }, async (t) => {
-      const { topo, c, a } = await pair(t, kind, store.db, [], '22c');
+      const { topo, c, a } = await startPair(kind, { t, db: store.db, args: [], tag: '22c' });
       const x = await connectUser(topo.url2, uid('X'), { t });
       const markA = a.rec.mark();
       const start = await ack(x.socket, 'typing:start', { conversationId: c });
@@ -112,7 +102,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('a burst of 30 typing:start: some acks rate_limited, one broadcast', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, ['--typing-ttl', '5s'], '22d');
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--typing-ttl', '5s'], tag: '22d' });
       const markA = a.rec.mark();
       const acks = await Promise.all(Array.from({ length: 30 }, () => ack(b.socket, 'typing:start', { conversationId: c })));
       const ok = acks.filter((x) => x?.ok === true).length;

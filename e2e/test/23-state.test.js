@@ -8,17 +8,22 @@ import assert from 'node:assert/strict';
 
 import { sleep } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, joinUser, startTopology, clusterDatabase,
+  TOPOLOGIES, uid, ack, show, startPair, clusterDatabase,
 } from '../lib/presence.js';
 
-async function pair(t, kind, db, args, tag) {
-  const topo = await startTopology(kind, { t, db, args, tag });
-  const c = uid('c');
-  const A = uid('A');
-  const B = uid('B');
-  const a = await joinUser(topo.url1, A, c, { t });
-  const b = await joinUser(topo.url2, B, c, { t });
-  return { topo, c, A, B, a, b };
+/** b sets state in conversation c; resolves, once a got it, with a mark of a's recorder. */
+async function stateSeen(a, b, c, state) {
+  const mark = a.rec.mark();
+  await ack(b.socket, 'state:set', { conversationId: c, state });
+  await a.rec.wait('state', { since: mark, timeoutMs: 5000 });
+  return a.rec.mark();
+}
+
+/** a's state and presence:leave events since mark, as [event, userId, state or reason]. */
+function stateAndLeaves(a, mark) {
+  return a.rec.events.slice(mark)
+    .filter((e) => e.event === 'state' || e.event === 'presence:leave')
+    .map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]);
 }
 
 /** A state object whose JSON encoding is exactly n bytes. */
@@ -34,7 +39,7 @@ for (const kind of TOPOLOGIES) {
     const store = clusterDatabase(kind, { before, after, tag: '23' });
 
     it('state:set reaches the others, not the sender; null clears', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, [], '23a');
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23a' });
       const markA = a.rec.mark();
       const set = await ack(b.socket, 'state:set', { conversationId: c, state: { x: 1 } });
       assert.deepEqual(set, { ok: true }, `state:set ack: ${show(set)}`);
@@ -61,7 +66,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('20 rapid state:set: at most ~3 in the first 250 ms, coalesced to the last value, <= 10/s', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, [], '23b');
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23b' });
       const markA = a.rec.mark();
       const t0 = Date.now();
       const acks = await Promise.all(Array.from({ length: 20 }, (_, i) => ack(b.socket, 'state:set', { conversationId: c, state: { n: i } })));
@@ -82,7 +87,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('state over 1 KiB, or not an object: invalid_argument; exactly 1 KiB is fine', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, [], '23c');
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23c' });
       const markA = a.rec.mark();
       const big = await ack(b.socket, 'state:set', { conversationId: c, state: stateOfBytes(1025) });
       assert.equal(big?.ok, false, show(big));
@@ -107,18 +112,14 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('leave clears the state: state null, then presence:leave', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, ['--flap-grace', '1s'], '23d');
-      const mark0 = a.rec.mark();
-      await ack(b.socket, 'state:set', { conversationId: c, state: { x: 1 } });
-      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
-      const markA = a.rec.mark();
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23d' });
+      const markA = await stateSeen(a, b, c, { x: 1 });
       assert.deepEqual(await ack(b.socket, 'conversation:leave', { conversationId: c }), { ok: true });
       const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 5000 });
       assert.equal(left.payload.reason, 'left');
       await sleep(300);
-      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
-      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
-        [['state', B, null], ['presence:leave', B, 'left']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+      assert.deepEqual(stateAndLeaves(a, markA), [['state', B, null], ['presence:leave', B, 'left']],
+        `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
 
       // Without a state, a leave sends no state event.
       const c2 = uid('c');
@@ -132,16 +133,12 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
-      const { c, B, a, b } = await pair(t, kind, store.db, ['--flap-grace', '1s'], '23e');
-      const mark0 = a.rec.mark();
-      await ack(b.socket, 'state:set', { conversationId: c, state: { y: 2 } });
-      await a.rec.wait('state', { since: mark0, timeoutMs: 5000 });
-      const markA = a.rec.mark();
+      const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23e' });
+      const markA = await stateSeen(a, b, c, { y: 2 });
       b.socket.disconnect();
       await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
-      const seq = a.rec.events.slice(markA).filter((e) => e.event === 'state' || e.event === 'presence:leave');
-      assert.deepEqual(seq.map((e) => [e.event, e.payload.userId, e.event === 'state' ? e.payload.state : e.payload.reason]),
-        [['state', B, null], ['presence:leave', B, 'disconnected']], `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
+      assert.deepEqual(stateAndLeaves(a, markA), [['state', B, null], ['presence:leave', B, 'disconnected']],
+        `state null then presence:leave:\n    ${a.rec.dump(markA)}`);
     });
   });
 }

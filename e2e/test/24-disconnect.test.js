@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 import { sleep } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, clusterDatabase, spawnChildClient, recentDisplays,
+  TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, startPair, clusterDatabase, spawnChildClient, recentDisplays,
 } from '../lib/presence.js';
 
 // `at` is rounded down to the minute (CONTRACT §1).
@@ -19,12 +19,7 @@ for (const kind of TOPOLOGIES) {
     const store = clusterDatabase(kind, { before, after, tag: '24' });
 
     it('a client disconnect: presence:leave "disconnected" after the flap grace (1s)', { timeout: 30000 }, async (t) => {
-      const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24a' });
-      const c = uid('c');
-      const A = uid('A');
-      const B = uid('B');
-      const a = await joinUser(topo.url1, A, c, { t });
-      const b = await joinUser(topo.url2, B, c, { t });
+      const { topo, c, A, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24a' });
       await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
       const markA = a.rec.mark();
       const t0 = Date.now();
@@ -50,12 +45,7 @@ for (const kind of TOPOLOGIES) {
     });
 
     it('a flap: B reconnects and joins again within the grace: no leave, no join, no presence:update (3 s)', { timeout: 30000 }, async (t) => {
-      const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24b' });
-      const c = uid('c');
-      const A = uid('A');
-      const B = uid('B');
-      const a = await joinUser(topo.url1, A, c, { t });
-      const b = await joinUser(topo.url2, B, c, { t });
+      const { topo, c, A, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24b' });
       await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
       const sinceB = b.joinAck.online.find((m) => m.userId === B).since;
       // A also watches B's status: a flap changes no status either.

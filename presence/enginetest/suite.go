@@ -122,6 +122,14 @@ func (e *env) node(id string) presence.Engine {
 	return eng
 }
 
+// connectJoin connects socket sid of user to n and joins it to conv.
+func (e *env) connectJoin(n presence.Engine, sid, user, conv string) {
+	e.t.Helper()
+	e.must(n.Connect(e.ctx, presence.Socket{ID: sid, UserID: user}))
+	_, err := n.Join(e.ctx, sid, conv)
+	e.must(err)
+}
+
 func (e *env) must(err error) {
 	e.t.Helper()
 	if err != nil {
@@ -323,9 +331,7 @@ func testFlapGrace(e *env) {
 
 func testTyping(e *env) {
 	n := e.node("n1")
-	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
-	_, err := n.Join(e.ctx, "s1", "c1")
-	e.must(err)
+	e.connectJoin(n, "s1", "alice", "c1")
 	e.rec.Take()
 
 	e.must(n.TypingStart(e.ctx, "s1", "c1"))
@@ -356,7 +362,7 @@ func testTyping(e *env) {
 	e.expect("typing c1 alice true", "typing c1 alice false", "leave c1 alice left")
 
 	// disconnect stops typing at once; the leave waits for the grace
-	_, err = n.Join(e.ctx, "s1", "c1")
+	_, err := n.Join(e.ctx, "s1", "c1")
 	e.must(err)
 	e.must(n.TypingStart(e.ctx, "s1", "c1"))
 	e.rec.Take()
@@ -398,9 +404,7 @@ func testErrors(e *env) {
 
 func testAway(e *env) {
 	n := e.node("n1")
-	e.must(n.Connect(e.ctx, presence.Socket{ID: "s1", UserID: "alice"}))
-	_, err := n.Join(e.ctx, "s1", "c1")
-	e.must(err)
+	e.connectJoin(n, "s1", "alice", "c1")
 	e.rec.Take()
 	e.clock.Advance(4 * time.Minute)
 	e.must(n.Heartbeat(e.ctx, "s1", false)) // alive but idle
