@@ -50,8 +50,10 @@ type dashboard struct {
 // process collector in a PromQL expression.
 var seriesName = regexp.MustCompile(`\b(?:presenced|go|process)_[a-zA-Z0-9_]+`)
 
-// sourceName matches the Name of an instrument in presenced's source.
-var sourceName = regexp.MustCompile(`Name:\s*"(presenced_[a-z0-9_]+)"`)
+// sourceName matches the name of an instrument in presenced's source: an
+// Opts' Name, or the first argument of the metrics package's constructors
+// (metrics.NewCounter("presenced_…", …)).
+var sourceName = regexp.MustCompile(`(?:Name:\s*|\bNew[A-Za-z]*\(\s*)"(presenced_[a-z0-9_]+)"`)
 
 // registeredPresenced greps the repository's non-test Go files for the
 // instruments' names.

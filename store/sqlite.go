@@ -100,7 +100,7 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 	}
 	// The writer connects first and switches the file to WAL; readers
 	// connect lazily, after it.
-	if err := s.w.PingContext(ctx); err != nil {
+	if err := s.connectWriter(ctx, busy); err != nil {
 		_ = s.closeDBs() // the ping failed; that error is the one to report
 		return nil, wrap(op, err, s.transient)
 	}
@@ -113,6 +113,27 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 		logApplied(cfg.Logger, applied)
 	}
 	return s, nil
+}
+
+// connectWriter connects the writer, retrying within the busy timeout
+// while the file is busy: two processes opening a new file at once both
+// switch it to WAL, and SQLite answers that switch SQLITE_BUSY at once,
+// without its busy handler, when another connection holds the lock it
+// needs (seen in the store suite's ConcurrentOpen, about 1 run in 20).
+func (s *SQLite) connectWriter(ctx context.Context, busy time.Duration) error {
+	deadline := time.Now().Add(busy)
+	for {
+		err := s.w.PingContext(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // sqliteMigrateLocks serialises migrations of one file within the process:
