@@ -1,10 +1,13 @@
 // Package transport is presenced's Engine.IO websocket transport beneath
 // the Socket.IO library (github.com/zishang520/socket.io): it reads frames
 // itself (wsframes.go), hands the EVENT packets of the main namespace to a
-// Dispatcher (the socket handlers) on a small worker pool (wspool.go) and
-// writes their acks straight to the websocket (wsjson.go), and passes
-// everything else up the library's pipeline. Beside it: the bound on what a
-// client leaves unread (outbound.go), the library's ping-race guard
-// (pingrace.go), and the socket.io-msgpack-parser format (msgpackparser.go).
+// Dispatcher (the socket handlers) on a small worker pool (wspool.go),
+// encodes their acks itself (wsjson.go), and passes everything else up the
+// library's pipeline. Everything a websocket is sent goes through one
+// ordered queue of whole frames (wsout.go), and broadcasts are encoded once
+// for all their recipients (broadcast.go: Frame, LocalAdapter). Beside it:
+// the bound on what a client leaves unread (outbound.go), the library's
+// ping-race guard (pingrace.go), the release of buffers the upgrade left
+// (release.go), and the socket.io-msgpack-parser format (msgpackparser.go).
 // It knows nothing of the handlers, presence or HTTP routing.
 package transport

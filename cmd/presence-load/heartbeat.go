@@ -131,16 +131,11 @@ func (w *window) pass(o *options) bool {
 }
 
 func runHeartbeat(ctx context.Context, o *options, r *report) error {
-	o.logf("heartbeat: preparing database and Redis")
-	e, err := newEnv(ctx, o)
+	e, n, err := oneNode(ctx, o, "heartbeat")
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	n, err := e.startNode(ctx)
-	if err != nil {
-		return err
-	}
 	N := o.sockets
 	K := max(o.convsPer, N*o.convsPer/o.members)
 	r.printf("\n== heartbeat scenario (issue #4) ==\n")

@@ -11,16 +11,11 @@ import (
 // connect rate, the handshake latency and the server's memory per idle
 // socket.
 func runIdle(ctx context.Context, o *options, r *report) error {
-	o.logf("idle: preparing database and Redis")
-	e, err := newEnv(ctx, o)
+	e, n, err := oneNode(ctx, o, "idle")
 	if err != nil {
 		return err
 	}
 	defer e.close()
-	n, err := e.startNode(ctx)
-	if err != nil {
-		return err
-	}
 	N := o.idleSockets
 	r.printf("\n== idle scenario: connect rate and memory per idle socket ==\n")
 	r.printf("  Redis %s at %s, key prefix %s; one node (pid %d) at %s%s\n", e.redisVer, e.redisURL, e.prefix, n.pid, n.addr, extraFlags(o))
@@ -73,4 +68,20 @@ func runIdle(ctx context.Context, o *options, r *report) error {
 	r.fig("idle", "connect_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(live), "µs", "lower")
 	r.problems(e)
 	return nil
+}
+
+// oneNode prepares the database and Redis for a scenario and starts one
+// server node; the caller closes the env.
+func oneNode(ctx context.Context, o *options, scenario string) (*env, *node, error) {
+	o.logf("%s: preparing database and Redis", scenario)
+	e, err := newEnv(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := e.startNode(ctx)
+	if err != nil {
+		e.close()
+		return nil, nil, err
+	}
+	return e, n, nil
 }
