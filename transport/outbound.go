@@ -15,7 +15,10 @@ import (
 // data), and the library buffers everything sent to it meanwhile, without
 // bound. The guard trips when those bytes pass maxBytes, or when the
 // oldest of them has waited longer than maxWait; the connection is then
-// closed (its disconnect work runs as for any close).
+// closed (its disconnect work runs as for any close). On our websocket
+// transport the engine's buffer stays empty (the transport is always
+// writable) and the same bounds apply to the transport's own queue
+// instead (wsout.go, checkUnread).
 //
 // What is flushed is at most one batch that the guard has already
 // allowed: the engine hands the transport nothing more until that batch is

@@ -17,7 +17,7 @@ import (
 // recipient a slice header in its queue, and a client that stops reading
 // holds up only its own writer, never the sender.
 //
-// There is no goroutine per idle connection: the writer is started when a
+// An idle connection has no writer goroutine: the writer is started when a
 // frame is queued on an idle connection and ends when the queue is empty.
 // An ack found an idle connection is written by the event's own goroutine
 // (the ack is the reply to what that goroutine just read), without a copy.
