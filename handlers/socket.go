@@ -339,8 +339,12 @@ func (h *Sockets) Connect(s *socket.Socket) {
 	} else {
 		c.connected.Store(true)
 	}
-	h.release(c)
 	close(c.ready)
+	// After ready: the socket's first events (a join sent the moment the
+	// client saw CONNECT) need not wait for this round trip. Until it is
+	// done the socket is both counted and reserved, which Admit counts
+	// once.
+	h.release(c)
 	// The socket may have closed meanwhile; its disconnect work then runs
 	// here (once), after the engine knew it.
 	if s.Disconnected() {
