@@ -2,6 +2,8 @@ package lastseen
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,7 +46,25 @@ type Settings struct {
 	entries map[string]settingEntry
 	loading map[string]chan struct{} // user → closed when its read ends
 	seq     uint64                   // counts puts: a read older than a put does not undo it
+	// next gathers the ids asked for while every reader is busy; the
+	// first reader free reads them all in one statement. So a burst of
+	// new users (a reconnect storm) costs a few large reads, not one read
+	// per lookup queued on the store's connection pool, and an idle cache
+	// adds no wait to a lookup.
+	next    *settingBatch
+	readers int // reads running (at most settingReaders)
 }
+
+// settingBatch is one read of the store: ids, and done closed when the
+// read has ended.
+type settingBatch struct {
+	ids  []string
+	done chan struct{}
+}
+
+// settingReaders bounds the store reads of Settings running at once; the
+// lookups meanwhile join the next batch.
+const settingReaders = 2
 
 type settingEntry struct {
 	v   store.Visibility
@@ -96,12 +116,21 @@ func (s *Settings) Lookup(ctx context.Context, userIDs []string) map[string]stor
 		need = append(need, id)
 	}
 	if len(need) > 0 {
-		ch := make(chan struct{})
-		for _, id := range need {
-			s.loading[id] = ch
+		b := s.next
+		if b == nil {
+			b = &settingBatch{done: make(chan struct{})}
+			s.next = b
 		}
-		waits = append(waits, ch)
-		go s.load(need, ch, s.seq)
+		b.ids = append(b.ids, need...)
+		for _, id := range need {
+			s.loading[id] = b.done
+		}
+		waits = append(waits, b.done)
+		if s.readers < settingReaders {
+			s.readers++
+			s.next = nil
+			go s.read(b, s.seq)
+		}
 	}
 	s.mu.Unlock()
 	if len(waits) == 0 {
@@ -132,25 +161,49 @@ wait:
 	return out
 }
 
-// load reads ids from the store and fills the cache, unless an entry was
-// Set after the read began (that one is newer than what the store said).
-func (s *Settings) load(ids []string, done chan struct{}, startSeq uint64) {
+// read is a reader: it reads batch b, then the batch gathered meanwhile,
+// until none is waiting. startSeq is s.seq when b was taken.
+func (s *Settings) read(b *settingBatch, startSeq uint64) {
+	for b != nil {
+		s.load(b, startSeq)
+		s.mu.Lock()
+		b, startSeq = s.next, s.seq
+		s.next = nil
+		if b == nil {
+			s.readers--
+		}
+		s.mu.Unlock()
+	}
+}
+
+// load reads a batch from the store (in statements of at most
+// store.MaxIDs ids) and fills the cache, unless an entry was Set after the
+// read began (that one is newer than what the store said).
+func (s *Settings) load(b *settingBatch, startSeq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), settingsReadTimeout)
 	defer cancel()
-	got, err := s.store.Privacy(ctx, ids)
+	got := make(map[string]store.Visibility, len(b.ids))
+	var err error
+	for part := range slices.Chunk(b.ids, store.MaxIDs) {
+		var vs map[string]store.Visibility
+		if vs, err = s.store.Privacy(ctx, part); err != nil {
+			break
+		}
+		maps.Copy(got, vs)
+	}
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, id := range ids {
-		if s.loading[id] == done {
+	for _, id := range b.ids {
+		if s.loading[id] == b.done {
 			delete(s.loading, id)
 		}
 	}
-	close(done)
+	close(b.done)
 	if err != nil {
 		return // tried again at the next lookup
 	}
-	for _, id := range ids {
+	for _, id := range b.ids {
 		v, ok := got[id]
 		if !ok {
 			v = store.DefaultVisibility

@@ -3,6 +3,7 @@ package lastseen_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -155,5 +156,48 @@ func TestSettingsSetWinsOverOlderRead(t *testing.T) {
 	s2 := lastseen.NewSettings(st2, lastseen.SettingsConfig{Wait: 100 * time.Millisecond})
 	if got := s2.Lookup(context.Background(), []string{"u"}); len(got) != 0 {
 		t.Fatalf("a failed read: %v", got)
+	}
+}
+
+// While the store is slow, the lookups of new users gather into the next
+// batch instead of queueing one read each on the store: 200 lookups of
+// 200 different users cost at most the readers' first reads and one more
+// each, and every user is known once the store answers.
+func TestSettingsBatchesLookupsWhileReading(t *testing.T) {
+	hold := make(chan struct{})
+	st := &settingStore{v: map[string]store.Visibility{"u7": store.Nobody}, hold: hold}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 5 * time.Second})
+	var wg, started sync.WaitGroup
+	results := make([]map[string]store.Visibility, 200)
+	for i := range results {
+		wg.Add(1)
+		started.Add(1)
+		go func() {
+			defer wg.Done()
+			started.Done()
+			results[i] = s.Lookup(context.Background(), []string{fmt.Sprintf("u%d", i)})
+		}()
+	}
+	// every lookup has asked (the first two started the readers, which
+	// wait on hold; the others joined the next batch)
+	started.Wait()
+	for deadline := time.Now().Add(2 * time.Second); st.readCount() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(hold)
+	wg.Wait()
+	if n := st.readCount(); n > 4 {
+		t.Fatalf("%d store reads for 200 lookups made while the store was slow, want at most 4", n)
+	}
+	for i, got := range results {
+		id := fmt.Sprintf("u%d", i)
+		want := store.Everyone
+		if id == "u7" {
+			want = store.Nobody
+		}
+		if v, ok := got[id]; !ok || v != want {
+			t.Fatalf("lookup of %s: %v, want %s", id, got, want)
+		}
 	}
 }

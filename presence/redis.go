@@ -76,7 +76,8 @@ type RedisEngine struct {
 	leaving map[string]struct{}  // disconnected sockets whose removal is under way
 	lastRec time.Time            // the last reconciliation
 
-	act activityBatcher // group commit of activity records (redis_activity.go)
+	act   activityBatcher // group commit of activity records (redis_activity.go)
+	pipes pipes           // every pipeline goes through it (redis_batch.go)
 }
 
 type rSocket struct {
@@ -115,6 +116,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		}),
 	}
 	e.kNode = e.registryKey(cfg.NodeID, e.token)
+	e.pipes.rdb = rdb
 	return e
 }
 
@@ -163,14 +165,15 @@ func unavailable(op string, err error) error {
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
 var scripts = []*redis.Script{convJoin, convRoster, convLeave, convGrace, typingStart, typingStop,
 	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue,
-	nodeLease, nodeRelease, claimDead, reapHeld}
+	nodeLease, nodeRelease, claimDead, reapHeld, admitScript}
 
 // exec runs a pipeline. Scripts in pipelines go as EVALSHA, which fails
 // with NOSCRIPT when Redis lost its script cache (a restart, a failover):
 // then the scripts are loaded and the same commands sent again.
 func (e *RedisEngine) exec(ctx context.Context, pipe redis.Pipeliner) error {
-	cmds, err := pipe.Exec(ctx)
-	if err == nil || !noScript(cmds) {
+	cmds := pipe.Cmds()
+	err := e.pipes.exec(ctx, cmds)
+	if err == nil || abandoned(err) || !noScript(cmds) {
 		return err
 	}
 	for _, sc := range scripts {

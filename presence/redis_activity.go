@@ -87,10 +87,16 @@ func (e *RedisEngine) sendActivity(batch []*activityReq) {
 	for i, r := range batch {
 		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, r.user, e.clk(), away)
 	}
-	_ = e.exec(ctx, pipe) // each command carries its own result or error
+	// each command carries its own result or error, unless the wait ended
+	// before the replies came
+	lost := e.exec(ctx, pipe)
 	for i, r := range batch {
-		n, err := cmds[i].Int()
-		r.back, r.err = n == 1, err
+		if abandoned(lost) {
+			r.err = lost
+		} else {
+			n, err := cmds[i].Int()
+			r.back, r.err = n == 1, err
+		}
 		close(r.done)
 	}
 }

@@ -42,15 +42,19 @@ return 1
 // Admit implements Admission.
 func (e *RedisEngine) Admit(ctx context.Context, user, sid string, max int) (bool, error) {
 	now := e.cfg.Now()
-	n, err := admitScript.Run(ctx, e.rdb, []string{e.userSockets(user), e.userReserved(user)},
-		sid, timestamp.Millis(now), ReservationTTL.Milliseconds(), max).Int()
-	if err != nil {
+	pipe := e.rdb.Pipeline()
+	admit := admitScript.Run(ctx, pipe, []string{e.userSockets(user), e.userReserved(user)},
+		sid, timestamp.Millis(now), ReservationTTL.Milliseconds(), max)
+	if err := e.exec(ctx, pipe); err != nil {
 		return false, unavailable("admit", err)
 	}
+	n, _ := admit.Int()
 	return n == 1, nil
 }
 
 // Release implements Admission.
 func (e *RedisEngine) Release(ctx context.Context, user, sid string) error {
-	return unavailable("release", e.rdb.ZRem(ctx, e.userReserved(user), sid).Err())
+	pipe := e.rdb.Pipeline()
+	pipe.ZRem(ctx, e.userReserved(user), sid)
+	return unavailable("release", e.exec(ctx, pipe))
 }

@@ -20,9 +20,11 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 	}
 	var recs []any
 	if len(users) > 0 {
-		var err error
-		recs, err = e.rdb.HMGet(ctx, e.kUsers, users...).Result()
-		if err != nil {
+		pipe := e.rdb.Pipeline()
+		get := pipe.HMGet(ctx, e.kUsers, users...)
+		if err := e.exec(ctx, pipe); err == nil {
+			recs = get.Val()
+		} else {
 			// The roster itself is known; only the online/away split is
 			// not. Everyone listed has a live socket: say online.
 			e.log.Warn("roster statuses unavailable; listing members as online", "err", err)
