@@ -1114,3 +1114,95 @@ type refusingEngine struct{ *presence.MemoryEngine }
 func (refusingEngine) Connect(context.Context, presence.Socket) error {
 	return presence.ErrUnavailable
 }
+
+// A socket the engine lost while its connection stayed open: its node was
+// reaped by another node (its lease lapsed, as after a long pause), or the
+// engine forgot the socket. Its Conn still says the engine knows it
+// (connected), so serve does not connect it again: every event that reaches
+// the engine is refused with unavailable ("connection is closing", the
+// answer to presence.ErrUnknown), changes nothing, sends nothing, and the
+// socket stays unknown to the engine until it reconnects. (A socket whose
+// engine Connect failed is connected again by its next event: that path
+// needs a Socket.IO socket, TestEventsConnectALostSocket.)
+func TestEventLostSocket(t *testing.T) {
+	joined := []tblStep{join("s2", "c1"), join("s1", "c1")}
+	events := []struct {
+		name, event string
+		payload     any
+	}{
+		{"heartbeat", "heartbeat", nil},
+		{"inactive heartbeat", "heartbeat", map[string]any{"active": false}},
+		{"join another conversation", "conversation:join", conv("c2")},
+		{"join again", "conversation:join", conv("c1")},
+		{"leave", "conversation:leave", conv("c1")},
+		{"typing:start", "typing:start", conv("c1")},
+		{"typing:stop", "typing:stop", conv("c1")},
+		{"state:set", "state:set", map[string]any{"conversationId": "c1", "state": map[string]any{"x": 1.0}}},
+		{"presence:query", "presence:query", userIDs("u2")},
+		{"presence:subscribe", "presence:subscribe", userIDs("u2")},
+	}
+	var cases []eventCase
+	for _, loss := range lossModes {
+		for _, ev := range events {
+			cases = append(cases, eventCase{
+				name: loss.name + ": " + ev.name, setup: joined, prepare: loss.lose,
+				event: ev.event, payload: ev.payload, code: CodeUnavailable, message: "connection is closing",
+				after: func(t *testing.T, e *tblEnv) {
+					engineKnows(t, e, "s1", false)
+					if !e.conns["s1"].connected.Load() {
+						t.Error("the Conn no longer says connected")
+					}
+					e.mu.Lock()
+					defer e.mu.Unlock()
+					if len(e.activity) != 0 {
+						t.Errorf("activity %v recorded for a lost socket", e.activity)
+					}
+				},
+			})
+		}
+	}
+	runEventCases(t, cases)
+}
+
+// lossModes are the ways the engine loses socket s1 (prepare functions).
+var lossModes = []struct {
+	name string
+	lose func(t *testing.T, e *tblEnv)
+}{
+	{"reaped with its node", reapNode},
+	{"forgotten", func(t *testing.T, e *tblEnv) {
+		if err := e.eng.Disconnect(context.Background(), "s1"); err != nil {
+			t.Fatal(err)
+		}
+		engineKnows(t, e, "s1", false)
+	}},
+}
+
+// reapNode lets node n1's lease lapse and another node of the same
+// backend sweep it: every socket of the environment is gone from the
+// engine, with leaves and offlines of reason timeout.
+func reapNode(t *testing.T, e *tblEnv) {
+	t.Helper()
+	e.clock.add(6 * time.Second) // past the 5s lease
+	n2 := presence.NewMemoryEngine(e.mem, presence.Config{NodeID: "n2", Now: e.clock.now, Sink: e.rooms.Sink()})
+	if err := n2.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range []string{"s1", "s2", "s3"} {
+		engineKnows(t, e, sid, false)
+	}
+}
+
+// engineKnows checks whether the engine has socket sid.
+func engineKnows(t *testing.T, e *tblEnv, sid string, want bool) {
+	t.Helper()
+	c := e.conns[sid]
+	socks, err := e.eng.UserSockets(context.Background(), c.UserID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.ContainsFunc(socks, func(s presence.SocketInfo) bool { return s.ID == sid })
+	if got != want {
+		t.Errorf("engine has %s: %v, want %v", sid, got, want)
+	}
+}
