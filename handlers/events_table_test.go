@@ -28,7 +28,10 @@ import (
 // throttled states, subscriptions). A refused event must change nothing.
 //
 // The unknown-event answer and the `session` event need a Socket.IO socket
-// (register, Connect): the server package's tests drive those.
+// (register, Connect): events_socket_test.go drives those over a websocket.
+//
+// The harness's pieces that the fuzz targets (fuzz_events_test.go) use too:
+// noLimits, newTestConn, serveEvent, convsOf and connSnapshot.
 
 // tblEmit is one thing the server sent: a room emit (Room, Except set), a
 // presence:update to one socket (To set), or a status change (Event
@@ -99,6 +102,8 @@ var tblStart = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 // connected; u1 and u2 are members of c1..c5, u1 alone of "mine".
 type tblEnv struct {
 	h        *Sockets
+	mem      *presence.Memory // the backend, to attach other nodes
+	rooms    *Rooms
 	eng      *presence.MemoryEngine
 	clock    *tblClock
 	conns    map[string]*Conn
@@ -125,7 +130,8 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	rooms.OnStatus(func(_ context.Context, ev presence.Event) {
 		e.record(t, tblEmit{Event: "status", Payload: ev.UserID + " " + string(ev.Status)}, nil)
 	})
-	e.eng = presence.NewMemoryEngine(presence.NewMemory(), presence.Config{
+	e.mem, e.rooms = presence.NewMemory(), rooms
+	e.eng = presence.NewMemoryEngine(e.mem, presence.Config{
 		NodeID: "n1", Now: e.clock.now, MaxConversations: 3, Sink: rooms.Sink(),
 	})
 	members := tblMembers{}
@@ -135,7 +141,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	members["mine/u1"] = true
 	limits := o.limits
 	if limits == (EventLimits{}) {
-		limits = EventLimits{Typing: NoLimit, Join: NoLimit, Query: NoLimit, State: NoLimit, Heartbeat: NoLimit, Other: NoLimit}
+		limits = noLimits
 	}
 	deps := SocketDeps{
 		Log: log, Metrics: metrics.New(), Engine: e.eng, Membership: members, Rooms: rooms,
@@ -166,13 +172,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	}, deps)
 	e.h.now = e.clock.now
 	for _, s := range [][2]string{{"s1", "u1"}, {"s2", "u2"}, {"s3", "u1"}} {
-		c := &Conn{UserID: s[1], sid: s[0], rooms: &fuzzRooms{set: types.NewSet[socket.Room]()}, ready: make(chan struct{})}
-		close(c.ready)
-		if err := e.eng.Connect(context.Background(), presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
-			t.Fatal(err)
-		}
-		c.connected.Store(true)
-		e.conns[c.sid] = c
+		e.conns[s[0]] = newTestConn(t, e.eng, s[0], s[1])
 	}
 	t.Cleanup(func() {
 		for _, c := range e.conns {
@@ -208,12 +208,31 @@ func (e *tblEnv) take() []tblEmit {
 	return got
 }
 
-// send runs one event of socket sid and returns its ack (nil: none).
-func (e *tblEnv) send(sid, event string, payload any, withAck bool) map[string]any {
+// noLimits lifts every event limit.
+var noLimits = EventLimits{Typing: NoLimit, Join: NoLimit, Query: NoLimit, State: NoLimit, Heartbeat: NoLimit, Other: NoLimit}
+
+// newTestConn is a socket sid of user, with a fake room set (*fuzzRooms),
+// ready, and connected to eng.
+func newTestConn(tb testing.TB, eng presence.Engine, sid, user string) *Conn {
+	tb.Helper()
+	c := &Conn{UserID: user, sid: sid, rooms: &fuzzRooms{set: types.NewSet[socket.Room]()}, ready: make(chan struct{})}
+	close(c.ready)
+	if err := eng.Connect(context.Background(), presence.Socket{ID: sid, UserID: user}); err != nil {
+		tb.Fatal(err)
+	}
+	c.connected.Store(true)
+	return c
+}
+
+// serveEvent runs one event of c as a client's event is run, and returns
+// its ack (nil when none was asked for, or none came) and whether one came.
+func serveEvent(h *Sockets, c *Conn, event string, payload any, withAck bool) (map[string]any, bool) {
 	var got map[string]any
+	acked := false
 	var ack socket.Ack
 	if withAck {
 		ack = func(reply []any, _ error) {
+			acked = true
 			if len(reply) != 1 {
 				got = map[string]any{"badReply": reply}
 				return
@@ -221,7 +240,50 @@ func (e *tblEnv) send(sid, event string, payload any, withAck bool) map[string]a
 			got, _ = reply[0].(map[string]any)
 		}
 	}
-	e.h.serve(e.conns[sid], event, e.h.handlers[event], []any{payload}, ack, time.Time{}, false)
+	h.serve(c, event, h.handlers[event], []any{payload}, ack, time.Time{}, false)
+	return got, acked
+}
+
+// convsOf lists the conversations socket c has joined as the engine knows
+// them (nil: none, or the engine does not know the socket), read as the
+// admin panel reads them.
+func convsOf(tb testing.TB, eng *presence.MemoryEngine, c *Conn) []string {
+	tb.Helper()
+	socks, err := eng.UserSockets(context.Background(), c.UserID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, s := range socks {
+		if s.ID == c.sid {
+			if len(s.Conversations) == 0 {
+				return nil
+			}
+			return s.Conversations
+		}
+	}
+	return nil
+}
+
+// connSnapshot is c's throttled states (conversation → JSON of the latest)
+// and its subscriptions, sorted.
+func connSnapshot(c *Conn) (states map[string]string, subs []string) {
+	states = map[string]string{}
+	c.mu.Lock()
+	for conv, slot := range c.states {
+		b, _ := json.Marshal(slot.latest)
+		states[conv] = string(b)
+	}
+	for id := range c.subs {
+		subs = append(subs, id)
+	}
+	c.mu.Unlock()
+	slices.Sort(subs)
+	return states, subs
+}
+
+// send runs one event of socket sid and returns its ack (nil: none).
+func (e *tblEnv) send(sid, event string, payload any, withAck bool) map[string]any {
+	got, _ := serveEvent(e.h, e.conns[sid], event, payload, withAck)
 	return got
 }
 
@@ -240,7 +302,7 @@ func (e *tblEnv) state(t *testing.T) tblState {
 	t.Helper()
 	ctx := context.Background()
 	c := e.conns["s1"]
-	s := tblState{Convs: e.eng.Conversations("s1"), Rooms: c.rooms.Rooms().Keys(), States: map[string]string{}}
+	s := tblState{Convs: convsOf(t, e.eng, c), Rooms: c.rooms.Rooms().Keys()}
 	slices.Sort(s.Rooms)
 	var rosters []presence.JoinResult
 	for _, conv := range []string{"c1", "c2", "mine"} {
@@ -258,16 +320,7 @@ func (e *tblEnv) state(t *testing.T) tblState {
 	}
 	b, _ = json.Marshal(us)
 	s.Users = string(b)
-	c.mu.Lock()
-	for conv, slot := range c.states {
-		b, _ := json.Marshal(slot.latest)
-		s.States[conv] = string(b)
-	}
-	for id := range c.subs {
-		s.Subs = append(s.Subs, id)
-	}
-	c.mu.Unlock()
-	slices.Sort(s.Subs)
+	s.States, s.Subs = connSnapshot(c)
 	return s
 }
 
@@ -374,7 +427,7 @@ func inRoom(t *testing.T, e *tblEnv, sid, conv string, want bool) {
 	if got := e.conns[sid].rooms.Rooms().Has(ConversationRoom(conv)); got != want {
 		t.Errorf("%s in room of %s: %v, want %v", sid, conv, got, want)
 	}
-	if got := slices.Contains(e.eng.Conversations(sid), conv); got != want {
+	if got := slices.Contains(convsOf(t, e.eng, e.conns[sid]), conv); got != want {
 		t.Errorf("%s in the engine's %s: %v, want %v", sid, conv, got, want)
 	}
 }
@@ -515,7 +568,7 @@ func TestEventConversationJoin(t *testing.T) {
 			name: "again: idempotent", setup: []tblStep{join("s1", "c1")},
 			event: "conversation:join", payload: conv("c1"), code: "ok",
 			after: func(t *testing.T, e *tblEnv) {
-				if got := e.eng.Conversations("s1"); !slices.Equal(got, []string{"c1"}) {
+				if got := convsOf(t, e.eng, e.conns["s1"]); !slices.Equal(got, []string{"c1"}) {
 					t.Errorf("conversations %v", got)
 				}
 			},
@@ -1060,4 +1113,96 @@ type refusingEngine struct{ *presence.MemoryEngine }
 
 func (refusingEngine) Connect(context.Context, presence.Socket) error {
 	return presence.ErrUnavailable
+}
+
+// A socket the engine lost while its connection stayed open: its node was
+// reaped by another node (its lease lapsed, as after a long pause), or the
+// engine forgot the socket. Its Conn still says the engine knows it
+// (connected), so serve does not connect it again: every event that reaches
+// the engine is refused with unavailable ("connection is closing", the
+// answer to presence.ErrUnknown), changes nothing, sends nothing, and the
+// socket stays unknown to the engine until it reconnects. (A socket whose
+// engine Connect failed is connected again by its next event: that path
+// needs a Socket.IO socket, TestEventsConnectALostSocket.)
+func TestEventLostSocket(t *testing.T) {
+	joined := []tblStep{join("s2", "c1"), join("s1", "c1")}
+	events := []struct {
+		name, event string
+		payload     any
+	}{
+		{"heartbeat", "heartbeat", nil},
+		{"inactive heartbeat", "heartbeat", map[string]any{"active": false}},
+		{"join another conversation", "conversation:join", conv("c2")},
+		{"join again", "conversation:join", conv("c1")},
+		{"leave", "conversation:leave", conv("c1")},
+		{"typing:start", "typing:start", conv("c1")},
+		{"typing:stop", "typing:stop", conv("c1")},
+		{"state:set", "state:set", map[string]any{"conversationId": "c1", "state": map[string]any{"x": 1.0}}},
+		{"presence:query", "presence:query", userIDs("u2")},
+		{"presence:subscribe", "presence:subscribe", userIDs("u2")},
+	}
+	var cases []eventCase
+	for _, loss := range lossModes {
+		for _, ev := range events {
+			cases = append(cases, eventCase{
+				name: loss.name + ": " + ev.name, setup: joined, prepare: loss.lose,
+				event: ev.event, payload: ev.payload, code: CodeUnavailable, message: "connection is closing",
+				after: func(t *testing.T, e *tblEnv) {
+					engineKnows(t, e, "s1", false)
+					if !e.conns["s1"].connected.Load() {
+						t.Error("the Conn no longer says connected")
+					}
+					e.mu.Lock()
+					defer e.mu.Unlock()
+					if len(e.activity) != 0 {
+						t.Errorf("activity %v recorded for a lost socket", e.activity)
+					}
+				},
+			})
+		}
+	}
+	runEventCases(t, cases)
+}
+
+// lossModes are the ways the engine loses socket s1 (prepare functions).
+var lossModes = []struct {
+	name string
+	lose func(t *testing.T, e *tblEnv)
+}{
+	{"reaped with its node", reapNode},
+	{"forgotten", func(t *testing.T, e *tblEnv) {
+		if err := e.eng.Disconnect(context.Background(), "s1"); err != nil {
+			t.Fatal(err)
+		}
+		engineKnows(t, e, "s1", false)
+	}},
+}
+
+// reapNode lets node n1's lease lapse and another node of the same
+// backend sweep it: every socket of the environment is gone from the
+// engine, with leaves and offlines of reason timeout.
+func reapNode(t *testing.T, e *tblEnv) {
+	t.Helper()
+	e.clock.add(6 * time.Second) // past the 5s lease
+	n2 := presence.NewMemoryEngine(e.mem, presence.Config{NodeID: "n2", Now: e.clock.now, Sink: e.rooms.Sink()})
+	if err := n2.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, sid := range []string{"s1", "s2", "s3"} {
+		engineKnows(t, e, sid, false)
+	}
+}
+
+// engineKnows checks whether the engine has socket sid.
+func engineKnows(t *testing.T, e *tblEnv, sid string, want bool) {
+	t.Helper()
+	c := e.conns[sid]
+	socks, err := e.eng.UserSockets(context.Background(), c.UserID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.ContainsFunc(socks, func(s presence.SocketInfo) bool { return s.ID == sid })
+	if got != want {
+		t.Errorf("engine has %s: %v, want %v", sid, got, want)
+	}
 }

@@ -59,7 +59,7 @@ func (v fuzzViewers) PresencesFor(ctx context.Context, up presence.UserPresence,
 // set a state there, started typing and subscribed to u9.
 type fuzzEnv struct {
 	h     *Sockets
-	eng   presence.Engine
+	eng   *presence.MemoryEngine
 	c     *Conn
 	rooms *fuzzRooms
 }
@@ -75,19 +75,12 @@ func newFuzzEnv(tb testing.TB) *fuzzEnv {
 	// the activity time, a refused one must not
 	now := func() time.Time { return base.Add(time.Duration(tick.Add(1)) * time.Millisecond) }
 	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Now: now, MaxConversations: 3})
-	all := EventLimits{Typing: NoLimit, Join: NoLimit, Query: NoLimit, State: NoLimit, Heartbeat: NoLimit, Other: NoLimit}
-	h := NewSockets(SessionConfig{NodeID: "n1", Limits: all, StateInterval: time.Hour}, SocketDeps{
+	h := NewSockets(SessionConfig{NodeID: "n1", Limits: noLimits, StateInterval: time.Hour}, SocketDeps{
 		Log: log, Metrics: fuzzMetrics, Engine: eng, Rooms: NewRooms(0, log),
 		Viewers: fuzzViewers{}, Subscriptions: NewSubscriptions(presence.NewLocalBus(), fuzzViewers{}, log),
 	})
-	rooms := &fuzzRooms{set: types.NewSet[socket.Room]()}
-	c := &Conn{UserID: "u1", sid: "s1", rooms: rooms, ready: make(chan struct{})}
-	close(c.ready)
-	if err := eng.Connect(context.Background(), presence.Socket{ID: "s1", UserID: "u1"}); err != nil {
-		tb.Fatal(err)
-	}
-	c.connected.Store(true)
-	e := &fuzzEnv{h: h, eng: eng, c: c, rooms: rooms}
+	c := newTestConn(tb, eng, "s1", "u1")
+	e := &fuzzEnv{h: h, eng: eng, c: c, rooms: c.rooms.(*fuzzRooms)}
 	for _, step := range []struct {
 		event   string
 		payload any
@@ -107,13 +100,7 @@ func newFuzzEnv(tb testing.TB) *fuzzEnv {
 
 // call runs one event and returns its ack.
 func (e *fuzzEnv) call(event string, payload any) map[string]any {
-	var got map[string]any
-	acked := false
-	ack := socket.Ack(func(reply []any, _ error) {
-		acked = true
-		got, _ = reply[0].(map[string]any)
-	})
-	e.h.serve(e.c, event, e.h.handlers[event], []any{payload}, ack, time.Time{}, false)
+	got, acked := serveEvent(e.h, e.c, event, payload, true)
 	if !acked {
 		return map[string]any{"noAck": true}
 	}
@@ -133,8 +120,7 @@ type fuzzState struct {
 func (e *fuzzEnv) snapshot(tb testing.TB, extraConvs ...string) fuzzState {
 	tb.Helper()
 	ctx := context.Background()
-	s := fuzzState{Convs: e.eng.Conversations("s1"), Rosters: map[string]string{}, States: map[string]string{}}
-	slices.Sort(s.Convs)
+	s := fuzzState{Convs: convsOf(tb, e.eng, e.c), Rosters: map[string]string{}}
 	for _, conv := range append(slices.Clone(s.Convs), extraConvs...) {
 		r, err := e.eng.Roster(ctx, conv)
 		if err != nil {
@@ -151,16 +137,7 @@ func (e *fuzzEnv) snapshot(tb testing.TB, extraConvs ...string) fuzzState {
 	s.Users = string(b)
 	s.Rooms = e.rooms.set.Keys()
 	slices.Sort(s.Rooms)
-	e.c.mu.Lock()
-	for conv, slot := range e.c.states {
-		b, _ := json.Marshal(slot.latest)
-		s.States[conv] = string(b)
-	}
-	for id := range e.c.subs {
-		s.Subs = append(s.Subs, id)
-	}
-	e.c.mu.Unlock()
-	slices.Sort(s.Subs)
+	s.States, s.Subs = connSnapshot(e.c)
 	return s
 }
 
@@ -239,7 +216,7 @@ func FuzzConversationJoin(f *testing.F) {
 		if ack["conversationId"] != conv {
 			t.Fatalf("ack conversationId %v, want %q", ack["conversationId"], conv)
 		}
-		if !slices.Contains(e.eng.Conversations("s1"), conv) || !e.rooms.set.Has(ConversationRoom(conv)) {
+		if !slices.Contains(convsOf(t, e.eng, e.c), conv) || !e.rooms.set.Has(ConversationRoom(conv)) {
 			t.Fatalf("joined %q, but not in the engine or the room", conv)
 		}
 		if on, ok := ack["online"].([]MemberPayload); !ok || !slices.ContainsFunc(on, func(m MemberPayload) bool { return m.UserID == "u1" }) {
@@ -251,7 +228,7 @@ func FuzzConversationJoin(f *testing.F) {
 func FuzzConversationLeave(f *testing.F) {
 	fuzzEvent(f, "conversation:leave", convSeeds, func(t *testing.T, e *fuzzEnv, p, _ map[string]any) {
 		conv := validConv(t, p)
-		if slices.Contains(e.eng.Conversations("s1"), conv) || e.rooms.set.Has(ConversationRoom(conv)) {
+		if slices.Contains(convsOf(t, e.eng, e.c), conv) || e.rooms.set.Has(ConversationRoom(conv)) {
 			t.Fatalf("left %q, but still in the engine or the room", conv)
 		}
 		e.c.mu.Lock()

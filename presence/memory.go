@@ -431,18 +431,6 @@ func (e *MemoryEngine) Users(_ context.Context, ids []string) ([]UserPresence, e
 	return out, nil
 }
 
-// Conversations implements Engine.
-func (e *MemoryEngine) Conversations(socketID string) []string {
-	m := e.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.sockets[socketID]
-	if !ok {
-		return nil
-	}
-	return sortedKeys(s.convs)
-}
-
 // Tick implements Engine.
 func (e *MemoryEngine) Tick(ctx context.Context) error {
 	now := e.cfg.Now()

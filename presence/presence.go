@@ -172,8 +172,6 @@ type Connections interface {
 	// Disconnect removes a socket; safe to call twice. Its conversations'
 	// leaves and the user's offline are deferred by the flap grace.
 	Disconnect(ctx context.Context, socketID string) error
-	// Conversations lists the conversations a local socket has joined.
-	Conversations(socketID string) []string
 }
 
 // Rooms is a socket's membership of conversations.

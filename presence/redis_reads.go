@@ -168,14 +168,3 @@ func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
 	}
 	return out
 }
-
-// Conversations implements Engine.
-func (e *RedisEngine) Conversations(socketID string) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s, ok := e.local[socketID]
-	if !ok {
-		return nil
-	}
-	return sortedKeys(s.convs)
-}

@@ -265,11 +265,6 @@ func (p *Postgres) IsMember(ctx context.Context, conversationID, userID string) 
 	return readIsMember(ctx, p, pgReads.isMember, conversationID, userID)
 }
 
-// Members implements Store; the ids are sorted (byte order).
-func (p *Postgres) Members(ctx context.Context, conversationID string) ([]string, error) {
-	return readMembers(ctx, p, pgReads.members, conversationID)
-}
-
 // pgReads are the read statements on PostgreSQL.
 var pgReads = readSQL{
 	lastSeen:      `SELECT user_id, seen_at FROM last_seen WHERE user_id = ANY($1)`,
@@ -277,7 +272,6 @@ var pgReads = readSQL{
 	contactOf:     `SELECT owner_id FROM contacts WHERE contact_id = $2 AND owner_id = ANY($1)`,
 	contactsAmong: `SELECT contact_id FROM contacts WHERE owner_id = $2 AND contact_id = ANY($1)`,
 	isMember:      `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = $1 AND user_id = $2)`,
-	members:       `SELECT user_id FROM conversation_members WHERE conversation_id = $1`,
 }
 
 // idList implements querier: pgx sends a []string as a text[].

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/presenced/presenced/timestamp"
@@ -31,7 +30,6 @@ type readSQL struct {
 	contactOf     string // (owners, viewer) → owner_id
 	contactsAmong string // (candidates, owner) → contact_id
 	isMember      string // (conversation, user) → bool
-	members       string // (conversation) → user_id
 }
 
 func readLastSeen(ctx context.Context, q querier, sql string, userIDs []string) (map[string]time.Time, error) {
@@ -120,25 +118,4 @@ func readIsMember(ctx context.Context, q querier, sql, conversationID, userID st
 	var ok bool
 	err := q.query(ctx, op, sql, []any{conversationID, userID}, func(rows rowScanner) error { return rows.Scan(&ok) })
 	return ok, err
-}
-
-func readMembers(ctx context.Context, q querier, sql, conversationID string) ([]string, error) {
-	const op = "members"
-	if err := checkID(op, "conversation id", conversationID); err != nil {
-		return nil, err
-	}
-	out := []string{}
-	err := q.query(ctx, op, sql, []any{conversationID}, func(rows rowScanner) error {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		out = append(out, id)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(out)
-	return out, nil
 }

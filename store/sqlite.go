@@ -369,11 +369,6 @@ func (s *SQLite) IsMember(ctx context.Context, conversationID, userID string) (b
 	return readIsMember(ctx, s, liteReads.isMember, conversationID, userID)
 }
 
-// Members implements Store; the ids are sorted (byte order).
-func (s *SQLite) Members(ctx context.Context, conversationID string) ([]string, error) {
-	return readMembers(ctx, s, liteReads.members, conversationID)
-}
-
 // liteReads are the read statements on SQLite; a list travels as a JSON
 // array read with json_each.
 var liteReads = readSQL{
@@ -382,7 +377,6 @@ var liteReads = readSQL{
 	contactOf:     `SELECT owner_id FROM contacts WHERE contact_id = ?2 AND owner_id IN (SELECT value FROM json_each(?1))`,
 	contactsAmong: `SELECT contact_id FROM contacts WHERE owner_id = ?2 AND contact_id IN (SELECT value FROM json_each(?1))`,
 	isMember:      `SELECT EXISTS (SELECT 1 FROM conversation_members WHERE conversation_id = ?1 AND user_id = ?2)`,
-	members:       `SELECT user_id FROM conversation_members WHERE conversation_id = ?1`,
 }
 
 // idList implements querier.

@@ -67,8 +67,6 @@ type Store interface {
 	SetMembers(ctx context.Context, conversationID string, userIDs []string) (removed []string, err error)
 	// IsMember reports whether userID is a member of conversationID.
 	IsMember(ctx context.Context, conversationID, userID string) (bool, error)
-	// Members lists a conversation's members.
-	Members(ctx context.Context, conversationID string) ([]string, error)
 
 	// Ping checks the store is reachable (readiness).
 	Ping(ctx context.Context) error
