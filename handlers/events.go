@@ -60,12 +60,33 @@ func (h *Sockets) register(s *socket.Socket, c *Conn) {
 		if !h.allow(c, classOther, time.Now()) {
 			h.other.limited.Inc()
 			e = rateLimited(h.limits[classOther])
+		} else {
+			// "any other client event" is activity (CONTRACT §1); not
+			// on the reader, which must not wait on the backend
+			go h.touch(c)
 		}
 		if ack, ok := args[len(args)-1].(socket.Ack); ok {
 			h.metrics.Events.WithLabelValues("unknown", e.Code).Inc()
 			ack([]any{ackError(e)}, nil)
 		}
 	})
+}
+
+// touch records activity of c's user for an event that has no handler.
+func (h *Sockets) touch(c *Conn) {
+	select {
+	case <-c.ready:
+	default:
+		return // still connecting, which is activity already
+	}
+	if !c.connected.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+	defer cancel()
+	if err := h.engine.Touch(ctx, c.sid); err != nil {
+		h.log.Debug("activity of an unknown event not recorded", "sid", c.sid, "user_id", c.UserID, "err", err)
+	}
 }
 
 // handle runs one event: waits for the connection to be set up, decodes,

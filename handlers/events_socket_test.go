@@ -218,11 +218,16 @@ func TestSessionEvent(t *testing.T) {
 
 // An unknown event asking for an ack is answered not_found "unknown event"
 // (an ack is always ok or an error, CONTRACT §1); without an ack it is
-// dropped. Either way nothing changes and the socket stays connected. It
-// is limited as "any other event": over the limit, rate_limited. It is
-// not counted as the user's activity.
+// dropped. Either way nothing else changes and the socket stays
+// connected. It is limited as "any other event": over the limit,
+// rate_limited. Within the limit it is the user's activity ("any other
+// client event", CONTRACT §1).
 func TestUnknownEvent(t *testing.T) {
-	e := newSockEnv(t, sockOptions{limits: handlers.EventLimits{Other: handlers.Limit{Rate: 0.001, Burst: 3}}})
+	var touches atomic.Int64
+	e := newSockEnv(t, sockOptions{
+		limits: handlers.EventLimits{Other: handlers.Limit{Rate: 0.001, Burst: 3}},
+		wrap:   func(eng presence.Engine) presence.Engine { return &touchCounter{Engine: eng, n: &touches} },
+	})
 	s, sid, _ := e.connect("alice")
 	s.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
 	if ack := s.ackOf(1); ack["ok"] != true {
@@ -242,9 +247,9 @@ func TestUnknownEvent(t *testing.T) {
 	notFound(2)
 	s.emitRaw(`423["conversation:Join"]`) // no payload; names are case-sensitive
 	notFound(3)
-	// Acked, so done: the engine is as it was (the user's last activity
-	// included: an unknown event is not activity).
-	if up2, socks2 := e.userState("alice"); !up2.Since.Equal(up.Since) || up2.Status != up.Status || len(socks2) != 1 || len(socks2[0].Conversations) != 1 {
+	// Acked, so done: the engine is as it was, but for the activity
+	// recorded for each (touches, below).
+	if up2, socks2 := e.userState("alice"); up2.Status != up.Status || len(socks2) != 1 || len(socks2[0].Conversations) != 1 {
 		t.Errorf("engine after unknown events: %+v %+v, was %+v %+v", up2, socks2, up, socks)
 	}
 	// No ack asked: no answer. The next answer is the heartbeat's.
@@ -271,12 +276,31 @@ func TestUnknownEvent(t *testing.T) {
 	if _, socks2 := e.userState("alice"); len(socks2) != 1 || socks2[0].ID != sid || len(socks2[0].Conversations) != 1 {
 		t.Errorf("engine after: %+v", socks2)
 	}
+	// three within the limit (two acked, one not), one over it
+	for deadline := time.Now().Add(2 * time.Second); touches.Load() < 3 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := touches.Load(); n != 3 {
+		t.Errorf("activity recorded for %d unknown events, want 3 (those within the limit)", n)
+	}
 	if v := testutil.ToFloat64(e.metrics.Events.WithLabelValues("unknown", handlers.CodeNotFound)); v != 2 {
 		t.Errorf("unknown events answered not_found: metric %v, want 2", v)
 	}
 	if v := testutil.ToFloat64(e.metrics.Events.WithLabelValues("unknown", handlers.CodeRateLimited)); v != 1 {
 		t.Errorf("unknown events rate limited: metric %v, want 1", v)
 	}
+}
+
+// touchCounter counts the engine's Touch calls.
+type touchCounter struct {
+	presence.Engine
+	n *atomic.Int64
+}
+
+func (c *touchCounter) Touch(ctx context.Context, socketID string) error {
+	c.n.Add(1)
+	return c.Engine.Touch(ctx, socketID)
 }
 
 // flakyEngine refuses Connect while down, as a backend that is out.
