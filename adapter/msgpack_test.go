@@ -308,3 +308,34 @@ func TestMsgpackKeysOfKeysBounded(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMsgpackDecode reads what the adapter's hot path reads: a
+// broadcast of @socket.io/redis-adapter (uid, packet, options), with a
+// small object argument, and one carrying 1 KB of binary.
+func BenchmarkMsgpackDecode(b *testing.B) {
+	packet := func(args ...any) obj {
+		return obj{{"type", 2}, {"data", append([]any{"presence"}, args...)}, {"nsp", "/"}}
+	}
+	opts := obj{{"rooms", []string{"room-1"}}, {"except", []string{}}, {"flags", obj{}}}
+	for _, tc := range []struct {
+		name string
+		v    any
+	}{
+		{"broadcast", []any{"ab12cd", packet(obj{{"user", "u-42"}, {"status", "online"}, {"at", 1.7e12}, {"seq", 12345}}), opts}},
+		{"binary", []any{"ab12cd", packet(bytes.Repeat([]byte{7}, 1024)), opts}},
+	} {
+		in, err := encodeMsgpack(tc.v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				if _, err := decodeMsgpack(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
