@@ -368,6 +368,10 @@ func readOrderedJSON(dec *json.Decoder) (any, error) {
 //     length up to a million elements, bin up to 4 GB, and each nested
 //     container would again, so containers are walked here and a string,
 //     binary or extension length is checked before the library reads it.
+//
+// On BenchmarkMsgpackDecode this takes about 1.2 times the CPU of the
+// hand-written reader it replaced (2.1 against 1.7 us a broadcast), with
+// the same allocations: the hot path's cost is the values it makes.
 func decodeMsgpack(p []byte) (any, error) {
 	d := decoders.Get().(*msgpackDecoder)
 	d.r.Reset(p)
