@@ -381,11 +381,11 @@ func decodeMsgpack(p []byte) (any, error) {
 	if len(p) <= maxPooledDecode {
 		decoders.Put(d) // a larger input may have grown the Decoder's buffer
 	}
-	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return nil, errShortBuffer
-	case err != nil:
-		return nil, fmt.Errorf("adapter: %w", err)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, errShortBuffer // the library's word for running out of input
+	}
+	if err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -407,7 +407,7 @@ type msgpackDecoder struct {
 }
 
 // maxPooledDecode: a decoder that read a larger input is not kept (its
-// Decoder's buffer grew to the longest string read).
+// scratch may have grown to the longest string read).
 const maxPooledDecode = 64 << 10
 
 var decoders = sync.Pool{New: func() any {
