@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"runtime"
 	"strings"
@@ -306,5 +307,81 @@ func TestMsgpackKeysOfKeysBounded(t *testing.T) {
 		if m, ok := v.(map[string]any); err != nil || !ok || !has(m, tc.want) {
 			t.Errorf("key % x: %#v %v, want the key %q", tc.key, v, err, tc.want)
 		}
+	}
+}
+
+// BenchmarkMsgpackDecode reads what the adapter's hot path reads: a
+// broadcast of @socket.io/redis-adapter (uid, packet, options), with a
+// small object argument, and one carrying 1 KB of binary.
+func BenchmarkMsgpackDecode(b *testing.B) {
+	packet := func(args ...any) obj {
+		return obj{{"type", 2}, {"data", append([]any{"presence"}, args...)}, {"nsp", "/"}}
+	}
+	opts := obj{{"rooms", []string{"room-1"}}, {"except", []string{}}, {"flags", obj{}}}
+	for _, tc := range []struct {
+		name string
+		v    any
+	}{
+		{"broadcast", []any{"ab12cd", packet(obj{{"user", "u-42"}, {"status", "online"}, {"at", 1.7e12}, {"seq", 12345}}), opts}},
+		{"binary", []any{"ab12cd", packet(bytes.Repeat([]byte{7}, 1024)), opts}},
+	} {
+		in, err := encodeMsgpack(tc.v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				if _, err := decodeMsgpack(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// The values the decoder gives, format by format, as the hand-written
+// decoder gave them before it moved onto vmihailenco/msgpack's primitives
+// (and as the callers read them: JavaScript's view).
+func TestMsgpackDecodeValues(t *testing.T) {
+	for _, tc := range []struct {
+		in   []byte
+		want any
+	}{
+		{[]byte{0x05}, 5.0}, {[]byte{0xff}, -1.0}, {[]byte{0xd0, 0x80}, -128.0},
+		{[]byte{0xcc, 0xff}, 255.0}, {[]byte{0xcd, 0xff, 0xff}, 65535.0},
+		{[]byte{0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0}, float64(1 << 63)}, // unsigned, not int64's negative
+		{[]byte{0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0}, -float64(1 << 63)},
+		{[]byte{0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}, 1.5},
+		{[]byte{0xc0}, nil}, {[]byte{0xc2}, false}, {[]byte{0xc3}, true},
+		{[]byte{0xa2, 'h', 'i'}, "hi"}, {[]byte{0xd9, 0}, ""},
+		{[]byte{0xc4, 2, 1, 2}, []byte{1, 2}}, {[]byte{0xc4, 0}, []byte{}},
+		{[]byte{0x92, 0x01, 0xa1, 'a'}, []any{1.0, "a"}}, {[]byte{0x90}, []any{}},
+		{[]byte{0x82, 0xa1, 'a', 0x01, 0x02, 0xc0}, map[string]any{"a": 1.0, "2": nil}},
+		{[]byte{0xd7, 0xff, 0, 0, 0, 4, 0, 0, 0, 1}, "1970-01-01T00:00:01.000Z"}, // timestamp 64, 1 ns
+		{[]byte{0xc7, 12, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}, "1970-01-01T00:00:02.000Z"},
+		{[]byte{0xd4, 0, 0}, nil},                                      // notepack's undefined
+		{[]byte{0xd5, 0, 1, 2}, []byte{1, 2}},                          // ArrayBuffer
+		{[]byte{0xd5, 5, 1, 2}, []any{5.0, []byte{1, 2}}},              // other types: [type, bytes]
+		{[]byte{0xc7, 3, 0xff, 1, 2, 3}, []any{-1.0, []byte{1, 2, 3}}}, // a timestamp of no timestamp length
+		{[]byte{0x01, 0xc1, 0xc1}, 1.0},                                // what follows the value is not read
+	} {
+		got, err := decodeMsgpack(tc.in)
+		if err != nil || !sameValue(got, tc.want) || fmt.Sprintf("%T", got) != fmt.Sprintf("%T", tc.want) {
+			t.Errorf("% x: %#v %v, want %#v", tc.in, got, err, tc.want)
+		}
+		if b, ok := got.([]byte); ok && b == nil {
+			t.Errorf("% x: nil binary", tc.in)
+		}
+	}
+	for _, in := range [][]byte{{}, {0xc1}, {0xcd, 1}, {0x91}, {0xd6, 0xff, 0, 0}, {0xc7}} {
+		if v, err := decodeMsgpack(in); err == nil {
+			t.Errorf("% x: decoded %#v", in, v)
+		}
+	}
+	deep := append(bytes.Repeat([]byte{0x91}, maxDepth+1), 0xc0)
+	if _, err := decodeMsgpack(deep); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
+		t.Errorf("%d levels: %v", maxDepth+1, err)
 	}
 }

@@ -2,12 +2,15 @@ package transport
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"reflect"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 )
@@ -180,12 +183,8 @@ func (d *msgpackDecoder) Destroy() {}
 // decodeMsgpackPacket reads one packet and checks it as
 // socket.io-msgpack-parser's checkPacket does.
 func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
-	rest, err := scanMsgpack(b, 1)
-	if err != nil {
+	if err := scanMsgpack(b); err != nil {
 		return nil, err
-	}
-	if len(rest) != 0 {
-		return nil, errMsgpackTrailing
 	}
 	var raw any
 	if err := msgpack.Unmarshal(b, &raw); err != nil {
@@ -250,22 +249,10 @@ func jsonShaped(v any) (any, error) {
 		return t, nil
 	case float32:
 		return float64(t), nil
-	case int8:
-		return float64(t), nil
-	case int16:
-		return float64(t), nil
-	case int32:
-		return float64(t), nil
-	case int64:
-		return float64(t), nil
-	case uint8:
-		return float64(t), nil
-	case uint16:
-		return float64(t), nil
-	case uint32:
-		return float64(t), nil
-	case uint64:
-		return float64(t), nil
+	case int8, int16, int32, int64:
+		return float64(reflect.ValueOf(t).Int()), nil
+	case uint8, uint16, uint32, uint64:
+		return float64(reflect.ValueOf(t).Uint()), nil
 	case []byte:
 		return types.NewBytesBuffer(t), nil
 	case []any:
@@ -291,116 +278,97 @@ func jsonShaped(v any) (any, error) {
 	}
 }
 
-// scanMsgpack walks one MessagePack value at the start of b and returns
-// what follows it. It allocates nothing, and refuses any declared length
-// longer than the bytes left (an item of an array or map takes at least
-// one byte), so the decoder never sizes anything from a length alone.
-// Extension types are refused here.
-func scanMsgpack(b []byte, depth int) ([]byte, error) {
-	if len(b) == 0 {
-		return nil, errMsgpackTruncated
+// scanMsgpack walks the MessagePack value b holds, with vmihailenco/msgpack's
+// Decoder primitives (PeekCode, DecodeBytesLen, DecodeArrayLen,
+// DecodeMapLen, Skip), and refuses bytes after it. It makes nothing of what
+// it reads: every declared length is checked against the bytes left (an
+// item of an array or map takes at least one byte) and skipped, so the
+// decoder never sizes anything from a length alone. Extension types are
+// refused here. (Through the library's Decoder the walk costs about 0.4 us
+// a packet where the hand-written one it replaced took 0.1: some 6% of
+// decoding a small event, which Unmarshal dominates; no allocations
+// either way.)
+func scanMsgpack(b []byte) error {
+	s := scanners.Get().(*msgpackScanner)
+	defer scanners.Put(s)
+	s.r.Reset(b)
+	defer s.r.Reset(nil)
+	err := s.value(1)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errMsgpackTruncated
 	}
+	if err == nil && s.r.Len() != 0 {
+		return errMsgpackTrailing
+	}
+	return err
+}
+
+type msgpackScanner struct {
+	r   bytes.Reader
+	dec *msgpack.Decoder // reads r in place (a bytes.Reader is an io.ByteScanner)
+}
+
+var scanners = sync.Pool{New: func() any {
+	s := &msgpackScanner{}
+	s.dec = msgpack.NewDecoder(&s.r)
+	return s
+}}
+
+func (s *msgpackScanner) value(depth int) error {
 	if depth > maxMsgpackDepth {
-		return nil, errMsgpackTooDeep
+		return errMsgpackTooDeep
 	}
-	c, b := b[0], b[1:]
+	c, err := s.dec.PeekCode()
+	if err != nil {
+		return err
+	}
 	switch {
-	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3: // fixint, nil, bool
-		return b, nil
-	case c&0xf0 == 0x80: // fixmap
-		return scanItems(b, 2*uint64(c&0x0f), depth)
-	case c&0xf0 == 0x90: // fixarray
-		return scanItems(b, uint64(c&0x0f), depth)
-	case c&0xe0 == 0xa0: // fixstr
-		return skipBytes(b, uint64(c&0x1f))
+	case msgpcode.IsString(c) || msgpcode.IsBin(c):
+		n, err := s.dec.DecodeBytesLen()
+		if err != nil {
+			return err
+		}
+		if err := s.fits(uint64(n), n < 0); err != nil {
+			return err
+		}
+		_, err = s.r.Seek(int64(n), io.SeekCurrent)
+		return err
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := s.dec.DecodeArrayLen()
+		if err != nil {
+			return err
+		}
+		return s.items(uint64(n), n < 0, depth)
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := s.dec.DecodeMapLen()
+		if err != nil {
+			return err
+		}
+		return s.items(2*uint64(n), n < 0, depth)
+	case msgpcode.IsExt(c) || c == 0xc1: // 0xc1 is never used
+		return fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
 	}
-	switch c {
-	case 0xc4, 0xd9: // bin8, str8
-		n, b, err := readLen(b, 1)
-		if err != nil {
-			return nil, err
-		}
-		return skipBytes(b, n)
-	case 0xc5, 0xda: // bin16, str16
-		n, b, err := readLen(b, 2)
-		if err != nil {
-			return nil, err
-		}
-		return skipBytes(b, n)
-	case 0xc6, 0xdb: // bin32, str32
-		n, b, err := readLen(b, 4)
-		if err != nil {
-			return nil, err
-		}
-		return skipBytes(b, n)
-	case 0xcc, 0xd0: // uint8, int8
-		return skipBytes(b, 1)
-	case 0xcd, 0xd1:
-		return skipBytes(b, 2)
-	case 0xca, 0xce, 0xd2: // float32, uint32, int32
-		return skipBytes(b, 4)
-	case 0xcb, 0xcf, 0xd3: // float64, uint64, int64
-		return skipBytes(b, 8)
-	case 0xdc: // array16
-		n, b, err := readLen(b, 2)
-		if err != nil {
-			return nil, err
-		}
-		return scanItems(b, n, depth)
-	case 0xdd: // array32
-		n, b, err := readLen(b, 4)
-		if err != nil {
-			return nil, err
-		}
-		return scanItems(b, n, depth)
-	case 0xde: // map16
-		n, b, err := readLen(b, 2)
-		if err != nil {
-			return nil, err
-		}
-		return scanItems(b, 2*n, depth)
-	case 0xdf: // map32
-		n, b, err := readLen(b, 4)
-		if err != nil {
-			return nil, err
-		}
-		return scanItems(b, 2*n, depth)
-	default: // 0xc1 (never used), ext and fixext (0xc7-0xc9, 0xd4-0xd8)
-		return nil, fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
-	}
+	return s.dec.Skip() // nil, bool, a number: 8 bytes at most
 }
 
-// scanItems walks n values (n ≤ 2^33: a map32's keys and values).
-func scanItems(b []byte, n uint64, depth int) ([]byte, error) {
-	if n > uint64(len(b)) {
-		return nil, errMsgpackTruncated
+// fits refuses n bytes or items beyond the bytes left; wrapped is a 32-bit
+// length the library made a negative int of (on a 32-bit platform).
+func (s *msgpackScanner) fits(n uint64, wrapped bool) error {
+	if wrapped || n > uint64(s.r.Len()) {
+		return errMsgpackTruncated
 	}
-	var err error
+	return nil
+}
+
+// items walks n values (n ≤ 2^33: a map32's keys and values).
+func (s *msgpackScanner) items(n uint64, wrapped bool, depth int) error {
+	if err := s.fits(n, wrapped); err != nil {
+		return err
+	}
 	for ; n > 0; n-- {
-		if b, err = scanMsgpack(b, depth+1); err != nil {
-			return nil, err
+		if err := s.value(depth + 1); err != nil {
+			return err
 		}
 	}
-	return b, nil
-}
-
-func readLen(b []byte, width int) (uint64, []byte, error) {
-	if len(b) < width {
-		return 0, nil, errMsgpackTruncated
-	}
-	switch width {
-	case 1:
-		return uint64(b[0]), b[1:], nil
-	case 2:
-		return uint64(binary.BigEndian.Uint16(b)), b[2:], nil
-	default:
-		return uint64(binary.BigEndian.Uint32(b)), b[4:], nil
-	}
-}
-
-func skipBytes(b []byte, n uint64) ([]byte, error) {
-	if n > uint64(len(b)) {
-		return nil, errMsgpackTruncated
-	}
-	return b[n:], nil
+	return nil
 }
