@@ -500,12 +500,8 @@ func (a *NamespaceAdapter) FetchSockets(opts *socket.BroadcastOptions) func(func
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		defer cancel()
 		n, err := a.ServerCountContext(ctx)
-		if err != nil {
+		if err != nil || n <= 1 {
 			callback(local, err)
-			return
-		}
-		if n <= 1 {
-			callback(local, nil)
 			return
 		}
 		r := &request{kind: reqFetch, expected: int(n - 1), sockets: local}
