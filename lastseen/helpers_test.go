@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/store/storetest"
 )
@@ -342,36 +343,16 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
-// fakeStatus is a StatusReader over a map; users absent are offline and
-// unknown to the engine.
+// fakeStatus is a StatusReader over enginetest.Statuses (users absent are
+// offline and unknown to the engine) that counts its calls.
 type fakeStatus struct {
-	mu    sync.Mutex
-	users map[string]presence.UserPresence
+	enginetest.Statuses
 	calls atomic.Int64
 }
 
-func (f *fakeStatus) set(up presence.UserPresence) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.users == nil {
-		f.users = map[string]presence.UserPresence{}
-	}
-	f.users[up.UserID] = up
-}
-
-func (f *fakeStatus) Users(_ context.Context, ids []string) ([]presence.UserPresence, error) {
+func (f *fakeStatus) Users(ctx context.Context, ids []string) ([]presence.UserPresence, error) {
 	f.calls.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]presence.UserPresence, len(ids))
-	for i, id := range ids {
-		up, ok := f.users[id]
-		if !ok {
-			up = presence.UserPresence{UserID: id, Status: presence.Offline}
-		}
-		out[i] = up
-	}
-	return out, nil
+	return f.Statuses.Users(ctx, ids)
 }
 
 // t0 is the reference instant of the tests, with milliseconds.
