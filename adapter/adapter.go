@@ -451,38 +451,34 @@ func (a *NamespaceAdapter) ServerCountContext(ctx context.Context) (int64, error
 
 // AddSockets makes the matching sockets of every node join rooms.
 func (a *NamespaceAdapter) AddSockets(opts *socket.BroadcastOptions, rooms []socket.Room) {
-	if !isLocal(opts) && !a.closed.Load() {
-		if a.sharded {
-			a.shardedRequest(clusterSocketsJoin, obj{{"opts", optsObj(opts, true)}, {"rooms", roomSlice(rooms)}})
-		} else {
-			a.classicRequest(obj{{"uid", a.uid}, {"type", classicRemoteJoin}, {"opts", optsObj(opts, false)}, {"rooms", roomSlice(rooms)}})
-		}
-	}
+	a.socketsRequest(opts, clusterSocketsJoin, classicRemoteJoin, kv{"rooms", roomSlice(rooms)})
 	a.Adapter.AddSockets(opts, rooms)
 }
 
 // DelSockets makes the matching sockets of every node leave rooms.
 func (a *NamespaceAdapter) DelSockets(opts *socket.BroadcastOptions, rooms []socket.Room) {
-	if !isLocal(opts) && !a.closed.Load() {
-		if a.sharded {
-			a.shardedRequest(clusterSocketsLeave, obj{{"opts", optsObj(opts, true)}, {"rooms", roomSlice(rooms)}})
-		} else {
-			a.classicRequest(obj{{"uid", a.uid}, {"type", classicRemoteLeave}, {"opts", optsObj(opts, false)}, {"rooms", roomSlice(rooms)}})
-		}
-	}
+	a.socketsRequest(opts, clusterSocketsLeave, classicRemoteLeave, kv{"rooms", roomSlice(rooms)})
 	a.Adapter.DelSockets(opts, rooms)
 }
 
 // DisconnectSockets disconnects the matching sockets of every node.
 func (a *NamespaceAdapter) DisconnectSockets(opts *socket.BroadcastOptions, close bool) {
-	if !isLocal(opts) && !a.closed.Load() {
-		if a.sharded {
-			a.shardedRequest(clusterDisconnectSockets, obj{{"opts", optsObj(opts, true)}, {"close", close}})
-		} else {
-			a.classicRequest(obj{{"uid", a.uid}, {"type", classicRemoteDisconnect}, {"opts", optsObj(opts, false)}, {"close", close}})
-		}
-	}
+	a.socketsRequest(opts, clusterDisconnectSockets, classicRemoteDisconnect, kv{"close", close})
 	a.Adapter.DisconnectSockets(opts, close)
+}
+
+// socketsRequest asks the other nodes to act on their sockets that opts
+// matches (unless opts is local or the adapter closed): a request of type
+// sharded or classic, by mode, whose last member is arg.
+func (a *NamespaceAdapter) socketsRequest(opts *socket.BroadcastOptions, sharded, classic int, arg kv) {
+	if isLocal(opts) || a.closed.Load() {
+		return
+	}
+	if a.sharded {
+		a.shardedRequest(sharded, obj{{"opts", optsObj(opts, true)}, arg})
+	} else {
+		a.classicRequest(obj{{"uid", a.uid}, {"type", classic}, {"opts", optsObj(opts, false)}, arg})
+	}
 }
 
 // FetchSockets returns the matching sockets of every node. The returned
@@ -504,12 +500,8 @@ func (a *NamespaceAdapter) FetchSockets(opts *socket.BroadcastOptions) func(func
 		ctx, cancel := context.WithTimeout(a.ctx, timeout)
 		defer cancel()
 		n, err := a.ServerCountContext(ctx)
-		if err != nil {
+		if err != nil || n <= 1 {
 			callback(local, err)
-			return
-		}
-		if n <= 1 {
-			callback(local, nil)
 			return
 		}
 		r := &request{kind: reqFetch, expected: int(n - 1), sockets: local}

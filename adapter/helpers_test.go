@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http/httptest"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/presenced/presenced/adapter"
+	"github.com/presenced/presenced/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -30,34 +30,13 @@ func leakOptions() []goleak.Option {
 	return nil
 }
 
-func redisURL() string {
-	if v := os.Getenv("REDIS_TEST_URL"); v != "" {
-		return v
-	}
-	return "redis://127.0.0.1:6379"
-}
+// redisURL is the test Redis (redistest.URL), for the Node servers.
+func redisURL() string { return redistest.URL() }
 
-// needRedis returns a client of the test Redis; without one the test is
-// skipped, or fails under CI=true.
+// needRedis returns a client of the test Redis (redistest.Client).
 func needRedis(tb testing.TB) *redis.Client {
 	tb.Helper()
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		tb.Fatalf("REDIS_TEST_URL: %v", err)
-	}
-	opt.ContextTimeoutEnabled = true
-	client := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis at %s unreachable under CI: %v", redisURL(), err)
-		}
-		tb.Skipf("redis at %s unreachable: %v", redisURL(), err)
-	}
-	tb.Cleanup(func() { client.Close() })
-	return client
+	return redistest.Client(tb)
 }
 
 var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)

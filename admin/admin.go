@@ -5,6 +5,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/defaults"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -38,24 +40,12 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Prefix == "" {
-		c.Prefix = "presence"
-	}
-	if c.PublishEvery <= 0 {
-		c.PublishEvery = 2 * time.Second
-	}
-	if c.SessionTTL <= 0 {
-		c.SessionTTL = 12 * time.Hour
-	}
-	if c.LoginLimit <= 0 {
-		c.LoginLimit = 5
-	}
-	if c.LoginWindow <= 0 {
-		c.LoginWindow = time.Minute
-	}
-	if c.MaxStreams <= 0 {
-		c.MaxStreams = 100
-	}
+	c.Prefix = cmp.Or(c.Prefix, "presence")
+	c.PublishEvery = defaults.Positive(c.PublishEvery, 2*time.Second)
+	c.SessionTTL = defaults.Positive(c.SessionTTL, 12*time.Hour)
+	c.LoginLimit = defaults.Positive(c.LoginLimit, 5)
+	c.LoginWindow = defaults.Positive(c.LoginWindow, time.Minute)
+	c.MaxStreams = defaults.Positive(c.MaxStreams, 100)
 	return c
 }
 

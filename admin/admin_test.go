@@ -20,6 +20,7 @@ import (
 
 	"github.com/presenced/presenced/admin"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/chantest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -483,14 +484,7 @@ func TestStream(t *testing.T) {
 	f.panel.EndStreams()
 	done := make(chan error, 1)
 	go func() { _, err := io.Copy(io.Discard, res.Body); done <- err }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("stream ended with %v", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the stream did not end after EndStreams")
-	}
+	chantest.NoError(t, done, 2*time.Second, "the stream's end after EndStreams")
 }
 
 func decodeInto(tb testing.TB, res *http.Response, into any) {

@@ -80,6 +80,26 @@ func claims(sub string, now time.Time) jwt.RegisteredClaims {
 	}
 }
 
+// assertAccepted verifies token with v and checks the claims: the subject,
+// and the expiry (whole seconds; zero when the token has no exp).
+func assertAccepted(tb testing.TB, v auth.Verifier, token, wantSub string, wantExp time.Time) {
+	tb.Helper()
+	got, err := v.Verify(tb.Context(), token)
+	if err != nil {
+		tb.Fatalf("Verify: %v (reason %q)", err, auth.Reason(err))
+	}
+	if got.UserID != wantSub {
+		tb.Errorf("UserID = %q, want %q", got.UserID, wantSub)
+	}
+	want := time.Time{}
+	if !wantExp.IsZero() {
+		want = wantExp.Truncate(time.Second)
+	}
+	if !got.ExpiresAt.Equal(want) {
+		tb.Errorf("ExpiresAt = %v, want %v", got.ExpiresAt, want)
+	}
+}
+
 // assertRefused checks that err is an auth refusal with exactly wantReason.
 func assertRefused(tb testing.TB, err error, wantReason string) {
 	tb.Helper()
@@ -315,20 +335,7 @@ func TestHS256VerifyAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := v.Verify(t.Context(), tt.token)
-			if err != nil {
-				t.Fatalf("Verify: %v (reason %q)", err, auth.Reason(err))
-			}
-			if got, want := got.UserID, tt.wantSub; got != want {
-				t.Errorf("UserID = %q, want %q", got, want)
-			}
-			want := time.Time{}
-			if !tt.wantExp.IsZero() {
-				want = tt.wantExp.Truncate(time.Second) // exp is whole seconds
-			}
-			if !got.ExpiresAt.Equal(want) {
-				t.Errorf("ExpiresAt = %v, want %v", got.ExpiresAt, want)
-			}
+			assertAccepted(t, v, tt.token, tt.wantSub, tt.wantExp)
 		})
 	}
 }
@@ -593,16 +600,7 @@ func TestJWKS(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				c, err := v.Verify(t.Context(), tt.token)
-				if err != nil {
-					t.Fatalf("Verify: %v (reason %q)", err, auth.Reason(err))
-				}
-				if got, want := c.UserID, tt.want; got != want {
-					t.Errorf("UserID = %q, want %q", got, want)
-				}
-				if got, want := c.ExpiresAt, now.Add(time.Hour).Truncate(time.Second); !got.Equal(want) {
-					t.Errorf("ExpiresAt = %v, want %v", got, want)
-				}
+				assertAccepted(t, v, tt.token, tt.want, now.Add(time.Hour))
 			})
 		}
 	})

@@ -543,13 +543,5 @@ func (c *Conn) arrived(t time.Time) {
 func (c *Conn) dequeued() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.arrivals) == 0 {
-		return time.Time{}, false
-	}
-	t := c.arrivals[0]
-	c.arrivals = c.arrivals[1:]
-	if len(c.arrivals) == 0 {
-		c.arrivals = nil // let the backing array go
-	}
-	return t, true
+	return popFront(&c.arrivals)
 }

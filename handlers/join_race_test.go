@@ -14,36 +14,21 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/gate"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
 
-// gatedEngine holds Join, when armed, until released: the join has passed
-// its membership check and is inside the engine.
+// gatedEngine holds Join, when its gate is armed, until released: the join
+// has passed its membership check and is inside the engine.
 type gatedEngine struct {
 	presence.Engine
-	mu      sync.Mutex
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (g *gatedEngine) arm() (entered, release chan struct{}) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.entered, g.release = make(chan struct{}), make(chan struct{})
-	return g.entered, g.release
+	gate gate.Gate
 }
 
 func (g *gatedEngine) Join(ctx context.Context, sid, conv string) (presence.JoinResult, error) {
-	g.mu.Lock()
-	entered, release := g.entered, g.release
-	g.entered, g.release = nil, nil
-	g.mu.Unlock()
-	if entered != nil {
-		close(entered)
-		<-release
-	}
+	g.gate.Pass()
 	return g.Engine.Join(ctx, sid, conv)
 }
 
@@ -161,7 +146,7 @@ func TestJoinRacingEvictionIsUndone(t *testing.T) {
 	bob.read("431[")
 
 	alice := dialSocket(t, hs.URL, token("alice"))
-	entered, release := eng.arm()
+	entered, release := eng.gate.Arm()
 	alice.emit(7, "conversation:join", map[string]string{"conversationId": "c1"})
 	select {
 	case <-entered:

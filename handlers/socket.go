@@ -4,6 +4,7 @@
 package handlers
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/internal/defaults"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/timestamp"
@@ -42,27 +44,13 @@ type SessionConfig struct {
 }
 
 func (c SessionConfig) withDefaults() SessionConfig {
-	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 15 * time.Second
-	}
-	if c.HeartbeatJitter < 0 {
-		c.HeartbeatJitter = 0
-	} else if c.HeartbeatJitter == 0 {
-		c.HeartbeatJitter = 5 * time.Second
-	}
-	if c.TypingTTL <= 0 {
-		c.TypingTTL = 5 * time.Second
-	}
+	c.HeartbeatInterval = defaults.Positive(c.HeartbeatInterval, 15*time.Second)
+	c.HeartbeatJitter = defaults.NonNegative(c.HeartbeatJitter, 5*time.Second)
+	c.TypingTTL = defaults.Positive(c.TypingTTL, 5*time.Second)
 	c.Limits = c.Limits.withDefaults()
-	if c.MaxSocketsPerUser == 0 {
-		c.MaxSocketsPerUser = 20
-	}
-	if c.StateInterval <= 0 {
-		c.StateInterval = 100 * time.Millisecond
-	}
-	if c.OpTimeout <= 0 {
-		c.OpTimeout = 10 * time.Second
-	}
+	c.MaxSocketsPerUser = cmp.Or(c.MaxSocketsPerUser, 20)
+	c.StateInterval = defaults.Positive(c.StateInterval, 100*time.Millisecond)
+	c.OpTimeout = defaults.Positive(c.OpTimeout, 10*time.Second)
 	return c
 }
 

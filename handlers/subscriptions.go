@@ -136,14 +136,11 @@ func (q *statusQueue) push(e presence.Event) {
 func (q *statusQueue) take() (presence.Event, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.ready) == 0 {
+	u, ok := popFront(&q.ready)
+	if !ok {
 		return presence.Event{}, false
 	}
-	u := q.ready[0]
-	q.ready = q.ready[1:]
-	if len(q.ready) == 0 {
-		q.ready = nil
-	} else {
+	if len(q.ready) > 0 {
 		q.signal() // another worker may take the next
 	}
 	e := q.latest[u]

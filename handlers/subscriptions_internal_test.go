@@ -12,14 +12,15 @@ import (
 
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
 	"github.com/presenced/presenced/store"
 )
 
 // truth is a Viewers over users' true presence and settings, filtered by
 // lastseen.Filter as the real reader does.
 type truth struct {
+	users    enginetest.Statuses
 	mu       sync.Mutex
-	users    map[string]presence.UserPresence
 	settings map[string]store.Visibility
 	now      time.Time
 }
@@ -30,24 +31,21 @@ func (tr *truth) filter(viewer string, up presence.UserPresence) lastseen.Presen
 	}, tr.settings[viewer], tr.now)
 }
 
-func (tr *truth) Presences(_ context.Context, viewer string, ids []string) ([]lastseen.Presence, error) {
+func (tr *truth) Presences(ctx context.Context, viewer string, ids []string) ([]lastseen.Presence, error) {
+	ups, _ := tr.users.Users(ctx, ids)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	out := make([]lastseen.Presence, len(ids))
-	for i, id := range ids {
-		up, ok := tr.users[id]
-		if !ok {
-			up = presence.UserPresence{UserID: id, Status: presence.Offline}
-		}
+	out := make([]lastseen.Presence, len(ups))
+	for i, up := range ups {
 		out[i] = tr.filter(viewer, up)
 	}
 	return out, nil
 }
 
 func (tr *truth) PresencesFor(_ context.Context, up presence.UserPresence, viewers []string) ([]lastseen.Presence, error) {
+	tr.users.Set(up)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	tr.users[up.UserID] = up
 	out := make([]lastseen.Presence, len(viewers))
 	for i, v := range viewers {
 		out[i] = tr.filter(v, up)
@@ -93,7 +91,7 @@ func subscribeNow(t *testing.T, s *Subscriptions, tr *truth, c *Conn, ids ...str
 // ack. A visible user's changes are still delivered, once each.
 func TestHiddenChangesNotDeliveredUnderChurn(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tr := &truth{users: map[string]presence.UserPresence{}, settings: map[string]store.Visibility{"h": store.Nobody}, now: now}
+	tr := &truth{settings: map[string]store.Visibility{"h": store.Nobody}, now: now}
 	s, got := recordingSubs(tr)
 	s1 := &Conn{UserID: "v", sid: "s1"}
 	s2 := &Conn{UserID: "v", sid: "s2"}
@@ -110,7 +108,8 @@ func TestHiddenChangesNotDeliveredUnderChurn(t *testing.T) {
 	// when h comes online, then [] and [h] again around h's offline.
 	s.Replace(s2, []string{"h"})
 	s.deliverNow(ctx, online)
-	seed(s2, []lastseen.Presence{tr.filter("v", tr.users["h"])})
+	seen, _ := tr.Presences(ctx, "v", []string{"h"})
+	seed(s2, seen)
 	s.Replace(s2, nil)
 	s.Replace(s2, []string{"h"})
 	s.deliverNow(ctx, offline)
@@ -164,7 +163,7 @@ func (g gatedViewers) PresencesFor(ctx context.Context, up presence.UserPresence
 func gatedSubs(t *testing.T, slowUser string) (*Subscriptions, gatedViewers, func() []emitted) {
 	t.Helper()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tr := &truth{users: map[string]presence.UserPresence{}, settings: map[string]store.Visibility{}, now: now}
+	tr := &truth{settings: map[string]store.Visibility{}, now: now}
 	g := gatedViewers{truth: tr, user: slowUser, started: make(chan presence.UserPresence, 16), release: make(chan struct{})}
 	s, got := recordingSubs(tr)
 	s.viewers = g
@@ -271,7 +270,7 @@ func TestDeliveryCoalescesByUser(t *testing.T) {
 // The queue is bounded: beyond MaxQueuedStatus users waiting, a change is
 // dropped and counted.
 func TestDeliveryQueueBounded(t *testing.T) {
-	tr := &truth{users: map[string]presence.UserPresence{}, settings: map[string]store.Visibility{}}
+	tr := &truth{settings: map[string]store.Visibility{}}
 	s, _ := recordingSubs(tr)
 	s.queue.max = 2
 	v := &Conn{UserID: "v", sid: "s1"}
@@ -299,8 +298,8 @@ func testCounter(c prometheus.Counter) float64 {
 // who shows again is shown at once.
 func TestPrivacyChangeRefreshesSubscribers(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	tr := &truth{users: map[string]presence.UserPresence{"h": {UserID: "h", Status: presence.Online, Since: now}},
-		settings: map[string]store.Visibility{}, now: now}
+	tr := &truth{settings: map[string]store.Visibility{}, now: now}
+	tr.users.Set(presence.UserPresence{UserID: "h", Status: presence.Online, Since: now})
 	s, got := recordingSubs(tr)
 	v := &Conn{UserID: "v", sid: "s1"}
 	if ack := subscribeNow(t, s, tr, v, "h"); ack[0].Status != "online" {

@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"github.com/presenced/presenced/store/storetest"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,14 +13,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/store/storetest"
 )
-
-// required reports whether a missing service fails the test (CI=true)
-// instead of skipping it.
-func required(explicit bool) bool { return explicit || os.Getenv("CI") == "true" }
 
 func randHex(n int) string {
 	b := make([]byte, n)
@@ -32,45 +29,14 @@ func randHex(n int) string {
 
 // ---- Redis ----
 
-var (
-	redisOnce     sync.Once
-	redisOpts     *redis.Options
-	redisErr      error
-	redisExplicit bool
-)
-
-// redisClient returns a client of the test Redis (REDIS_TEST_URL, default
-// redis://127.0.0.1:6379), closed when tb ends. Unreachable: skip, or fail
-// under CI=true or an explicit REDIS_TEST_URL.
+// redisClient returns a client of the test Redis (see redistest.Options)
+// with hooks, closed when tb ends.
 func redisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
 	tb.Helper()
-	redisOnce.Do(func() {
-		u := os.Getenv("REDIS_TEST_URL")
-		redisExplicit = u != ""
-		if u == "" {
-			u = "redis://127.0.0.1:6379"
-		}
-		redisOpts, redisErr = redis.ParseURL(u)
-		if redisErr != nil {
-			return
-		}
-		c := redis.NewClient(redisOpts)
-		defer c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		redisErr = c.Ping(ctx).Err()
-	})
-	if redisErr != nil {
-		if required(redisExplicit) {
-			tb.Fatalf("Redis unreachable at REDIS_TEST_URL or the default (required under CI=true): %v", redisErr)
-		}
-		tb.Skipf("Redis unreachable (set REDIS_TEST_URL): %v", redisErr)
-	}
-	c := redis.NewClient(redisOpts)
+	c := redistest.Client(tb)
 	for _, h := range hooks {
 		c.AddHook(h)
 	}
-	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -86,7 +52,7 @@ func redisBufferAt(tb testing.TB, c *redis.Client, prefix string) *lastseen.Redi
 	b := lastseen.NewRedis(c, lastseen.RedisConfig{Prefix: prefix})
 	tb.Cleanup(func() {
 		t, d, cl := b.Keys()
-		c := redis.NewClient(redisOpts)
+		c := redis.NewClient(redistest.Options(tb))
 		defer c.Close()
 		c.Del(context.Background(), t, d, cl)
 	})
@@ -245,23 +211,22 @@ func (f *fakeStore) SetContacts(_ context.Context, owner string, contacts []stri
 }
 
 func (f *fakeStore) ContactOf(_ context.Context, owners []string, viewer string) (map[string]bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[string]bool{}
-	for _, o := range owners {
-		out[o] = f.contacts[o][viewer]
-	}
-	return out, nil
+	return f.pairs(owners, func(o string) bool { return f.contacts[o][viewer] }), nil
 }
 
 func (f *fakeStore) ContactsAmong(_ context.Context, owner string, candidates []string) (map[string]bool, error) {
+	return f.pairs(candidates, func(c string) bool { return f.contacts[owner][c] }), nil
+}
+
+// pairs answers paired(id) for each id of list, under the lock.
+func (f *fakeStore) pairs(list []string, paired func(id string) bool) map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := map[string]bool{}
-	for _, c := range candidates {
-		out[c] = f.contacts[owner][c]
+	for _, id := range list {
+		out[id] = paired(id)
 	}
-	return out, nil
+	return out
 }
 
 func (f *fakeStore) SetMembers(context.Context, string, []string) ([]string, error) { return nil, nil }
@@ -378,36 +343,16 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
-// fakeStatus is a StatusReader over a map; users absent are offline and
-// unknown to the engine.
+// fakeStatus is a StatusReader over enginetest.Statuses (users absent are
+// offline and unknown to the engine) that counts its calls.
 type fakeStatus struct {
-	mu    sync.Mutex
-	users map[string]presence.UserPresence
+	enginetest.Statuses
 	calls atomic.Int64
 }
 
-func (f *fakeStatus) set(up presence.UserPresence) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.users == nil {
-		f.users = map[string]presence.UserPresence{}
-	}
-	f.users[up.UserID] = up
-}
-
-func (f *fakeStatus) Users(_ context.Context, ids []string) ([]presence.UserPresence, error) {
+func (f *fakeStatus) Users(ctx context.Context, ids []string) ([]presence.UserPresence, error) {
 	f.calls.Add(1)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make([]presence.UserPresence, len(ids))
-	for i, id := range ids {
-		up, ok := f.users[id]
-		if !ok {
-			up = presence.UserPresence{UserID: id, Status: presence.Offline}
-		}
-		out[i] = up
-	}
-	return out, nil
+	return f.Statuses.Users(ctx, ids)
 }
 
 // t0 is the reference instant of the tests, with milliseconds.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/ids"
+	"github.com/presenced/presenced/internal/defaults"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
@@ -53,31 +54,15 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Coarse <= 0 {
-		c.Coarse = 10 * time.Minute
-	}
-	if c.FlushInterval <= 0 {
-		c.FlushInterval = 30 * time.Second
-	}
-	if c.FlushBatch <= 0 {
-		c.FlushBatch = 1000
-	}
+	c.Coarse = defaults.Positive(c.Coarse, 10*time.Minute)
+	c.FlushInterval = defaults.Positive(c.FlushInterval, 30*time.Second)
+	c.FlushBatch = defaults.Positive(c.FlushBatch, 1000)
 	c.FlushBatch = min(c.FlushBatch, store.MaxIDs)
-	if c.Retention <= 0 {
-		c.Retention = 7 * 24 * time.Hour
-	}
-	if c.ClaimTimeout <= 0 {
-		c.ClaimTimeout = 2 * time.Minute
-	}
-	if c.PushInterval <= 0 {
-		c.PushInterval = time.Second
-	}
-	if c.RetryMin <= 0 {
-		c.RetryMin = time.Second
-	}
-	if c.RetryMax <= 0 {
-		c.RetryMax = 30 * time.Second
-	}
+	c.Retention = defaults.Positive(c.Retention, 7*24*time.Hour)
+	c.ClaimTimeout = defaults.Positive(c.ClaimTimeout, 2*time.Minute)
+	c.PushInterval = defaults.Positive(c.PushInterval, time.Second)
+	c.RetryMin = defaults.Positive(c.RetryMin, time.Second)
+	c.RetryMax = defaults.Positive(c.RetryMax, 30*time.Second)
 	c.RetryMax = max(c.RetryMax, c.RetryMin)
 	if c.Now == nil {
 		c.Now = time.Now

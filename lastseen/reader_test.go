@@ -45,9 +45,9 @@ func testReaderMixed(t *testing.T, newBuffer func(t *testing.T) (lastseen.Buffer
 	st := &wrapStore{Store: newStore(t)}
 	clk := newClock(now)
 	status := &fakeStatus{}
-	status.set(presence.UserPresence{UserID: "on", Status: presence.Online, Since: now.Add(-time.Minute)})
-	status.set(presence.UserPresence{UserID: "aw", Status: presence.Away, Since: now.Add(-10 * time.Minute)})
-	status.set(presence.UserPresence{UserID: "eng", Status: presence.Offline, LastSeen: now.Add(-2 * time.Hour)})
+	status.Set(presence.UserPresence{UserID: "on", Status: presence.Online, Since: now.Add(-time.Minute)})
+	status.Set(presence.UserPresence{UserID: "aw", Status: presence.Away, Since: now.Add(-10 * time.Minute)})
+	status.Set(presence.UserPresence{UserID: "eng", Status: presence.Offline, LastSeen: now.Add(-2 * time.Hour)})
 
 	tBuf := now.Add(-5*time.Minute - 30*time.Second)     // in the buffer (and older in the store)
 	tSto := now.Add(-26 * time.Hour)                     // only in the store
@@ -65,7 +65,7 @@ func testReaderMixed(t *testing.T, newBuffer func(t *testing.T) (lastseen.Buffer
 	must(t, st.SetPrivacy(ctx, "nocon", store.Contacts))
 	must(t, st.SetContacts(ctx, "con", []string{"me", "x"}))
 	must(t, st.SetContacts(ctx, "nocon", []string{"x"}))
-	status.set(presence.UserPresence{UserID: "hidon", Status: presence.Online})
+	status.Set(presence.UserPresence{UserID: "hidon", Status: presence.Online})
 
 	r := lastseen.NewReader(lastseen.ReaderDeps{Status: status, Buffer: buf, Store: st, Now: clk.Now})
 	ask := []string{"on", "buf", "sto", "eng", "never", "hid", "con", "nocon", "aw", "buf", "me", "hidon", "on"}
@@ -144,8 +144,8 @@ func TestReaderSkipsQueries(t *testing.T) {
 	must(t, fs.SetPrivacy(ctx, "c", store.Contacts))
 	must(t, fs.SetPrivacy(ctx, "shy", store.Nobody))
 	status := &fakeStatus{}
-	status.set(presence.UserPresence{UserID: "on", Status: presence.Online})
-	status.set(presence.UserPresence{UserID: "on2", Status: presence.Away})
+	status.Set(presence.UserPresence{UserID: "on", Status: presence.Online})
+	status.Set(presence.UserPresence{UserID: "on2", Status: presence.Away})
 	buf := &flakyBuffer{Buffer: lastseen.NewMemory()}
 	must(t, buf.Record(ctx, []store.LastSeen{{UserID: "b", At: now.Add(-time.Minute)}}))
 

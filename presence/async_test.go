@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/chantest"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -37,14 +38,7 @@ func TestAsyncSinkJoinDoesNotWaitForDelivery(t *testing.T) {
 		}
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the joins waited for the sink")
-	}
+	chantest.NoError(t, done, 2*time.Second, "the joins (which must not wait for the sink)")
 	close(release)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -5,30 +5,25 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/presenced/presenced/internal/gate"
 	"github.com/presenced/presenced/presence"
 )
 
-// memberStore answers from a set; hold, when set, holds the next read
-// until it is closed (after entered is closed).
+// memberStore answers from a set; its gate, when armed, holds the next
+// read (after the set is read) until released.
 type memberStore struct {
 	mu      sync.Mutex
 	members map[string]bool
 	reads   int
-	entered chan struct{}
-	hold    chan struct{}
+	gate    gate.Gate
 }
 
 func (s *memberStore) IsMember(_ context.Context, conv, user string) (bool, error) {
 	s.mu.Lock()
 	s.reads++
 	member := s.members[conv+"/"+user]
-	entered, hold := s.entered, s.hold
-	s.entered, s.hold = nil, nil
 	s.mu.Unlock()
-	if hold != nil {
-		close(entered)
-		<-hold
-	}
+	s.gate.Pass()
 	return member, nil
 }
 
@@ -37,9 +32,9 @@ func (s *memberStore) set(key string, v bool) { s.mu.Lock(); s.members[key] = v;
 // A read that began before a Forget answers what it read, but its answer
 // is not cached: the next check reads the store again.
 func TestCachedMembershipForgetDuringRead(t *testing.T) {
-	st := &memberStore{members: map[string]bool{"c/a": true}, entered: make(chan struct{}), hold: make(chan struct{})}
+	st := &memberStore{members: map[string]bool{"c/a": true}}
+	entered, hold := st.gate.Arm()
 	m := presence.NewCachedMembership(st, 0, 0)
-	entered, hold := st.entered, st.hold
 	done := make(chan bool)
 	go func() {
 		ok, _ := m.IsMember(context.Background(), "c", "a")

@@ -146,11 +146,7 @@ func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, re
 	}
 	delete(m.sockets, s.id)
 	u := m.users[s.user]
-	if u == nil {
-		return b
-	}
-	delete(u.socks, s.id)
-	if len(u.socks) > 0 {
+	if u == nil || !removeLast(u.socks, s.id) {
 		return b
 	}
 	if reason == ReasonTimeout {
@@ -162,6 +158,12 @@ func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, re
 	u.disconnectedAt = now
 	m.graceUsers[s.user] = struct{}{}
 	return b
+}
+
+// removeLast removes socket id from socks and reports whether none is left.
+func removeLast(socks map[string]struct{}, id string) bool {
+	delete(socks, id)
+	return len(socks) == 0
 }
 
 // leaveConv removes socket s from conversation conv.
@@ -176,11 +178,7 @@ func (m *Memory) leaveConv(s *mSocket, conv string, now time.Time, grace time.Du
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 	}
 	mem := c.members[s.user]
-	if mem == nil {
-		return b
-	}
-	delete(mem.socks, s.id)
-	if len(mem.socks) > 0 {
+	if mem == nil || !removeLast(mem.socks, s.id) {
 		return b
 	}
 	if reason == ReasonDisconnected && grace > 0 {

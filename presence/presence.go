@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/presenced/presenced/internal/defaults"
 )
 
 // Errors of engine operations. Handlers map them to ack codes.
@@ -59,26 +61,12 @@ type Config struct {
 
 // WithDefaults fills zero values.
 func (c Config) WithDefaults() Config {
-	if c.TTL <= 0 {
-		c.TTL = 45 * time.Second
-	}
-	if c.TypingTTL <= 0 {
-		c.TypingTTL = 5 * time.Second
-	}
-	if c.FlapGrace < 0 {
-		c.FlapGrace = 0
-	} else if c.FlapGrace == 0 {
-		c.FlapGrace = 3 * time.Second
-	}
-	if c.AwayAfter <= 0 {
-		c.AwayAfter = 5 * time.Minute
-	}
-	if c.MaxConversations <= 0 {
-		c.MaxConversations = 100
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 5 * time.Second
-	}
+	c.TTL = defaults.Positive(c.TTL, 45*time.Second)
+	c.TypingTTL = defaults.Positive(c.TypingTTL, 5*time.Second)
+	c.FlapGrace = defaults.NonNegative(c.FlapGrace, 3*time.Second)
+	c.AwayAfter = defaults.Positive(c.AwayAfter, 5*time.Minute)
+	c.MaxConversations = defaults.Positive(c.MaxConversations, 100)
+	c.LeaseTTL = defaults.Positive(c.LeaseTTL, 5*time.Second)
 	if c.Now == nil {
 		c.Now = time.Now
 	}

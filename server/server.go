@@ -4,6 +4,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/defaults"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/transport"
 )
@@ -64,33 +66,15 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.PingInterval <= 0 {
-		c.PingInterval = 25 * time.Second
-	}
-	if c.PingTimeout <= 0 {
-		c.PingTimeout = 20 * time.Second
-	}
-	if c.MaxBuffer <= 0 {
-		c.MaxBuffer = 100 << 10
-	}
-	if c.HandshakeWindow <= 0 {
-		c.HandshakeWindow = 10 * time.Second
-	}
-	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 20 * time.Second
-	}
-	if c.MaxUnread == 0 {
-		c.MaxUnread = 1 << 20
-	}
-	if c.MaxUnreadAge == 0 {
-		c.MaxUnreadAge = 30 * time.Second
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = 2 * time.Minute
-	}
+	c.PingInterval = defaults.Positive(c.PingInterval, 25*time.Second)
+	c.PingTimeout = defaults.Positive(c.PingTimeout, 20*time.Second)
+	c.MaxBuffer = defaults.Positive(c.MaxBuffer, 100<<10)
+	c.HandshakeWindow = defaults.Positive(c.HandshakeWindow, 10*time.Second)
+	c.ShutdownTimeout = defaults.Positive(c.ShutdownTimeout, 20*time.Second)
+	c.MaxUnread = cmp.Or(c.MaxUnread, 1<<20)
+	c.MaxUnreadAge = cmp.Or(c.MaxUnreadAge, 30*time.Second)
+	c.ReadHeaderTimeout = defaults.Positive(c.ReadHeaderTimeout, 10*time.Second)
+	c.IdleTimeout = defaults.Positive(c.IdleTimeout, 2*time.Minute)
 	return c
 }
 

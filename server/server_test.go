@@ -18,6 +18,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/chantest"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
@@ -358,14 +359,7 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatalf("open sockets: got %d, want 3", got)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Serve: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("shutdown did not finish")
-	}
+	chantest.NoError(t, done, 10*time.Second, "Serve's shutdown")
 	if got := sockets.Open(); got != 0 {
 		t.Errorf("open sockets after shutdown: got %d, want 0", got)
 	}

@@ -169,7 +169,11 @@ func lastSeenRows(op string, batch []LastSeen) (users []string, ms []int64, err 
 	return users, ms, nil
 }
 
-func checkVisibility(op string, v Visibility) error {
+// privacyArgs validates the arguments of SetPrivacy.
+func privacyArgs(op, userID string, v Visibility) error {
+	if err := checkID(op, "user id", userID); err != nil {
+		return err
+	}
 	if !v.Valid() {
 		return invalid(op, "visibility %q is not one of everyone, contacts, nobody", ids.Clip(string(v)))
 	}

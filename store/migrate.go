@@ -43,24 +43,14 @@ const migrateLockWait = 5 * time.Minute
 //
 // OpenPostgres and OpenSQLite call it unless told not to.
 func Migrate(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migration, error) {
-	p, err := newProvider(db, dialect)
-	if err != nil {
-		return nil, err
-	}
-	results, err := p.Up(ctx)
-	if err != nil {
-		return nil, wrap("migrate", err, driverTransient(dialect))
-	}
-	out := make([]Migration, 0, len(results))
-	for _, r := range results {
-		out = append(out, Migration{
+	return runGoose(ctx, db, dialect, "migrate", (*goose.Provider).Up, func(r *goose.MigrationResult) Migration {
+		return Migration{
 			Version:   r.Source.Version,
 			Name:      path.Base(r.Source.Path),
 			Applied:   true,
 			AppliedAt: time.Now().UTC(),
-		})
-	}
-	return out, nil
+		}
+	})
 }
 
 // MigrationStatus lists every migration of migrations.FS in version order,
@@ -68,16 +58,7 @@ func Migrate(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migration, err
 // creates goose's version table if the database has none yet, and waits
 // for a migration running on another node (PostgreSQL).
 func MigrationStatus(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migration, error) {
-	p, err := newProvider(db, dialect)
-	if err != nil {
-		return nil, err
-	}
-	st, err := p.Status(ctx)
-	if err != nil {
-		return nil, wrap("migration status", err, driverTransient(dialect))
-	}
-	out := make([]Migration, 0, len(st))
-	for _, s := range st {
+	return runGoose(ctx, db, dialect, "migration status", (*goose.Provider).Status, func(s *goose.MigrationStatus) Migration {
 		m := Migration{
 			Version: s.Source.Version,
 			Name:    path.Base(s.Source.Path),
@@ -86,7 +67,26 @@ func MigrationStatus(ctx context.Context, db *sql.DB, dialect Dialect) ([]Migrat
 		if m.Applied {
 			m.AppliedAt = s.AppliedAt.UTC()
 		}
-		out = append(out, m)
+		return m
+	})
+}
+
+// runGoose runs do (a goose.Provider method) on a provider for db, its error
+// wrapped as op, and returns its results converted by conv.
+func runGoose[R any](ctx context.Context, db *sql.DB, dialect Dialect, op string,
+	do func(*goose.Provider, context.Context) ([]R, error), conv func(R) Migration,
+) ([]Migration, error) {
+	p, err := newProvider(db, dialect)
+	if err != nil {
+		return nil, err
+	}
+	results, err := do(p, ctx)
+	if err != nil {
+		return nil, wrap(op, err, driverTransient(dialect))
+	}
+	out := make([]Migration, 0, len(results))
+	for _, r := range results {
+		out = append(out, conv(r))
 	}
 	return out, nil
 }

@@ -34,6 +34,7 @@ type PostgresConfig struct {
 // Postgres is the cluster store: PostgreSQL through a pgx connection pool.
 // It is safe for concurrent use.
 type Postgres struct {
+	reader
 	pool    *pgxpool.Pool
 	conn    pgx.ConnConfig // for the migrator's own connection
 	closed  atomic.Bool
@@ -71,6 +72,7 @@ func OpenPostgres(ctx context.Context, url string, cfg PostgresConfig) (*Postgre
 		return nil, wrap(op, err, pgTransient)
 	}
 	p := &Postgres{pool: pool, conn: *pc.ConnConfig}
+	p.reader = reader{p, pgReads}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, wrap(op, err, pgTransient)
@@ -154,23 +156,10 @@ func (p *Postgres) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
 	return wrap(op, err, pgTransient)
 }
 
-// LastSeen implements Store.
-func (p *Postgres) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
-	return readLastSeen(ctx, p, pgReads.lastSeen, userIDs)
-}
-
-// Privacy implements Store.
-func (p *Postgres) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
-	return readPrivacy(ctx, p, pgReads.privacy, userIDs)
-}
-
 // SetPrivacy implements Store.
 func (p *Postgres) SetPrivacy(ctx context.Context, userID string, v Visibility) error {
 	const op = "set privacy"
-	if err := checkID(op, "user id", userID); err != nil {
-		return err
-	}
-	if err := checkVisibility(op, v); err != nil {
+	if err := privacyArgs(op, userID, v); err != nil {
 		return err
 	}
 	if err := p.check(op); err != nil {
@@ -202,16 +191,6 @@ func (p *Postgres) SetContacts(ctx context.Context, userID string, contacts []st
 		`DELETE FROM contacts WHERE owner_id = $1 AND contact_id <> ALL($2::text[])`,
 		`INSERT INTO contacts (owner_id, contact_id) SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`)
 	return err
-}
-
-// ContactsAmong implements Store.
-func (p *Postgres) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
-	return readPairs(ctx, p, "contacts among", pgReads.contactsAmong, owner, "owner id", candidates, "candidate id")
-}
-
-// ContactOf implements Store.
-func (p *Postgres) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	return readPairs(ctx, p, "contact of", pgReads.contactOf, viewer, "viewer id", owners, "owner id")
 }
 
 // SetMembers implements Store, like SetContacts; the deleted rows are the
@@ -258,11 +237,6 @@ func (p *Postgres) replace(ctx context.Context, op string, lockClass int32, key 
 		removed = []string{}
 	}
 	return removed, nil
-}
-
-// IsMember implements Store.
-func (p *Postgres) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
-	return readIsMember(ctx, p, pgReads.isMember, conversationID, userID)
 }
 
 // pgReads are the read statements on PostgreSQL.

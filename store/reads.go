@@ -32,6 +32,38 @@ type readSQL struct {
 	isMember      string // (conversation, user) → bool
 }
 
+// reader implements Store's reads for a backend: its querier, with its
+// statements. Both backends embed one.
+type reader struct {
+	q   querier
+	sql readSQL
+}
+
+// LastSeen implements Store.
+func (r reader) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
+	return readLastSeen(ctx, r.q, r.sql.lastSeen, userIDs)
+}
+
+// Privacy implements Store.
+func (r reader) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
+	return readPrivacy(ctx, r.q, r.sql.privacy, userIDs)
+}
+
+// ContactsAmong implements Store.
+func (r reader) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
+	return readPairs(ctx, r.q, "contacts among", r.sql.contactsAmong, owner, "owner id", candidates, "candidate id")
+}
+
+// ContactOf implements Store.
+func (r reader) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
+	return readPairs(ctx, r.q, "contact of", r.sql.contactOf, viewer, "viewer id", owners, "owner id")
+}
+
+// IsMember implements Store.
+func (r reader) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
+	return readIsMember(ctx, r.q, r.sql.isMember, conversationID, userID)
+}
+
 func readLastSeen(ctx context.Context, q querier, sql string, userIDs []string) (map[string]time.Time, error) {
 	return readByID(ctx, q, "last seen", sql, userIDs, timestamp.FromMillis)
 }

@@ -39,6 +39,7 @@ type SQLiteConfig struct {
 // (modernc.org/sqlite, no cgo). Writes are serialised on one connection,
 // reads use a pool of read-only connections. It is safe for concurrent use.
 type SQLite struct {
+	reader
 	w, r    *sql.DB // writer (one connection) and readers; the same for ":memory:"
 	path    string
 	closed  atomic.Bool
@@ -62,6 +63,7 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 	common := "_pragma=busy_timeout(" + strconv.FormatInt(busy.Milliseconds(), 10) + ")" +
 		"&_pragma=foreign_keys(0)"
 	s := &SQLite{path: path}
+	s.reader = reader{s, liteReads}
 	if path == ":memory:" {
 		db, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate")
 		if err != nil {
@@ -252,23 +254,10 @@ func (s *SQLite) UpsertLastSeen(ctx context.Context, batch []LastSeen) error {
 	return wrap(op, s.exec(ctx, s.w, sqliteUpsertLastSeen, rows), s.transient)
 }
 
-// LastSeen implements Store.
-func (s *SQLite) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
-	return readLastSeen(ctx, s, liteReads.lastSeen, userIDs)
-}
-
-// Privacy implements Store.
-func (s *SQLite) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
-	return readPrivacy(ctx, s, liteReads.privacy, userIDs)
-}
-
 // SetPrivacy implements Store.
 func (s *SQLite) SetPrivacy(ctx context.Context, userID string, v Visibility) error {
 	const op = "set privacy"
-	if err := checkID(op, "user id", userID); err != nil {
-		return err
-	}
-	if err := checkVisibility(op, v); err != nil {
+	if err := privacyArgs(op, userID, v); err != nil {
 		return err
 	}
 	if err := s.check(op); err != nil {
@@ -291,16 +280,6 @@ func (s *SQLite) SetContacts(ctx context.Context, userID string, contacts []stri
 		`DELETE FROM contacts WHERE owner_id = ?1 AND contact_id NOT IN (SELECT value FROM json_each(?2))`,
 		`INSERT INTO contacts (owner_id, contact_id) SELECT ?1, value FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING`)
 	return err
-}
-
-// ContactsAmong implements Store.
-func (s *SQLite) ContactsAmong(ctx context.Context, owner string, candidates []string) (map[string]bool, error) {
-	return readPairs(ctx, s, "contacts among", liteReads.contactsAmong, owner, "owner id", candidates, "candidate id")
-}
-
-// ContactOf implements Store.
-func (s *SQLite) ContactOf(ctx context.Context, owners []string, viewer string) (map[string]bool, error) {
-	return readPairs(ctx, s, "contact of", liteReads.contactOf, viewer, "viewer id", owners, "owner id")
 }
 
 // SetMembers implements Store, like SetContacts; the deleted rows are the
@@ -362,11 +341,6 @@ func (s *SQLite) replace(ctx context.Context, op, key string, ids []string, del,
 		removed = []string{}
 	}
 	return removed, nil
-}
-
-// IsMember implements Store.
-func (s *SQLite) IsMember(ctx context.Context, conversationID, userID string) (bool, error) {
-	return readIsMember(ctx, s, liteReads.isMember, conversationID, userID)
 }
 
 // liteReads are the read statements on SQLite; a list travels as a JSON

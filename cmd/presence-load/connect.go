@@ -46,17 +46,8 @@ func (s *fleetStats) fail(msg string) {
 func (s *fleetStats) errorSummary() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	type kv struct {
-		k string
-		v int
-	}
-	var list []kv
-	for k, v := range s.errs {
-		list = append(list, kv{k, v})
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v })
 	out := ""
-	for i, e := range list {
+	for i, e := range largestFirst(s.errs) {
 		if i == 5 {
 			break
 		}
@@ -67,7 +58,8 @@ func (s *fleetStats) errorSummary() string {
 
 // openFleet opens the sockets at the given rate (at most -inflight sockets
 // in their handshake and joins at once) and joins their conversations.
-// Failed sockets are nil.
+// Failed sockets are nil. The sockets are dropped once the nodes are
+// stopped (see dropFleet).
 func openFleet(ctx context.Context, e *env, spec fleetSpec, st *fleetStats) []*conn {
 	conns := make([]*conn, spec.count)
 	sem := make(chan struct{}, max(1, e.opt.inflight))
@@ -146,7 +138,26 @@ func openFleet(ctx context.Context, e *env, spec fleetSpec, st *fleetStats) []*c
 	}
 	wg.Wait()
 	st.elapsed = time.Since(start)
+	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
 	return conns
+}
+
+// openFleetOn is openFleet to node n, with n's CPU sampled before and after.
+func openFleetOn(ctx context.Context, e *env, n *node, spec fleetSpec, st *fleetStats) (conns []*conn, before, after cpuSnap) {
+	before = e.cpu(n.pid)
+	conns = openFleet(ctx, e, spec, st)
+	return conns, before, e.cpu(n.pid)
+}
+
+// connected returns the sockets that connected (openFleet's non-nil ones).
+func connected(conns []*conn) []*conn {
+	var live []*conn
+	for _, c := range conns {
+		if c != nil {
+			live = append(live, c)
+		}
+	}
+	return live
 }
 
 // dropFleet closes the sockets' connections without a goodbye (used once

@@ -167,19 +167,11 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	}
 	var fs fleetStats
 	o.logf("heartbeat: connecting %d sockets", N)
-	c0 := e.cpu(n.pid)
-	conns := openFleet(ctx, e, spec, &fs)
-	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
-	c1 := e.cpu(n.pid)
+	conns, c0, c1 := openFleetOn(ctx, e, n, spec, &fs)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	var live []*conn
-	for _, c := range conns {
-		if c != nil {
-			live = append(live, c)
-		}
-	}
+	live := connected(conns)
 	r.printf("\n  setup: %d/%d sockets connected in %s (connect %s), %d joins failed%s\n",
 		len(live), N, fs.elapsed.Round(time.Millisecond), fs.connect.summary(), fs.joinFail.Load(), fs.errorSummary())
 	r.printf("  join acks: %s\n", fs.join.summary())

@@ -30,19 +30,11 @@ func runIdle(ctx context.Context, o *options, r *report) error {
 	}
 	var fs fleetStats
 	o.logf("idle: connecting %d sockets", N)
-	c0 := e.cpu(n.pid)
-	conns := openFleet(ctx, e, spec, &fs)
-	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
-	c1 := e.cpu(n.pid)
+	conns, c0, c1 := openFleetOn(ctx, e, n, spec, &fs)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	live := 0
-	for _, c := range conns {
-		if c != nil {
-			live++
-		}
-	}
+	live := len(connected(conns))
 	rate := float64(live) / fs.elapsed.Seconds()
 	r.printf("  %d/%d sockets connected in %s: %.0f sockets/s; connect (websocket + CONNECT + session event) %s; %d failed%s\n",
 		live, N, fs.elapsed.Round(time.Millisecond), rate, fs.connect.summary(), fs.failed.Load(), fs.errorSummary())

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,17 +141,8 @@ func perOp(counts map[string]int, n int) string {
 	if n == 0 || len(counts) == 0 {
 		return "-"
 	}
-	type kv struct {
-		k string
-		v int
-	}
-	var list []kv
-	for k, v := range counts {
-		list = append(list, kv{k, v})
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v || (list[i].v == list[j].v && list[i].k < list[j].k) })
 	var parts []string
-	for _, e := range list {
+	for _, e := range largestFirst(counts) {
 		parts = append(parts, fmt.Sprintf("%s %.2f", strings.ToUpper(e.k), float64(e.v)/float64(n)))
 	}
 	return strings.Join(parts, ", ")

@@ -67,15 +67,7 @@ func perfProfile(pid int, d time.Duration) string {
 	for _, r := range rows {
 		pkgs[symbolPackage(r.sym)] += r.pct
 	}
-	type kv struct {
-		k string
-		v float64
-	}
-	var pl []kv
-	for k, v := range pkgs {
-		pl = append(pl, kv{k, v})
-	}
-	sort.Slice(pl, func(i, j int) bool { return pl[i].v > pl[j].v })
+	pl := largestFirst(pkgs)
 	var b strings.Builder
 	b.WriteString("    by package (functions ≥ 0.3% only): ")
 	for i, p := range pl {

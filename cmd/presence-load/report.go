@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -148,17 +147,8 @@ func (r *report) table(rows [][]string) {
 
 // cmdBreakdown formats per-operation command counts, largest first.
 func cmdBreakdown(s cmdStats, n float64) string {
-	type kv struct {
-		k string
-		v int64
-	}
-	var list []kv
-	for k, v := range s {
-		list = append(list, kv{k, v})
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].v > list[j].v })
 	var parts []string
-	for _, e := range list {
+	for _, e := range largestFirst(s) {
 		if float64(e.v)/n < 0.005 {
 			continue
 		}

@@ -44,6 +44,21 @@ func (f *flapPhase) end() int {
 	return missing
 }
 
+// wait waits until every subscriber has had the phase's update, at most
+// timeout or until ctx ends, then ends the phase; it returns end's count of
+// missing updates.
+func (f *flapPhase) wait(ctx context.Context, timeout time.Duration) int {
+	f.mu.Lock()
+	done := f.done
+	f.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+	case <-ctx.Done():
+	}
+	return f.end()
+}
+
 func (f *flapPhase) deliver(target string, idx, node int, raw []byte, at time.Time) {
 	var ev []json.RawMessage
 	var p struct {
@@ -141,7 +156,6 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 	var fs fleetStats
 	o.logf("subscribe: connecting %d subscribers", S)
 	conns := openFleet(ctx, e, spec, &fs)
-	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
 	for _, c := range conns {
 		if c == nil {
 			return fmt.Errorf("%d of %d subscribers failed to connect:%s", fs.failed.Load(), S, fs.errorSummary())
@@ -209,27 +223,13 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 		}
 		fp.mu.Lock()
 		connAck.record(t.connectedAt.Sub(fp.t0))
-		done := fp.done
 		fp.mu.Unlock()
-		select {
-		case <-done:
-		case <-time.After(timeoutOnline):
-		case <-ctx.Done():
-		}
-		missing["online"] += fp.end()
+		missing["online"] += fp.wait(ctx, timeoutOnline)
 		time.Sleep(50 * time.Millisecond)
 
 		fp.begin("offline", node.idx, S)
 		t.Close()
-		fp.mu.Lock()
-		done = fp.done
-		fp.mu.Unlock()
-		select {
-		case <-done:
-		case <-time.After(timeoutOffline):
-		case <-ctx.Done():
-		}
-		missing["offline"] += fp.end()
+		missing["offline"] += fp.wait(ctx, timeoutOffline)
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(300 * time.Millisecond) // late strays

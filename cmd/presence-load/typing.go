@@ -143,7 +143,6 @@ func runTypingOnce(ctx context.Context, o *options, r *report, nodes int) error 
 	var fs fleetStats
 	o.logf("typing (%d nodes): connecting %d sockets", nodes, N)
 	conns := openFleet(ctx, e, spec, &fs)
-	e.afterStop = append(e.afterStop, func() { dropFleet(conns) })
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -108,11 +108,7 @@ func universal(o *redis.Options) *redis.UniversalOptions {
 
 func hostList(h string) ([]string, error) {
 	var out []string
-	for _, a := range strings.Split(h, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
+	for _, a := range listItems(h) {
 		if !strings.Contains(a, ":") {
 			a += ":6379"
 		}

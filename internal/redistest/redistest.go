@@ -6,8 +6,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,23 +26,48 @@ func URL() string {
 	return DefaultURL
 }
 
-// Client connects to the test Redis (see URL) and closes the client when
-// tb ends. An unreachable server skips the test, or fails it under CI=true.
-func Client(tb testing.TB) *redis.Client {
+var (
+	once     sync.Once
+	opts     *redis.Options
+	reachErr error
+)
+
+// Options returns client options for the test Redis (see URL), with
+// ContextTimeoutEnabled as the server sets it; each call returns a copy of
+// its own. The server is asked for a PING once per test binary: an
+// unreachable server skips the test, or fails it under CI=true or when
+// REDIS_TEST_URL is set.
+func Options(tb testing.TB) *redis.Options {
 	tb.Helper()
 	url := URL()
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		tb.Fatalf("REDIS_TEST_URL: %v", err)
-	}
-	rdb := redis.NewClient(opt)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		_ = rdb.Close()
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis at %s unreachable: %v", url, err)
+	once.Do(func() {
+		opts, reachErr = redis.ParseURL(url)
+		if reachErr != nil {
+			reachErr = fmt.Errorf("REDIS_TEST_URL: %w", reachErr)
+			return
 		}
-		tb.Skipf("redis at %s unreachable: %v", url, err)
+		opts.ContextTimeoutEnabled = true
+		c := redis.NewClient(opts)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		reachErr = c.Ping(ctx).Err()
+	})
+	if reachErr != nil {
+		if os.Getenv("CI") == "true" || os.Getenv("REDIS_TEST_URL") != "" {
+			tb.Fatalf("redis at %s unreachable (required under CI=true or with REDIS_TEST_URL set): %v", url, reachErr)
+		}
+		tb.Skipf("redis at %s unreachable (set REDIS_TEST_URL): %v", url, reachErr)
 	}
+	o := *opts
+	return &o
+}
+
+// Client connects to the test Redis (see Options) and closes the client
+// when tb ends.
+func Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	rdb := redis.NewClient(Options(tb))
 	tb.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
