@@ -135,6 +135,10 @@ func TestRedisClockSkew(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("dead node reaped %s after its last renewal at most", time.Since(dead))
+	// counted once the whole node is done, a moment after its last leave
+	for deadline := time.Now().Add(2 * time.Second); testutil.ToFloat64(n1.Collectors()[0]) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if n := testutil.ToFloat64(n1.Collectors()[0]); n != 1 {
 		t.Fatalf("presenced_nodes_reaped_total %v, want 1", n)
 	}
