@@ -3,7 +3,10 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
+	"net"
 	"testing"
+	"time"
 )
 
 // Every length takes the shortest header form (RFC 6455 §5.2), and
@@ -43,5 +46,63 @@ func TestFrameHeaders(t *testing.T) {
 	}
 	if f := buildFrame(opBinary, []byte{'4'}, []byte("ab")); !bytes.Equal(f, []byte{0x82, 3, '4', 'a', 'b'}) {
 		t.Fatalf("binary frame with a prefix: %v", f)
+	}
+}
+
+// A batch whose client does not read gives its write slot back after
+// slotWait and goes on waiting for that client alone: with every slot
+// taken by such writers, another connection's batch is still written at
+// once, and each slow client, once it reads, gets its whole batch intact.
+func TestWriteSlotsFreedBySlowReaders(t *testing.T) {
+	batch := func(tag byte) net.Buffers {
+		return net.Buffers{bytes.Repeat([]byte{tag}, 100), bytes.Repeat([]byte{tag + 1}, 200)}
+	}
+	type slow struct {
+		peer net.Conn
+		done chan error
+	}
+	var slows []slow
+	for i := range cap(writeSlots) {
+		srv, peer := net.Pipe() // unbuffered: a write waits for the peer's read
+		w := &wsTransport{netConn: srv, writeWait: 10 * time.Second}
+		s := slow{peer: peer, done: make(chan error, 1)}
+		go func() { s.done <- w.writeFrames(batch(byte('a'+2*i)), nil) }()
+		slows = append(slows, s)
+	}
+	time.Sleep(5 * slotWait)
+
+	srv, peer := net.Pipe()
+	defer srv.Close()
+	defer peer.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 300)
+		_, _ = io.ReadFull(peer, buf)
+		got <- buf
+	}()
+	w := &wsTransport{netConn: srv, writeWait: 10 * time.Second}
+	start := time.Now()
+	if err := w.writeFrames(batch('x'), nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a batch waited %v behind clients that do not read", d)
+	}
+	if b := <-got; !bytes.Equal(b, bytes.Join(batch('x'), nil)) {
+		t.Fatalf("fast client got %q", b)
+	}
+
+	for i, s := range slows {
+		buf := make([]byte, 300)
+		if _, err := io.ReadFull(s.peer, buf); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-s.done; err != nil {
+			t.Fatalf("slow writer %d: %v", i, err)
+		}
+		if want := bytes.Join(batch(byte('a'+2*i)), nil); !bytes.Equal(buf, want) {
+			t.Fatalf("slow client %d got %q, want its batch whole", i, buf)
+		}
+		s.peer.Close()
 	}
 }
