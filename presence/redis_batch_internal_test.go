@@ -115,18 +115,21 @@ func TestPipesErrorsPerOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// keep every sender busy, so the next two operations share a batch
+	// occupy keeps every sender busy (each holds its pipeline 30 ms)
 	var busy sync.WaitGroup
-	for range maxSenders {
-		busy.Add(1)
-		go func() {
-			defer busy.Done()
-			pipe := rdb.Pipeline()
-			pipe.Ping(ctx)
-			_ = p.exec(ctx, pipe.Cmds())
-		}()
+	occupy := func() {
+		for range maxSenders {
+			busy.Add(1)
+			go func() {
+				defer busy.Done()
+				pipe := rdb.Pipeline()
+				pipe.Ping(ctx)
+				_ = p.exec(ctx, pipe.Cmds())
+			}()
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(10 * time.Millisecond)
+	occupy() // so the next two operations share a batch
 	var wg sync.WaitGroup
 	var wrongErr, okErr error
 	wg.Add(2)
@@ -156,16 +159,7 @@ func TestPipesErrorsPerOperation(t *testing.T) {
 	}
 
 	// an operation that gives up while its batch waits for a sender
-	for range maxSenders {
-		busy.Add(1)
-		go func() {
-			defer busy.Done()
-			pipe := rdb.Pipeline()
-			pipe.Ping(ctx)
-			_ = p.exec(ctx, pipe.Cmds())
-		}()
-	}
-	time.Sleep(10 * time.Millisecond)
+	occupy()
 	short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 	defer cancel()
 	pipe = rdb.Pipeline()
