@@ -76,7 +76,7 @@ func (p *pipes) exec(ctx context.Context, cmds []redis.Cmder) error {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return abandonedError{err} // not sent: the commands hold no reply
 	}
 	p.mu.Lock()
 	b := p.add(ctx, cmds)
