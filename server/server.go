@@ -105,6 +105,7 @@ type Server struct {
 	io       *socket.Server
 	router   chi.Router
 	draining atomic.Bool
+	gate     *connectGate
 }
 
 // New builds the server; it does not listen yet.
@@ -112,7 +113,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Log == nil || deps.Metrics == nil || deps.Verifier == nil || deps.Sockets == nil {
 		return nil, errors.New("server: Log, Metrics, Verifier and Sockets are required")
 	}
-	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server")}
+	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server"), gate: newConnectGate()}
 	s.io = s.newSocketIO()
 	s.router = s.routes()
 	return s, nil
@@ -161,6 +162,7 @@ func (s *Server) newSocketIO() *socket.Server {
 	io.On("connection", func(args ...any) {
 		if sock, ok := args[0].(*socket.Socket); ok {
 			s.deps.Sockets.Connect(sock)
+			s.gate.leaveFor(string(sock.Id()))
 		}
 	})
 	return io
@@ -173,6 +175,21 @@ const verifyTimeout = 5 * time.Second
 // handshake token (CONTRACT §1). A refusal reaches the client as
 // connect_error with message "unauthorized" and data {code, reason}.
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
+	leave := s.gate.enter()
+	sid := string(sock.Id())
+	s.gate.hold(sid, leave)
+	// given back when Connect has run ("connection"), or here on a refusal,
+	// or when the connection closes before that
+	_ = sock.Conn().Once("close", func(...any) { s.gate.leaveFor(sid) })
+	if sock.Conn().ReadyState() != "open" { // closed before the hook was set
+		s.gate.leaveFor(sid)
+	}
+	refused := true
+	defer func() {
+		if refused {
+			s.gate.leaveFor(sid)
+		}
+	}()
 	token, _ := sock.Handshake().Auth["token"].(string)
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
@@ -202,6 +219,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		s.log.Warn("slow consumer disconnected", "user_id", user, "sid", string(sock.Id()), "why", why, "unread_bytes", pending)
 		conn.Close(true)
 	})
+	refused = false
 	next(nil)
 }
 

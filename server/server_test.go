@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -433,5 +434,34 @@ func TestHTTPTimeouts(t *testing.T) {
 	_, _ = idle.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
 	if !closedWithin(idle, 3*time.Second) {
 		t.Error("an idle keep-alive connection was not closed")
+	}
+}
+
+// Every connect gives its gate slot back: accepted (once Connect ran),
+// refused, or closed by its client before CONNECT was answered.
+func TestConnectGateReleased(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	for i := range 3 {
+		if got := connectPolling(t, ts.URL, `{"token":"`+mint(t, fmt.Sprintf("u%d", i))+`"}`); !strings.Contains(got, "session") {
+			t.Fatalf("connect %d: %q", i, got)
+		}
+		if got := connectPolling(t, ts.URL, `{"token":"garbage"}`); !strings.Contains(got, "44{") {
+			t.Fatalf("refusal %d: %q", i, got)
+		}
+	}
+	// a client that sends CONNECT and closes at once
+	sid := handshake(t, ts.URL, nil)
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	do(t, "POST", u, "40"+`{"token":"`+mint(t, "gone")+`"}`+"\x1e1", nil)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		slots, holders := ts.GateHeld()
+		if slots == 0 && holders == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every connect ended: %d gate slots held by %d sockets", slots, holders)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
