@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -109,6 +110,14 @@ func (w *wsTransport) queue(frames ...[]byte) bool {
 		o.mu.Unlock()
 		return false
 	}
+	if !o.writing && len(o.frames) == 0 && len(frames) == 1 && w.raw != nil && w.frameMu.TryLock() {
+		// (the frame lock is busy only while a control frame is written:
+		// then this frame waits in the queue, for the writer)
+		o.writing = true
+		o.mu.Unlock()
+		w.tryWrite(frames[0], now)
+		return true
+	}
 	for _, f := range frames {
 		o.frames = append(o.frames, f)
 		o.bytes += int64(len(f))
@@ -125,6 +134,99 @@ func (w *wsTransport) queue(frames ...[]byte) bool {
 		go w.drain(nil)
 	}
 	return true
+}
+
+// tryWrite writes frame to an idle connection at once, on the caller's
+// goroutine, as far as the socket takes it without waiting (a
+// non-blocking write): a broadcast then costs each recipient whose client
+// keeps up one system call, and no goroutine. Whatever the socket did not
+// take goes first in the queue, for a writer goroutine of its own (with the
+// frame lock, when the write stopped inside the frame). The caller has set
+// o.writing and holds the frame lock.
+func (w *wsTransport) tryWrite(frame []byte, now int64) {
+	o := &w.out
+	n := w.rawWrite(frame)
+	o.mu.Lock()
+	if o.dead { // abandoned meanwhile
+		o.mu.Unlock()
+		w.frameMu.Unlock()
+		return
+	}
+	if n == len(frame) {
+		w.frameMu.Unlock()
+		if len(o.frames) > 0 { // queued meanwhile, behind this write
+			o.mu.Unlock()
+			go w.drain(nil)
+			return
+		}
+		o.writing = false
+		closing := o.closing
+		if closing {
+			o.dead = true
+		}
+		o.mu.Unlock()
+		if closing {
+			_ = w.conn.Close()
+		}
+		return
+	}
+	rest := frame[n:]
+	o.frames = append(net.Buffers{rest}, o.frames...)
+	o.bytes += int64(len(rest))
+	pending, since := o.bytes, o.since
+	if since == 0 {
+		o.since = now
+	}
+	if n > 0 {
+		w.frameMuHeld = true // the writer finishes the frame before anything else
+	} else {
+		w.frameMu.Unlock()
+	}
+	o.mu.Unlock()
+	w.checkUnread(pending, since, now)
+	go w.drain(nil)
+}
+
+// rawWrite writes what the socket takes of b without waiting, and returns
+// how much that was (a failure is met again by the writer that goes on).
+func (w *wsTransport) rawWrite(b []byte) int {
+	n := 0
+	_ = w.raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := syscall.Write(int(fd), b[n:])
+			if m > 0 {
+				n += m
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || m <= 0 {
+				break
+			}
+		}
+		return true
+	})
+	return n
+}
+
+// lockFrames takes the frame lock for a write, unless tryWrite handed it
+// on to this writer.
+func (w *wsTransport) lockFrames() {
+	if w.frameMuHeld {
+		w.frameMuHeld = false
+		return
+	}
+	w.frameMu.Lock()
+}
+
+// frameLocked is the frame reader's control writer: gorilla's, under the
+// frame lock, so that a PONG or CLOSE never lands inside a frame.
+type frameLocked struct{ w *wsTransport }
+
+func (c frameLocked) WriteControl(messageType int, data []byte, deadline time.Time) error {
+	c.w.frameMu.Lock()
+	defer c.w.frameMu.Unlock()
+	return c.w.conn.Conn.WriteControl(messageType, data, deadline)
 }
 
 // writeNow writes frame at once on the calling goroutine when nothing is
@@ -173,6 +275,12 @@ func (w *wsTransport) checkUnread(pending, since, now int64) {
 // meanwhile. A failed write fails the connection and drops the queue.
 func (w *wsTransport) drain(first []byte) {
 	o := &w.out
+	defer func() {
+		if w.frameMuHeld { // handed on by tryWrite and not used: the queue was dropped
+			w.frameMuHeld = false
+			w.frameMu.Unlock()
+		}
+	}()
 	var batch net.Buffers
 	wrote := first != nil
 	for {
@@ -257,6 +365,8 @@ func (w *wsTransport) drain(first []byte) {
 // written by the event's goroutine) takes no slot.
 func (w *wsTransport) writeFrames(batch net.Buffers, single []byte) error {
 	deadline := w.writeDeadline()
+	w.lockFrames()
+	defer w.frameMu.Unlock()
 	if single != nil {
 		_ = w.netConn.SetWriteDeadline(deadline)
 		_, err := w.netConn.Write(single)

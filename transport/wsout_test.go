@@ -106,3 +106,62 @@ func TestWriteSlotsFreedBySlowReaders(t *testing.T) {
 		s.peer.Close()
 	}
 }
+
+// A frame the socket takes only in part is finished by a writer goroutine
+// before anything queued after it, whole and in order; the frame lock is
+// free again once the queue is written.
+func TestTryWritePartialFrame(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	srv := (<-accepted).(*net.TCPConn)
+	defer srv.Close()
+	_ = srv.SetWriteBuffer(4096)
+	raw, err := srv.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wsTransport{netConn: srv, raw: raw, writeWait: 10 * time.Second}
+
+	big := buildFrame(opText, nil, bytes.Repeat([]byte{'a'}, 4<<20)) // more than the socket takes at once
+	small := buildFrame(opText, nil, []byte("after"))
+	if !w.queue(big) || !w.queue(small) {
+		t.Fatal("queue refused")
+	}
+	want := append(append([]byte(nil), big...), small...)
+	got := make([]byte, len(want))
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the client did not get the two frames whole and in order")
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		w.out.mu.Lock()
+		idle := !w.out.writing
+		w.out.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not finish")
+		}
+	}
+	if !w.frameMu.TryLock() {
+		t.Fatal("the frame lock is still held after the queue was written")
+	}
+	w.frameMu.Unlock()
+}

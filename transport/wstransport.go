@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	ws "github.com/gorilla/websocket"
@@ -114,18 +115,28 @@ type wsTransport struct {
 	// direct frame could pass them).
 	settled atomic.Bool
 
-	netConn net.Conn // the hijacked connection, written by wsout.go
-	out     outbound
-	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
-	pingAt  atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
+	netConn net.Conn        // the hijacked connection, written by wsout.go
+	raw     syscall.RawConn // netConn's, for writes that must not block (nil: none)
+	// frameMu is held by whoever writes to netConn, from a frame's first
+	// byte to its last: a write that stopped inside a frame (tryWrite)
+	// hands it on to the writer that finishes the frame (frameMuHeld), so
+	// that no control frame lands in the middle.
+	frameMu     sync.Mutex
+	frameMuHeld bool // the writer goroutine owns frameMu already (set by tryWrite)
+	out         outbound
+	guard       atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
+	pingAt      atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.Transport.Construct(ctx)
 	w.idle = ctx.IdleTimeout
 	w.conn = ctx.Websocket
-	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), w.conn.Conn, w.idle
+	w.frames.conn, w.frames.ctl, w.frames.idle = w.conn.NetConn(), frameLocked{w}, w.idle
 	w.netConn = w.conn.NetConn()
+	if sc, ok := w.netConn.(syscall.Conn); ok {
+		w.raw, _ = sc.SyscallConn()
+	}
 	releaseBuffers(w.conn.Conn)
 	w.jobDone = make(chan bool, 1)
 	w.upgradeSid = ctx.Query().Peek("sid")
