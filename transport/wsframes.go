@@ -38,9 +38,9 @@ import (
 // reader does not allocate once its buffer has grown to the messages' size,
 // so the marking stays with the GC's own workers (see directPool).
 //
-// gorilla still owns the connection's writes (including the replies to
-// PING and CLOSE frames, through WriteControl, which may run alongside the
-// other writes). Compression is never negotiated (the engine's
+// The replies to PING and CLOSE frames are gorilla's (WriteControl),
+// written under the transport's frame lock (wsout.go) so that they never
+// land inside another frame. Compression is never negotiated (the engine's
 // perMessageDeflate is off), so a frame with a reserved bit set is an
 // error, as it is for gorilla.
 type frameReader struct {
@@ -54,7 +54,8 @@ type frameReader struct {
 	frag []byte // a fragmented message so far
 }
 
-// controlWriter writes PONG and CLOSE frames (gorilla's Conn).
+// controlWriter writes PONG and CLOSE frames (gorilla's Conn, under the
+// frame lock: frameLocked).
 type controlWriter interface {
 	WriteControl(messageType int, data []byte, deadline time.Time) error
 }

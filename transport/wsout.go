@@ -21,17 +21,19 @@ import (
 // recipient a slice header in its queue, and a client that stops reading
 // holds up only its own writer, never the sender.
 //
-// An idle connection has no writer goroutine: the writer is started when a
-// frame is queued on an idle connection and ends when the queue is empty.
-// An ack found an idle connection is written by the event's own goroutine
-// (the ack is the reply to what that goroutine just read), without a copy.
+// An idle connection has no writer goroutine. A frame queued on an idle
+// connection is written at once by the sender, as far as the socket takes
+// it without waiting (tryWrite): a broadcast costs each recipient that
+// keeps up one system call and no goroutine. Only what the socket did not
+// take starts a writer, which ends when the queue is empty. An ack found
+// an idle connection is written by the event's own goroutine (the ack is
+// the reply to what that goroutine just read), without a copy.
 //
 // The frames are written on the hijacked connection itself, not through
 // gorilla's writer (which copies each message into its buffer and takes a
 // syscall per message). Gorilla still writes the control frames the reader
-// answers (wsframes.go): each is one Write on the connection, and the
-// connection writes each Write or writev whole before the next, so frames
-// never interleave.
+// answers (wsframes.go), under the frame lock that every writer holds from
+// a frame's first byte to its last, so frames never interleave.
 type outbound struct {
 	mu      sync.Mutex
 	frames  net.Buffers // whole frames queued, in order
