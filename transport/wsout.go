@@ -161,15 +161,7 @@ func (w *wsTransport) tryWrite(frame []byte, now int64) {
 			go w.drain(nil)
 			return
 		}
-		o.writing = false
-		closing := o.closing
-		if closing {
-			o.dead = true
-		}
-		o.mu.Unlock()
-		if closing {
-			_ = w.conn.Close()
-		}
+		w.writerDoneLocked()
 		return
 	}
 	rest := frame[n:]
@@ -187,6 +179,22 @@ func (w *wsTransport) tryWrite(frame []byte, now int64) {
 	o.mu.Unlock()
 	w.checkUnread(pending, since, now)
 	go w.drain(nil)
+}
+
+// writerDoneLocked ends the writer's turn, the queue being empty (o.mu
+// held; unlocked on return): it closes the connection if the transport was
+// closed meanwhile.
+func (w *wsTransport) writerDoneLocked() {
+	o := &w.out
+	o.writing = false
+	closing := o.closing
+	if closing {
+		o.dead = true
+	}
+	o.mu.Unlock()
+	if closing {
+		_ = w.conn.Close()
+	}
 }
 
 // rawWrite writes what the socket takes of b without waiting, and returns
@@ -328,15 +336,7 @@ func (w *wsTransport) drain(first []byte) {
 			}
 		}
 		if len(o.frames) == 0 {
-			o.writing = false
-			closing := o.closing
-			if closing {
-				o.dead = true
-			}
-			o.mu.Unlock()
-			if closing {
-				_ = w.conn.Close()
-			}
+			w.writerDoneLocked()
 			return
 		}
 		if first != nil {
