@@ -65,20 +65,34 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 		return []Presence{}, nil
 	}
 	users := ids.Unique(userIDs)
-	targets, err := r.facts(ctx, users)
-	if err != nil {
-		return nil, err
-	}
-
 	var others []string
 	for _, id := range users {
 		if id != viewerID {
 			others = append(others, id)
 		}
 	}
-	viewerSetting := store.DefaultVisibility
+	// The settings do not depend on the facts: both are read at once.
+	type privacy struct {
+		settings map[string]store.Visibility
+		err      error
+	}
+	var read chan privacy
 	if len(others) > 0 {
-		settings, err := r.d.Store.Privacy(ctx, append(others, viewerID))
+		read = make(chan privacy, 1)
+		go func() {
+			settings, err := r.d.Store.Privacy(ctx, append(others, viewerID))
+			read <- privacy{settings, err}
+		}()
+	}
+	targets, err := r.facts(ctx, users)
+	if err != nil {
+		return nil, err
+	}
+
+	viewerSetting := store.DefaultVisibility
+	if read != nil {
+		got := <-read
+		settings, err := got.settings, got.err
 		if err != nil {
 			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
 		}

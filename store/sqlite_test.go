@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,5 +101,86 @@ func TestSQLiteOpenErrors(t *testing.T) {
 		if _, err := store.OpenSQLite(t.Context(), p, store.SQLiteConfig{}); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("OpenSQLite(%q) = %v, want ErrInvalid", p, err)
 		}
+	}
+}
+
+// coalescedStore is a SQLite store whose LastSeen and Privacy go through
+// store.Coalesced: the wrapper must pass the same suite.
+type coalescedStore struct {
+	storetest.Store
+	c store.Store
+}
+
+func (s coalescedStore) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
+	return s.c.LastSeen(ctx, userIDs)
+}
+
+func (s coalescedStore) Privacy(ctx context.Context, userIDs []string) (map[string]store.Visibility, error) {
+	return s.c.Privacy(ctx, userIDs)
+}
+
+func TestCoalescedSQLite(t *testing.T) {
+	storetest.Run(t, storetest.Backend{
+		NewDatabase: sqliteBackend.NewDatabase,
+		Open: func(ctx context.Context, path string, skipMigrate bool) (storetest.Store, error) {
+			s, err := sqliteBackend.Open(ctx, path, skipMigrate)
+			if err != nil {
+				return nil, err
+			}
+			return coalescedStore{Store: s, c: store.Coalesced(s)}, nil
+		},
+	})
+}
+
+// TestCoalescedConcurrentReads: callers whose reads are shared each get
+// their own users' values, and a caller with a bad id fails alone.
+func TestCoalescedConcurrentReads(t *testing.T) {
+	base := storetest.MustOpen(t, sqliteBackend)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var batch []store.LastSeen
+	for i := range 100 {
+		batch = append(batch, store.LastSeen{UserID: fmt.Sprint("u", i), At: at.Add(time.Duration(i) * time.Second)})
+	}
+	if err := base.UpsertLastSeen(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.SetPrivacy(t.Context(), "u7", store.Nobody); err != nil {
+		t.Fatal(err)
+	}
+	s := store.Coalesced(base)
+	var wg sync.WaitGroup
+	errs := make(chan error, 200)
+	for i := range 100 {
+		wg.Go(func() {
+			own, never := fmt.Sprint("u", i), fmt.Sprint("never", i)
+			got, err := s.LastSeen(t.Context(), []string{own, never})
+			switch {
+			case err != nil:
+				errs <- err
+			case len(got) != 1 || !got[own].Equal(at.Add(time.Duration(i)*time.Second)):
+				errs <- fmt.Errorf("LastSeen(%s, %s) = %v", own, never, got)
+			}
+			vs, err := s.Privacy(t.Context(), []string{own})
+			want := store.DefaultVisibility
+			if i == 7 {
+				want = store.Nobody
+			}
+			switch {
+			case err != nil:
+				errs <- err
+			case len(vs) != 1 || vs[own] != want:
+				errs <- fmt.Errorf("Privacy(%s) = %v, want %s", own, vs, want)
+			}
+			if i%10 == 0 {
+				if _, err := s.LastSeen(t.Context(), []string{own, "bad id"}); !errors.Is(err, store.ErrInvalid) {
+					errs <- fmt.Errorf("a bad id: err = %v, want ErrInvalid", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
