@@ -2,6 +2,7 @@ package ids_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -68,5 +69,29 @@ func TestClip(t *testing.T) {
 	}
 	if got, want := ids.Clip(strings.Repeat("x", 41)), strings.Repeat("x", 40)+"…"; got != want {
 		t.Errorf("Clip(41 x) = %q, want %q", got, want)
+	}
+}
+
+// rule is the contract's id rule as a regular expression: the oracle for
+// Valid's table.
+var rule = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,128}$`)
+
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{"", "a", "user:1@x.y-z_", "a/b", "é", "a\x00", strings.Repeat("z", 128), strings.Repeat("z", 129)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ids.Valid(s), rule.MatchString(s); got != want {
+			t.Fatalf("Valid(%q) = %v, the rule says %v", s, got, want)
+		}
+	})
+}
+
+func BenchmarkValid(b *testing.B) {
+	id := "user:1234567890@example-team.a_b"
+	for b.Loop() {
+		if !ids.Valid(id) {
+			b.Fatal("invalid")
+		}
 	}
 }

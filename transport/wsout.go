@@ -199,24 +199,42 @@ func (w *wsTransport) writerDoneLocked() {
 
 // rawWrite writes what the socket takes of b without waiting, and returns
 // how much that was (a failure is met again by the writer that goes on).
+// The caller holds the frame lock.
 func (w *wsTransport) rawWrite(b []byte) int {
-	n := 0
-	_ = w.raw.Write(func(fd uintptr) bool {
-		for n < len(b) {
-			m, err := syscall.Write(int(fd), b[n:])
-			if m > 0 {
-				n += m
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil || m <= 0 {
-				break
-			}
-		}
-		return true
-	})
+	c := &w.rawCall
+	if c.fn == nil {
+		c.fn = c.write // a method value: allocated once, not per write
+	}
+	c.b, c.n = b, 0
+	_ = w.raw.Write(c.fn)
+	n := c.n
+	c.b = nil
 	return n
+}
+
+// rawCall is a non-blocking write's argument and result, with the
+// callback RawConn.Write runs: a closure made per write would be an
+// allocation per recipient of every broadcast.
+type rawCall struct {
+	b  []byte
+	n  int
+	fn func(fd uintptr) bool
+}
+
+func (c *rawCall) write(fd uintptr) bool {
+	for c.n < len(c.b) {
+		m, err := syscall.Write(int(fd), c.b[c.n:])
+		if m > 0 {
+			c.n += m
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || m <= 0 {
+			break
+		}
+	}
+	return true
 }
 
 // lockFrames takes the frame lock for a write, unless tryWrite handed it

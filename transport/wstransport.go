@@ -123,6 +123,9 @@ type wsTransport struct {
 	// that no control frame lands in the middle.
 	frameMu     sync.Mutex
 	frameMuHeld bool // the writer goroutine owns frameMu already (set by tryWrite)
+	// rawCall is rawWrite's call, made once per connection so that a write
+	// allocates nothing; it belongs to the holder of frameMu.
+	rawCall rawCall
 	out         outbound
 	guard       atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
 	pingAt      atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
