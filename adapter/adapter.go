@@ -302,6 +302,9 @@ func (a *NamespaceAdapter) encodeFailed(what string, err error) {
 // delivery does not wait for Redis.
 func (a *NamespaceAdapter) Broadcast(packet *parser.Packet, opts *socket.BroadcastOptions) {
 	packet.Nsp = a.name
+	// This node's sockets first: their writes are done by the time the
+	// publisher goroutine, woken by the publication, takes a processor.
+	a.Adapter.Broadcast(packet, opts)
 	if !isLocal(opts) && !a.closed.Load() {
 		if a.sharded {
 			a.shardedBroadcast(packet, opts)
@@ -309,7 +312,6 @@ func (a *NamespaceAdapter) Broadcast(packet *parser.Packet, opts *socket.Broadca
 			a.classicBroadcast(packet, opts)
 		}
 	}
-	a.Adapter.Broadcast(packet, opts)
 }
 
 // BroadcastWithAck sends packet to the matching sockets of every node and

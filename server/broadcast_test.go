@@ -10,6 +10,7 @@ import (
 
 	ws "github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/server"
@@ -179,4 +180,54 @@ func TestBroadcastAfterUpgrade(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A room broadcast reaches the room as it is now: the members list kept
+// for a room since its last broadcast (transport.LocalAdapter) is dropped
+// when a socket joins or leaves it, and when the room goes away.
+func TestBroadcastFollowsRoomChanges(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	a := dialWS(t, ts.URL, mint(t, "rm-a"))
+	defer a.conn.Close()
+	b := dialWS(t, ts.URL, mint(t, "rm-b"))
+	defer b.conn.Close()
+	io := ts.Server.IO()
+	userA, userB := handlers.UserRoom("rm-a"), handlers.UserRoom("rm-b")
+	const room = "some-room"
+	// want reads c's next message, which must be want.
+	want := func(c *wsClient, who, want string) {
+		t.Helper()
+		_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if m := c.next(t); m != want {
+			t.Fatalf("%s got %q, want %q", who, m, want)
+		}
+	}
+	emit := func(to socket.Room, msg string) {
+		t.Helper()
+		if err := io.To(to).Emit("m", msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	io.In(userA).SocketsJoin(room)
+	io.In(userB).SocketsJoin(room)
+	for i := range 3 { // the members list is kept from the first
+		emit(room, "both"+strconv.Itoa(i))
+		want(a, "a", `42["m","both`+strconv.Itoa(i)+`"]`)
+		want(b, "b", `42["m","both`+strconv.Itoa(i)+`"]`)
+	}
+
+	io.In(userB).SocketsLeave(room)
+	emit(room, "a only")
+	emit(userB, "probe b") // b's next message: not "a only"
+	want(a, "a", `42["m","a only"]`)
+	want(b, "b", `42["m","probe b"]`)
+
+	io.In(userA).SocketsLeave(room) // the room is gone
+	emit(room, "nobody")
+	io.In(userB).SocketsJoin(room) // and made again
+	emit(room, "b again")
+	emit(userA, "probe a")
+	want(b, "b", `42["m","b again"]`)
+	want(a, "a", `42["m","probe a"]`)
 }

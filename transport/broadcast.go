@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"sync"
+
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
@@ -80,12 +82,100 @@ func (f *Frame) WriteTo(s *socket.Socket) {
 // cluster adapter embeds one for its local delivery (package adapter).
 type LocalAdapter struct {
 	socket.Adapter
+	members roomMembers
 }
 
 // NewLocalAdapter returns an unconstructed LocalAdapter: the caller sets
 // its prototype (the outermost adapter) and calls Construct.
 func NewLocalAdapter() *LocalAdapter {
-	return &LocalAdapter{Adapter: socket.MakeAdapter()}
+	a := &LocalAdapter{Adapter: socket.MakeAdapter()}
+	a.members.init()
+	// The library announces each change of a room after making it.
+	changed := func(args ...any) {
+		if room, ok := roomOf(args); ok {
+			a.members.changed(room)
+		}
+	}
+	_ = a.On("join-room", changed)
+	_ = a.On("leave-room", changed)
+	_ = a.On("delete-room", func(args ...any) {
+		if room, ok := roomOf(args); ok {
+			a.members.gone(room)
+		}
+	})
+	return a
+}
+
+func roomOf(args []any) (socket.Room, bool) {
+	if len(args) == 0 {
+		return "", false
+	}
+	r, ok := args[0].(socket.Room)
+	return r, ok
+}
+
+// roomMembers keeps, for each room broadcast to since its last change, the
+// list of its sockets: the library's rooms hand out a fresh copy of their
+// members per call (types.Set.Keys), which was a quarter of what typing
+// fan-out allocated. A list is dropped when its room changes; versions,
+// from one counter that never repeats, keep a list read before a change
+// from being kept after it.
+type roomMembers struct {
+	mu       sync.Mutex
+	seq      uint64
+	versions map[socket.Room]uint64 // rooms that exist: the version of their last change
+	lists    map[socket.Room][]socket.SocketId
+}
+
+func (m *roomMembers) init() {
+	m.versions = map[socket.Room]uint64{}
+	m.lists = map[socket.Room][]socket.SocketId{}
+}
+
+func (m *roomMembers) changed(room socket.Room) {
+	m.mu.Lock()
+	m.seq++
+	m.versions[room] = m.seq
+	delete(m.lists, room)
+	m.mu.Unlock()
+}
+
+func (m *roomMembers) gone(room socket.Room) {
+	m.mu.Lock()
+	delete(m.versions, room)
+	delete(m.lists, room)
+	m.mu.Unlock()
+}
+
+// of returns room's sockets (a list shared with other callers: read only),
+// from set, the library's set of them.
+func (m *roomMembers) of(room socket.Room, set *types.Set[socket.SocketId]) []socket.SocketId {
+	m.mu.Lock()
+	list, ok := m.lists[room]
+	v := m.versions[room]
+	m.mu.Unlock()
+	if ok {
+		return list
+	}
+	list = set.Keys()
+	if v == 0 {
+		return list // a room not announced (yet): not kept
+	}
+	m.mu.Lock()
+	if m.versions[room] == v {
+		m.lists[room] = list
+	}
+	m.mu.Unlock()
+	return list
+}
+
+// sockets returns the sockets in room on this node (read only).
+func (a *LocalAdapter) sockets(room socket.Room) []socket.SocketId {
+	set, ok := a.Rooms().Load(room)
+	if !ok {
+		return nil
+	}
+	return a.members.of(room, set)
 }
 
 // LocalAdapterBuilder makes a LocalAdapter per namespace
@@ -124,10 +214,8 @@ func (a *LocalAdapter) each(opts *socket.BroadcastOptions, fn func(*socket.Socke
 	if except != nil && except.Len() > 0 {
 		skip = map[socket.SocketId]struct{}{}
 		for _, r := range except.Keys() {
-			if ids, ok := a.Rooms().Load(r); ok {
-				for _, id := range ids.Keys() {
-					skip[id] = struct{}{}
-				}
+			for _, id := range a.sockets(r) {
+				skip[id] = struct{}{}
 			}
 		}
 	}
@@ -149,21 +237,17 @@ func (a *LocalAdapter) each(opts *socket.BroadcastOptions, fn func(*socket.Socke
 	}
 	keys := rooms.Keys()
 	if len(keys) == 1 { // a set's members are distinct
-		if ids, ok := a.Rooms().Load(keys[0]); ok {
-			for _, id := range ids.Keys() {
-				visit(id)
-			}
+		for _, id := range a.sockets(keys[0]) {
+			visit(id)
 		}
 		return
 	}
 	seen := map[socket.SocketId]struct{}{}
 	for _, r := range keys {
-		if ids, ok := a.Rooms().Load(r); ok {
-			for _, id := range ids.Keys() {
-				if _, dup := seen[id]; !dup {
-					seen[id] = struct{}{}
-					visit(id)
-				}
+		for _, id := range a.sockets(r) {
+			if _, dup := seen[id]; !dup {
+				seen[id] = struct{}{}
+				visit(id)
 			}
 		}
 	}
