@@ -231,9 +231,11 @@ func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedS
 // buffered times of every id (else the buffer is asked for the offline).
 func (r *Reader) factsFrom(ctx context.Context, ids []string, ups []presence.UserPresence, buffered []time.Time) (map[string]*Target, error) {
 	targets := make(map[string]*Target, len(ids))
+	all := make([]Target, len(ids)) // one allocation, not one per id
 	var offline []string
 	for i, id := range ids {
-		t := &Target{UserID: id, Status: presence.Offline}
+		t := &all[i]
+		*t = Target{UserID: id, Status: presence.Offline}
 		if i < len(ups) && ups[i].UserID == id {
 			t.Status, t.LastSeen = ups[i].Status, ups[i].LastSeen
 		}

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,4 +42,22 @@ func TestActivityRecordsDriftApart(t *testing.T) {
 	if worst > users/4 {
 		t.Fatalf("after 30 s, %d of %d users still record in the same 100 ms", worst, users)
 	}
+}
+
+// FuzzParseUser: a user record is five fields split by "|", as
+// strings.Split would have it; anything else is not a record.
+func FuzzParseUser(f *testing.F) {
+	for _, s := range []string{"1|1796160547136|online|0|0", "0|0||0|0", "1|2|3|4", "1|2|3|4|5|6", "", "||||", "a|b|c|d|e"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseUser(s)
+		fields := strings.Split(s, "|")
+		if ok != (len(fields) == 5) {
+			t.Fatalf("parseUser(%q) ok = %v, with %d fields", s, ok, len(fields))
+		}
+		if ok && got.st != fields[2] {
+			t.Fatalf("parseUser(%q) status %q, want %q", s, got.st, fields[2])
+		}
+	})
 }

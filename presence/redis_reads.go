@@ -66,10 +66,19 @@ func parseUser(v any) (userRec, bool) {
 	if !ok {
 		return userRec{}, false
 	}
-	f := strings.Split(s, "|")
-	if len(f) != 5 {
+	// five fields split by "|", without allocating (a query of 1,000
+	// users parses 1,000 records)
+	var f [5]string
+	for i := range 4 {
+		var found bool
+		if f[i], s, found = strings.Cut(s, "|"); !found {
+			return userRec{}, false
+		}
+	}
+	if strings.Contains(s, "|") {
 		return userRec{}, false
 	}
+	f[4] = s
 	var r userRec
 	r.n, _ = strconv.ParseInt(f[0], 10, 64)
 	r.act, _ = strconv.ParseInt(f[1], 10, 64)

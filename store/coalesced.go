@@ -38,7 +38,7 @@ type coalesced struct {
 
 // LastSeen implements Store.
 func (c *coalesced) LastSeen(ctx context.Context, userIDs []string) (map[string]time.Time, error) {
-	if _, err := uniqueIDs("last seen", "user id", userIDs); err != nil {
+	if err := checkIDs("last seen", "user id", userIDs); err != nil {
 		return nil, err
 	}
 	return c.lastSeen.Get(ctx, userIDs)
@@ -46,7 +46,7 @@ func (c *coalesced) LastSeen(ctx context.Context, userIDs []string) (map[string]
 
 // Privacy implements Store.
 func (c *coalesced) Privacy(ctx context.Context, userIDs []string) (map[string]Visibility, error) {
-	if _, err := uniqueIDs("privacy", "user id", userIDs); err != nil {
+	if err := checkIDs("privacy", "user id", userIDs); err != nil {
 		return nil, err
 	}
 	return c.privacy.Get(ctx, userIDs)

@@ -121,15 +121,23 @@ func checkID(op, what, id string) error {
 // uniqueIDs validates ids and returns them sorted without duplicates (a
 // new slice). Sorting gives concurrent writers one lock order.
 func uniqueIDs(op, what string, list []string) ([]string, error) {
+	if err := checkIDs(op, what, list); err != nil {
+		return nil, err
+	}
+	return ids.Sorted(list), nil // never nil: pgx sends nil as NULL
+}
+
+// checkIDs validates a list of ids: at most MaxIDs, each valid.
+func checkIDs(op, what string, list []string) error {
 	if len(list) > MaxIDs {
-		return nil, invalid(op, "%d %ss, at most %d allowed", len(list), what, MaxIDs)
+		return invalid(op, "%d %ss, at most %d allowed", len(list), what, MaxIDs)
 	}
 	for _, id := range list {
 		if err := checkID(op, what, id); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return ids.Sorted(list), nil // never nil: pgx sends nil as NULL
+	return nil
 }
 
 // replaceArgs validates the arguments of a list replace (SetContacts,
