@@ -505,14 +505,30 @@ func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any
 	if h.viewers == nil {
 		return nil, errorf(CodeUnavailable, "presence queries are not available")
 	}
-	if err := h.engine.Touch(ctx, c.sid); err != nil {
-		return nil, err
-	}
-	ps, err := h.viewers.Presences(ctx, c.UserID, ids)
+	var ps []lastseen.Presence
+	err = h.touchWhile(ctx, c, func() (err error) {
+		ps, err = h.viewers.Presences(ctx, c.UserID, ids)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return map[string]any{"presences": ps}, nil
+}
+
+// touchWhile records the activity of c's user (any event is activity)
+// while read runs, rather than before it: the read does not wait for the
+// activity's round trip. The activity's error comes first (the socket is
+// lost, or the backend unavailable). Only for reads: an event that
+// changes state touches first, so that a refusal changes nothing.
+func (h *Sockets) touchWhile(ctx context.Context, c *Conn, read func() error) error {
+	touched := make(chan error, 1)
+	go func() { touched <- h.engine.Touch(ctx, c.sid) }()
+	err := read()
+	if terr := <-touched; terr != nil {
+		return terr
+	}
+	return err
 }
 
 func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
@@ -524,6 +540,8 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 		return nil, errorf(CodeUnavailable, "presence subscriptions are not available")
 	}
 	unique := ids.Unique(asked)
+	// Touched before anything changes: a socket the engine has lost is
+	// refused with its subscriptions as they were.
 	if err := h.engine.Touch(ctx, c.sid); err != nil {
 		return nil, err
 	}
