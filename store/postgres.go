@@ -20,6 +20,8 @@ import (
 type PostgresConfig struct {
 	// MaxConns caps the connection pool; 0 keeps pool_max_conns from the
 	// URL, else pgx's default (the larger of 4 and the number of CPUs).
+	// The pool keeps pool_min_conns (the URL) or defaultMinConns
+	// connections open, at most MaxConns.
 	MaxConns int32
 	// ConnectTimeout bounds each connection attempt; 0 keeps
 	// connect_timeout from the URL, else 5s.
@@ -45,6 +47,13 @@ var _ Store = (*Postgres)(nil)
 
 const defaultConnectTimeout = 5 * time.Second
 
+// defaultMinConns connections are kept open from the start (unless the URL
+// sets pool_min_conns): a burst of reads after a quiet start would
+// otherwise wait for new connections. 1,000 presence:subscribe (100 in
+// flight) on two fresh nodes: ack p99 150–250 ms with a cold pool,
+// 63–99 ms with a warm one.
+const defaultMinConns = 4
+
 // OpenPostgres connects to the database at url (a postgres:// URL or a
 // key=value DSN), checks that it answers, and applies pending migrations
 // unless cfg.SkipMigrate. An unreachable server gives an error wrapping
@@ -58,6 +67,9 @@ func OpenPostgres(ctx context.Context, url string, cfg PostgresConfig) (*Postgre
 	}
 	if cfg.MaxConns > 0 {
 		pc.MaxConns = cfg.MaxConns
+	}
+	if pc.MinConns == 0 { // pool_min_conns not in the URL
+		pc.MinConns = min(defaultMinConns, pc.MaxConns)
 	}
 	if cfg.ConnectTimeout > 0 {
 		pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout

@@ -124,6 +124,10 @@ func TestPostgresServerGone(t *testing.T) {
 		t.Errorf("LastSeen with the database gone = %v, want ErrUnavailable", failed)
 	}
 	exec("ALTER DATABASE " + name + " ALLOW_CONNECTIONS true")
+	// The pool keeps a few connections open (defaultMinConns), all ended
+	// above. One idle for over a second is pinged before use and replaced
+	// if dead (pgxpool's default), as any would be after a real outage.
+	time.Sleep(1100 * time.Millisecond)
 	if _, err := s.LastSeen(t.Context(), []string{"a"}); err != nil {
 		t.Errorf("LastSeen after the database came back = %v", err)
 	}
