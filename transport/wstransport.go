@@ -126,9 +126,9 @@ type wsTransport struct {
 	// rawCall is rawWrite's call, made once per connection so that a write
 	// allocates nothing; it belongs to the holder of frameMu.
 	rawCall rawCall
-	out         outbound
-	guard       atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
-	pingAt      atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
+	out     outbound
+	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
+	pingAt  atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
