@@ -513,7 +513,7 @@ func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"presences": ps}, nil
+	return map[string]any{"presences": lastseen.PresenceList(ps)}, nil
 }
 
 // touchWhile records the activity of c's user (any event is activity)
@@ -556,7 +556,7 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 		}
 		seed(c, ps)
 	}
-	return map[string]any{"presences": ps}, nil
+	return map[string]any{"presences": lastseen.PresenceList(ps)}, nil
 }
 
 // arrived notes when a known event's packet arrived.

@@ -467,7 +467,7 @@ func subsOf(e *tblEnv, sid string) []string {
 
 func presencesOf(t *testing.T, ack map[string]any) []lastseen.Presence {
 	t.Helper()
-	ps, ok := ack["presences"].([]lastseen.Presence)
+	ps, ok := ack["presences"].(lastseen.PresenceList)
 	if !ok {
 		t.Fatalf("presences %#v", ack["presences"])
 	}

@@ -317,7 +317,7 @@ func FuzzPresenceQuery(f *testing.F) {
 		if len(ids) == 0 {
 			t.Fatal("an empty query accepted")
 		}
-		ps, _ := ack["presences"].([]lastseen.Presence)
+		ps, _ := ack["presences"].(lastseen.PresenceList)
 		if len(ps) != len(ids) {
 			t.Fatalf("%d presences for %d ids", len(ps), len(ids))
 		}
@@ -337,7 +337,7 @@ func FuzzPresenceSubscribe(f *testing.F) {
 		if got := e.snapshot(t).Subs; !slices.Equal(got, ids) && !(len(got) == 0 && len(ids) == 0) {
 			t.Fatalf("subscribed to %v, want %v", got, ids)
 		}
-		if ps, _ := ack["presences"].([]lastseen.Presence); len(ps) != len(ids) {
+		if ps, _ := ack["presences"].(lastseen.PresenceList); len(ps) != len(ids) {
 			t.Fatalf("%d presences for %d distinct ids", len(ps), len(ids))
 		}
 	})

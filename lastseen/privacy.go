@@ -1,6 +1,7 @@
 package lastseen
 
 import (
+	"encoding/json"
 	"strconv"
 	"time"
 
@@ -201,4 +202,58 @@ func plural(n int, unit string) string {
 		s += "s"
 	}
 	return s
+}
+
+// PresenceList is a list of presences that encodes itself to JSON exactly
+// as encoding/json encodes a []Presence (FuzzPresenceListJSON), without
+// reflection: an answer to presence:query of 1,000 users was a sixth of
+// what the query allocated. The websocket transport uses AppendJSON.
+type PresenceList []Presence
+
+// AppendJSON appends l as json.Marshal would encode it.
+func (l PresenceList) AppendJSON(dst []byte) []byte {
+	if l == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i := range l {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		p := &l[i]
+		dst = append(dst, `{"userId":`...)
+		dst = appendJSONString(dst, p.UserID)
+		dst = append(dst, `,"status":`...)
+		dst = appendJSONString(dst, p.Status)
+		dst = append(dst, `,"lastSeen":`...)
+		dst = appendJSONStringPtr(dst, p.LastSeen)
+		dst = append(dst, `,"lastSeenBucket":`...)
+		dst = appendJSONStringPtr(dst, p.LastSeenBucket)
+		dst = append(dst, `,"display":`...)
+		dst = appendJSONString(dst, p.Display)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
+func appendJSONStringPtr(dst []byte, s *string) []byte {
+	if s == nil {
+		return append(dst, "null"...)
+	}
+	return appendJSONString(dst, *s)
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: by hand
+// when s is printable ASCII that needs no escape (ids, statuses, times),
+// else by encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }

@@ -2,6 +2,7 @@ package lastseen_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -224,4 +225,36 @@ func TestPresenceJSON(t *testing.T) {
 			t.Errorf("JSON\n  %s\nwant\n  %s", got, c.want)
 		}
 	}
+}
+
+func FuzzPresenceListJSON(f *testing.F) {
+	f.Add("u1", "online", "2026-01-02T03:04:00.000Z", "", "online", true, false, 2)
+	f.Add("a<b>&\"\\", "hidden", "", "within a week", "last seen\x00 \u2028é", false, true, 1)
+	f.Add("", "", "\xff", "", "", true, true, 0)
+	f.Fuzz(func(t *testing.T, id, status, seen, bucket, display string, hasSeen, hasBucket bool, n int) {
+		var l lastseen.PresenceList
+		if n >= 0 {
+			l = lastseen.PresenceList{}
+		}
+		for i := range n % 4 {
+			p := lastseen.Presence{UserID: id + strconv.Itoa(i), Status: status, Display: display}
+			if hasSeen {
+				p.LastSeen = &seen
+			}
+			if hasBucket {
+				p.LastSeenBucket = &bucket
+			}
+			l = append(l, p)
+		}
+		want, err := json.Marshal([]lastseen.Presence(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.AppendJSON([]byte("x")); string(got) != "x"+string(want) {
+			t.Fatalf("AppendJSON = %s\njson.Marshal = %s", got[1:], want)
+		}
+		if got, _ := json.Marshal(l); string(got) != string(want) {
+			t.Fatalf("the list type changed encoding/json's output: %s", got)
+		}
+	})
 }

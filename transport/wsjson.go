@@ -14,11 +14,17 @@ import (
 // hand everything else to encoding/json, so their output and their reading
 // are exactly encoding/json's (wsjson_test.go compares them).
 
+// jsonAppender is a value that encodes itself exactly as json.Marshal
+// would (lastseen.PresenceList).
+type jsonAppender interface{ AppendJSON(dst []byte) []byte }
+
 // appendJSON appends v as json.Marshal would encode it.
 func appendJSON(dst []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
 	case nil:
 		return append(dst, "null"...), nil
+	case jsonAppender:
+		return v.AppendJSON(dst), nil
 	case bool:
 		return strconv.AppendBool(dst, v), nil
 	case string:
