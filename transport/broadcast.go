@@ -148,14 +148,21 @@ func (m *roomMembers) gone(room socket.Room) {
 }
 
 // of returns room's sockets (a list shared with other callers: read only),
-// from set, the library's set of them.
-func (m *roomMembers) of(room socket.Room, set *types.Set[socket.SocketId]) []socket.SocketId {
+// from load, which returns the library's set of them (nil: no such room).
+// The set is loaded after the version is read: a room deleted and made
+// again meanwhile has a later version, so a list of its old set is not
+// kept.
+func (m *roomMembers) of(room socket.Room, load func() *types.Set[socket.SocketId]) []socket.SocketId {
 	m.mu.Lock()
 	list, ok := m.lists[room]
 	v := m.versions[room]
 	m.mu.Unlock()
 	if ok {
 		return list
+	}
+	set := load()
+	if set == nil {
+		return nil
 	}
 	list = set.Keys()
 	if v == 0 {
@@ -171,11 +178,10 @@ func (m *roomMembers) of(room socket.Room, set *types.Set[socket.SocketId]) []so
 
 // sockets returns the sockets in room on this node (read only).
 func (a *LocalAdapter) sockets(room socket.Room) []socket.SocketId {
-	set, ok := a.Rooms().Load(room)
-	if !ok {
-		return nil
-	}
-	return a.members.of(room, set)
+	return a.members.of(room, func() *types.Set[socket.SocketId] {
+		set, _ := a.Rooms().Load(room)
+		return set
+	})
 }
 
 // LocalAdapterBuilder makes a LocalAdapter per namespace
