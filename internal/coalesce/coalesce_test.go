@@ -95,6 +95,22 @@ func waitIdle[V any](t *testing.T, r *Reader[V]) {
 	}
 }
 
+// busy returns a Reader with one reader, over a fake whose reads wait
+// for f.hold, once its reader is taken by a read of "first"; that read's
+// error arrives on first when f.hold is closed.
+func busy(t *testing.T, chunk int) (f *fake, r *Reader[string], first chan error) {
+	f = newFake()
+	f.hold = make(chan struct{})
+	r = New(f.read, 1, chunk, time.Second)
+	first = make(chan error, 1)
+	go func() {
+		_, err := r.Get(t.Context(), []string{"first"})
+		first <- err
+	}()
+	<-f.started // the only reader is busy
+	return f, r, first
+}
+
 type key struct{}
 
 func TestLoneCallerReadsAtOnceUnderItsContext(t *testing.T) {
@@ -120,16 +136,7 @@ func TestLoneCallerReadsAtOnceUnderItsContext(t *testing.T) {
 }
 
 func TestBurstSharesOneRead(t *testing.T) {
-	f := newFake()
-	f.hold = make(chan struct{})
-	r := New(f.read, 1, 100, time.Second)
-
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Get(t.Context(), []string{"first"})
-		first <- err
-	}()
-	<-f.started // the only reader is busy
+	f, r, first := busy(t, 100)
 
 	type result struct {
 		i   int
@@ -170,11 +177,7 @@ func TestBurstSharesOneRead(t *testing.T) {
 }
 
 func TestBatchSplitIntoChunks(t *testing.T) {
-	f := newFake()
-	f.hold = make(chan struct{})
-	r := New(f.read, 1, 3, time.Second)
-	go func() { _, _ = r.Get(t.Context(), []string{"first"}) }()
-	<-f.started
+	f, r, _ := busy(t, 3)
 	done := make(chan map[string]string, 1)
 	go func() {
 		got, _ := r.Get(t.Context(), []string{"a", "b", "c", "d", "e", "f", "g"})
@@ -195,15 +198,7 @@ func TestBatchSplitIntoChunks(t *testing.T) {
 }
 
 func TestBatchErrorReachesItsCallers(t *testing.T) {
-	f := newFake()
-	f.hold = make(chan struct{})
-	r := New(f.read, 1, 100, time.Second)
-	first := make(chan error, 1)
-	go func() {
-		_, err := r.Get(t.Context(), []string{"first"})
-		first <- err
-	}()
-	<-f.started
+	f, r, first := busy(t, 100)
 	boom := errors.New("boom")
 	errs := make(chan error, 3)
 	for i := range 3 {
@@ -233,11 +228,8 @@ func TestBatchErrorReachesItsCallers(t *testing.T) {
 }
 
 func TestCallerGivesUpBatchGoesOn(t *testing.T) {
-	f := newFake()
-	f.hold = make(chan struct{})
-	r := New(f.read, 1, 100, time.Second)
-	go func() { _, _ = r.Get(t.Context(), []string{"first"}) }()
-	<-f.started
+	f, r, first := busy(t, 100)
+	defer func() { <-first }()
 
 	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), key{}, "quitter"))
 	gaveUp := make(chan error, 1)
