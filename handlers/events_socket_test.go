@@ -90,11 +90,7 @@ func newSockEnv(t *testing.T, o sockOptions) *sockEnv {
 
 func (e *sockEnv) token(user string) string {
 	e.t.Helper()
-	tok, err := auth.SignHS256(e.secret, user, time.Hour, time.Now())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return tok
+	return signToken(e.t, e.secret, user)
 }
 
 // connect connects user as dialSocket does, and returns the socket, the

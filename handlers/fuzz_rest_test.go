@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -56,11 +55,7 @@ func newRESTFuzz(tb testing.TB) *restFuzz {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tok, err := auth.SignHS256(secret, "viewer", time.Hour, time.Now())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f := &restFuzz{st: st, user: tok}
+	f := &restFuzz{st: st, user: signToken(tb, secret, "viewer")}
 	rest := handlers.NewREST(handlers.RESTDeps{
 		Verifier:     verifier,
 		ServiceToken: svcToken,

@@ -133,13 +133,7 @@ func TestJoinRacingEvictionIsUndone(t *testing.T) {
 		srv.IO().Close(nil)
 		hs.Close()
 	})
-	token := func(user string) string {
-		tok, err := auth.SignHS256(secret, user, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	token := func(user string) string { return signToken(t, secret, user) }
 
 	bob := dialSocket(t, hs.URL, token("bob"))
 	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})

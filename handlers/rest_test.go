@@ -120,9 +120,15 @@ func newEnv(t *testing.T, o envOpts) *env {
 
 func (e *env) token(user string) string {
 	e.t.Helper()
-	tok, err := auth.SignHS256(e.secret, user, time.Hour, time.Now())
+	return signToken(e.t, e.secret, user)
+}
+
+// signToken is a user's token signed with secret, valid for an hour.
+func signToken(tb testing.TB, secret []byte, user string) string {
+	tb.Helper()
+	tok, err := auth.SignHS256(secret, user, time.Hour, time.Now())
 	if err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return tok
 }

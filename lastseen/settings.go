@@ -2,11 +2,10 @@ package lastseen
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/coalesce"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
 )
@@ -42,28 +41,19 @@ type Settings struct {
 	store SettingStore
 	cfg   SettingsConfig
 
+	// reads shares the store reads: while settingReaders run, the ids
+	// asked for join one next read. So a burst of new users (a reconnect
+	// storm) costs a few large reads, not one read per lookup queued on
+	// the store's connection pool, and an idle cache adds no wait.
+	reads *coalesce.Reader[store.Visibility]
+
 	mu      sync.Mutex
 	entries map[string]settingEntry
 	loading map[string]chan struct{} // user → closed when its read ends
 	seq     uint64                   // counts puts: a read older than a put does not undo it
-	// next gathers the ids asked for while every reader is busy; the
-	// first reader free reads them all in one statement. So a burst of
-	// new users (a reconnect storm) costs a few large reads, not one read
-	// per lookup queued on the store's connection pool, and an idle cache
-	// adds no wait to a lookup.
-	next    *settingBatch
-	readers int // reads running (at most settingReaders)
 }
 
-// settingBatch is one read of the store: ids, and done closed when the
-// read has ended.
-type settingBatch struct {
-	ids  []string
-	done chan struct{}
-}
-
-// settingReaders bounds the store reads of Settings running at once; the
-// lookups meanwhile join the next batch.
+// settingReaders bounds the store reads of Settings running at once.
 const settingReaders = 2
 
 type settingEntry struct {
@@ -89,7 +79,13 @@ func NewSettings(s SettingStore, cfg SettingsConfig) *Settings {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Settings{store: s, cfg: cfg, entries: map[string]settingEntry{}, loading: map[string]chan struct{}{}}
+	return &Settings{
+		store:   s,
+		cfg:     cfg,
+		reads:   coalesce.New(s.Privacy, settingReaders, store.MaxIDs, settingsReadTimeout),
+		entries: map[string]settingEntry{},
+		loading: map[string]chan struct{}{},
+	}
 }
 
 // Lookup returns the settings of userIDs that are known within Wait (or
@@ -116,21 +112,12 @@ func (s *Settings) Lookup(ctx context.Context, userIDs []string) map[string]stor
 		need = append(need, id)
 	}
 	if len(need) > 0 {
-		b := s.next
-		if b == nil {
-			b = &settingBatch{done: make(chan struct{})}
-			s.next = b
-		}
-		b.ids = append(b.ids, need...)
+		done := make(chan struct{})
 		for _, id := range need {
-			s.loading[id] = b.done
+			s.loading[id] = done
 		}
-		waits = append(waits, b.done)
-		if s.readers < settingReaders {
-			s.readers++
-			s.next = nil
-			go s.read(b, s.seq)
-		}
+		waits = append(waits, done)
+		go s.load(need, done, s.seq)
 	}
 	s.mu.Unlock()
 	if len(waits) == 0 {
@@ -161,49 +148,27 @@ wait:
 	return out
 }
 
-// read is a reader: it reads batch b, then the batch gathered meanwhile,
-// until none is waiting. startSeq is s.seq when b was taken.
-func (s *Settings) read(b *settingBatch, startSeq uint64) {
-	for b != nil {
-		s.load(b, startSeq)
-		s.mu.Lock()
-		b, startSeq = s.next, s.seq
-		s.next = nil
-		if b == nil {
-			s.readers--
-		}
-		s.mu.Unlock()
-	}
-}
-
-// load reads a batch from the store (in statements of at most
-// store.MaxIDs ids) and fills the cache, unless an entry was Set after the
-// read began (that one is newer than what the store said).
-func (s *Settings) load(b *settingBatch, startSeq uint64) {
+// load reads ids from the store (shared with other lookups: reads) and
+// fills the cache, unless an entry was Set after the lookup began (that
+// one is newer than what the store said); done is closed at the end.
+// startSeq is s.seq when the lookup began.
+func (s *Settings) load(ids []string, done chan struct{}, startSeq uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), settingsReadTimeout)
-	defer cancel()
-	got := make(map[string]store.Visibility, len(b.ids))
-	var err error
-	for part := range slices.Chunk(b.ids, store.MaxIDs) {
-		var vs map[string]store.Visibility
-		if vs, err = s.store.Privacy(ctx, part); err != nil {
-			break
-		}
-		maps.Copy(got, vs)
-	}
+	got, err := s.reads.Get(ctx, ids)
+	cancel()
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, id := range b.ids {
-		if s.loading[id] == b.done {
+	for _, id := range ids {
+		if s.loading[id] == done {
 			delete(s.loading, id)
 		}
 	}
-	close(b.done)
+	close(done)
 	if err != nil {
 		return // tried again at the next lookup
 	}
-	for _, id := range b.ids {
+	for _, id := range ids {
 		v, ok := got[id]
 		if !ok {
 			v = store.DefaultVisibility

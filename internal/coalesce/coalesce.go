@@ -17,8 +17,8 @@ import (
 	"time"
 )
 
-// ReadFunc reads the values of ids (unique, at most the Reader's chunk);
-// ids without a value are absent from the map.
+// ReadFunc reads the values of ids (at most the Reader's chunk); ids
+// without a value are absent from the map.
 type ReadFunc[V any] func(ctx context.Context, ids []string) (map[string]V, error)
 
 // Reader coalesces the calls to one ReadFunc. Create it with New.
@@ -41,7 +41,7 @@ type batch[V any] struct {
 }
 
 // New returns a Reader over read that runs at most readers reads at once
-// and splits a batch into reads of at most chunk ids; a batch's reads end
+// and splits a read into calls of at most chunk ids; a batch's reads end
 // within timeout.
 func New[V any](read ReadFunc[V], readers, chunk int, timeout time.Duration) *Reader[V] {
 	return &Reader[V]{read: read, readers: max(readers, 1), chunk: max(chunk, 1), timeout: timeout}
@@ -49,9 +49,9 @@ func New[V any](read ReadFunc[V], readers, chunk int, timeout time.Duration) *Re
 
 // Get returns the values of ids, as read once Get was called: by the
 // caller itself when a reader is free, else by the batch it joins. ids
-// must be valid for read (a batch's error is every member's error) and,
-// for a direct read, within the chunk. When ctx ends before the batch is
-// read, Get returns ctx's error and the batch goes on for the others.
+// must be valid for read (a batch's error is every member's error). When
+// ctx ends before the batch is read, Get returns ctx's error and the batch
+// goes on for the others.
 func (r *Reader[V]) Get(ctx context.Context, ids []string) (map[string]V, error) {
 	if len(ids) == 0 {
 		return map[string]V{}, nil
@@ -60,7 +60,7 @@ func (r *Reader[V]) Get(ctx context.Context, ids []string) (map[string]V, error)
 	if r.running < r.readers {
 		r.running++
 		r.mu.Unlock()
-		out, err := r.read(ctx, ids)
+		out, err := r.readAll(ctx, ids)
 		r.done()
 		return out, err
 	}
@@ -105,22 +105,28 @@ func (r *Reader[V]) done() {
 	}
 }
 
-// readBatch reads b in chunks under its own timeout, hands the result to
-// its callers, then ends like any read.
+// readBatch reads b under its own timeout, hands the result to its
+// callers, then ends like any read.
 func (r *Reader[V]) readBatch(b *batch[V]) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-	ids := slices.Sorted(maps.Keys(b.ids))
+	b.out, b.err = r.readAll(ctx, slices.Sorted(maps.Keys(b.ids)))
+	cancel()
+	close(b.done)
+	r.done()
+}
+
+// readAll reads ids in calls of at most chunk ids.
+func (r *Reader[V]) readAll(ctx context.Context, ids []string) (map[string]V, error) {
+	if len(ids) <= r.chunk {
+		return r.read(ctx, ids)
+	}
 	out := make(map[string]V, len(ids))
-	var err error
 	for part := range slices.Chunk(ids, r.chunk) {
-		var got map[string]V
-		if got, err = r.read(ctx, part); err != nil {
-			break
+		got, err := r.read(ctx, part)
+		if err != nil {
+			return nil, err
 		}
 		maps.Copy(out, got)
 	}
-	cancel()
-	b.out, b.err = out, err
-	close(b.done)
-	r.done()
+	return out, nil
 }

@@ -195,6 +195,20 @@ func TestBatchSplitIntoChunks(t *testing.T) {
 	if !slices.Equal(sizes, []int{3, 3, 1}) {
 		t.Fatalf("batch read in chunks of %v, want [3 3 1]", sizes)
 	}
+
+	// a lone caller's read is split the same way
+	waitIdle(t, r)
+	before := len(f.readsDone())
+	if got, err := r.Get(t.Context(), []string{"h", "i", "j", "k"}); err != nil || len(got) != 4 {
+		t.Fatalf("direct read: %v, %v", got, err)
+	}
+	sizes = nil
+	for _, rd := range f.readsDone()[before:] {
+		sizes = append(sizes, len(rd))
+	}
+	if !slices.Equal(sizes, []int{3, 1}) {
+		t.Fatalf("direct read in chunks of %v, want [3 1]", sizes)
+	}
 }
 
 func TestBatchErrorReachesItsCallers(t *testing.T) {
