@@ -85,6 +85,48 @@ func TestPostgresUnreachable(t *testing.T) {
 	}
 }
 
+// A fresh store keeps connections open before any read: defaultMinConns,
+// at most the pool's maximum, or the URL's pool_min_conns.
+func TestPostgresPoolWarm(t *testing.T) {
+	dbURL := newPGDatabase(t)
+	for _, c := range []struct {
+		name string
+		url  string
+		cfg  store.PostgresConfig
+		want int32
+	}{
+		{"default", dbURL, store.PostgresConfig{}, 4},
+		{"capped by MaxConns", dbURL, store.PostgresConfig{MaxConns: 2}, 2},
+		{"pool_min_conns in the URL", dbURL + sep(dbURL) + "pool_max_conns=8&pool_min_conns=6", store.PostgresConfig{}, 6},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := store.OpenPostgres(t.Context(), c.url, c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for store.PoolConns(s) < c.want && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := store.PoolConns(s); got < c.want {
+				t.Fatalf("%d connections open, want at least %d", got, c.want)
+			}
+			if c.cfg.MaxConns > 0 && store.PoolConns(s) > c.cfg.MaxConns {
+				t.Fatalf("%d connections open, over MaxConns %d", store.PoolConns(s), c.cfg.MaxConns)
+			}
+		})
+	}
+}
+
+// sep is what joins a query parameter to url.
+func sep(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	return "?"
+}
+
 // TestPostgresServerGone checks that a store whose database disappears
 // reports ErrUnavailable, then recovers by itself.
 func TestPostgresServerGone(t *testing.T) {
