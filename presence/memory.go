@@ -72,8 +72,9 @@ func NewMemory() *Memory {
 
 // MemoryEngine is one node's Engine over a Memory backend.
 type MemoryEngine struct {
-	m   *Memory
-	cfg Config
+	m     *Memory
+	cfg   Config
+	alarm *alarm // wakes Run when a flap grace of this node ends
 
 	lastRefresh time.Time // guarded by m.mu
 }
@@ -83,7 +84,7 @@ var _ Engine = (*MemoryEngine)(nil)
 // NewMemoryEngine attaches a node to the backend.
 func NewMemoryEngine(m *Memory, cfg Config) *MemoryEngine {
 	cfg = cfg.WithDefaults()
-	e := &MemoryEngine{m: m, cfg: cfg}
+	e := &MemoryEngine{m: m, cfg: cfg, alarm: newAlarm()}
 	m.mu.Lock()
 	m.leases[cfg.NodeID] = cfg.Now()
 	m.mu.Unlock()
@@ -128,12 +129,16 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 
 // Disconnect implements Engine.
 func (e *MemoryEngine) Disconnect(ctx context.Context, socketID string) error {
-	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+	err := e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
 		if s, ok := m.sockets[socketID]; ok {
 			return m.removeSocket(s, now, e.cfg.FlapGrace, ReasonDisconnected, nil), nil
 		}
 		return nil, nil
 	})
+	if err == nil && e.cfg.FlapGrace > 0 {
+		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
+	}
+	return err
 }
 
 // removeSocket takes a socket out of every conversation and of its user.
@@ -583,7 +588,8 @@ func (e *MemoryEngine) Drain(ctx context.Context) error {
 
 // Run implements Engine.
 func (e *MemoryEngine) Run(ctx context.Context) error {
-	return runTicker(ctx, e.cfg, e.Tick)
+	defer e.alarm.stop()
+	return runTicker(ctx, e.cfg, e.alarm.C, e.Tick, e.Tick)
 }
 
 // Close implements Engine.
@@ -598,7 +604,9 @@ func tickEvery(cfg Config) time.Duration {
 	return min(max(cfg.TypingTTL/100, 10*time.Millisecond), 50*time.Millisecond)
 }
 
-func runTicker(ctx context.Context, cfg Config, tick func(context.Context) error) error {
+// runTicker runs tick every tickEvery, and woken when a moment an alarm
+// holds has come (between ticks, never at once with one).
+func runTicker(ctx context.Context, cfg Config, wake <-chan struct{}, tick, woken func(context.Context) error) error {
 	t := time.NewTicker(tickEvery(cfg))
 	defer t.Stop()
 	for {
@@ -607,6 +615,8 @@ func runTicker(ctx context.Context, cfg Config, tick func(context.Context) error
 			return nil
 		case <-t.C:
 			_ = tick(ctx) // errors are counted and logged by the engine
+		case <-wake:
+			_ = woken(ctx)
 		}
 	}
 }

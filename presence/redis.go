@@ -78,6 +78,7 @@ type RedisEngine struct {
 
 	act   activityBatcher // group commit of activity records (redis_activity.go)
 	pipes pipes           // every pipeline goes through it (redis_batch.go)
+	alarm *alarm          // wakes Run when a flap grace of this node ends
 }
 
 type rSocket struct {
@@ -110,6 +111,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		leaving: map[string]struct{}{},
+		alarm:   newAlarm(),
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",
 			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
@@ -255,7 +257,8 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	var fatal error
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_ = runTicker(tctx, e.cfg, func(ctx context.Context) error {
+	defer e.alarm.stop()
+	tick := func(ctx context.Context) error {
 		err := e.Tick(ctx)
 		switch {
 		case errors.Is(err, ErrNodeIDTaken):
@@ -265,7 +268,16 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 			e.log.Warn("presence tick failed", "err", err)
 		}
 		return nil
-	})
+	}
+	// A wake only runs the timers (the ends of this node's graces); the
+	// lease and the rest keep to the tick.
+	woken := func(ctx context.Context) error {
+		if err := e.runDue(ctx, e.cfg.Now()); err != nil && ctx.Err() == nil {
+			e.log.Warn("presence timers failed", "err", err)
+		}
+		return nil
+	}
+	_ = runTicker(tctx, e.cfg, e.alarm.C, tick, woken)
 	return fatal
 }
 

@@ -126,6 +126,11 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)
 	}
+	if mode == "grace" && grace > 0 {
+		// After the round trip: Redis's clock (the timers') has passed the
+		// moment the grace started, if it is this machine's.
+		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
+	}
 	var b batch
 	for i, c := range convs {
 		v, _ := leaves[i].Int64Slice()

@@ -260,7 +260,7 @@ func runSubscribe(ctx context.Context, o *options, r *report) error {
 		r.figMs("subscribe", "update_offline_minus_grace_p50", off.quantile(0.5)-wait)
 		r.figMs("subscribe", "update_offline_minus_grace_p99", off.quantile(0.99)-wait)
 	}
-	r.printf("  offline minus the %s flap grace: p50 %s, p90 %s, p99 %s, max %s (the grace timer is polled by the engine's tick, every 50ms with the default 5s typing TTL, so up to 50ms of this is tick wait)\n",
+	r.printf("  offline minus the %s flap grace: p50 %s, p90 %s, p99 %s, max %s (the node the socket left wakes at the grace's end, within 5ms; a grace another node must end waits for its tick, up to 50ms)\n",
 		g, ms(off.quantile(0.5)-g), ms(off.quantile(0.9)-g), ms(off.quantile(0.99)-g), ms(off.maxDur()-g))
 	r.printf("  CPU during the flaps: %s\n", cpuLine(fc0, fc1))
 	r.fig("subscribe", "flaps_other_processes_cpu", fc0.others(fc1).Seconds()/fc1.at.Sub(fc0.at).Seconds(), "cores", "none")

@@ -1,0 +1,82 @@
+package presence
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// alarmStep is the resolution of an alarm: moments are rounded up to it,
+// so a burst of disconnects wakes the timer loop at most once per step.
+const alarmStep = 5 * time.Millisecond
+
+// alarmMax bounds the moments an alarm keeps; past it, moments are not
+// kept and their timers wait for the tick, as every timer did before.
+const alarmMax = 4096
+
+// alarm wakes an engine's timer loop when a flap grace this node started
+// ends, so that the leaves and the offline update go out then, not at the
+// next tick (up to tickEvery later: 25 ms at the median). It only hurries
+// the loop: the timers themselves stay where they are (in Redis, or in
+// the memory backend), and a moment missed or rung early costs nothing but
+// the wait for the next tick. Timers another node started still wait for
+// a tick.
+type alarm struct {
+	C chan struct{} // receives when a moment has come (buffered: one wake covers many)
+
+	mu    sync.Mutex
+	at    []time.Time // pending moments, sorted, distinct
+	timer *time.Timer
+}
+
+func newAlarm() *alarm {
+	a := &alarm{C: make(chan struct{}, 1)}
+	a.timer = time.AfterFunc(time.Hour, a.ring)
+	a.timer.Stop()
+	return a
+}
+
+// set asks for a wake at t or within alarmStep after it.
+func (a *alarm) set(t time.Time) {
+	t = t.Truncate(alarmStep).Add(alarmStep)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i, found := slices.BinarySearchFunc(a.at, t, time.Time.Compare)
+	if found || len(a.at) >= alarmMax {
+		return
+	}
+	a.at = slices.Insert(a.at, i, t)
+	if i == 0 {
+		a.timer.Reset(time.Until(t))
+	}
+}
+
+// ring runs on the timer: it drops the moments that have come, sets the
+// timer for the next one and wakes the loop.
+func (a *alarm) ring() {
+	a.mu.Lock()
+	now := time.Now()
+	n := 0
+	for n < len(a.at) && !a.at[n].After(now) {
+		n++
+	}
+	a.at = slices.Delete(a.at, 0, n)
+	if len(a.at) > 0 {
+		a.timer.Reset(a.at[0].Sub(now))
+	}
+	a.mu.Unlock()
+	if n > 0 {
+		select {
+		case a.C <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// stop ends the alarm's timer; pending moments are dropped.
+func (a *alarm) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.timer.Stop()
+	a.at = nil
+}

@@ -1,0 +1,95 @@
+package presence
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/internal/redistest"
+)
+
+// An alarm wakes its loop once the moment has come, never before, and
+// keeps nothing after.
+func TestAlarmRingsAtTheMoment(t *testing.T) {
+	a := newAlarm()
+	defer a.stop()
+	start := time.Now()
+	a.set(start.Add(30 * time.Millisecond))
+	a.set(start.Add(30 * time.Millisecond)) // the same moment again: kept once
+	a.set(start.Add(60 * time.Millisecond))
+	if n := a.pending(); n != 2 {
+		t.Fatalf("%d moments pending, want 2", n)
+	}
+	select {
+	case <-a.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the alarm did not ring")
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Fatalf("rang after %v, before the moment (30ms)", d)
+	}
+	select {
+	case <-a.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the alarm did not ring for its second moment")
+	}
+	if d := time.Since(start); d < 60*time.Millisecond {
+		t.Fatalf("rang the second time after %v, before the moment (60ms)", d)
+	}
+	if n := a.pending(); n != 0 {
+		t.Fatalf("%d moments left after both rang", n)
+	}
+}
+
+// Moments are rounded to the alarm's step, and it keeps at most alarmMax:
+// a storm of disconnects costs a bounded number of wakes.
+func TestAlarmIsBounded(t *testing.T) {
+	a := newAlarm()
+	defer a.stop()
+	base := time.Now().Add(time.Hour)
+	for i := range 1000 {
+		a.set(base.Add(time.Duration(i) * time.Millisecond)) // 1 s of moments, 1 ms apart
+	}
+	if n, want := a.pending(), int(time.Second/alarmStep); n > want+1 {
+		t.Fatalf("%d moments for 1s of disconnects, want at most %d (one per %v)", n, want+1, alarmStep)
+	}
+	for i := range 2 * alarmMax {
+		a.set(base.Add(time.Duration(i) * time.Second))
+	}
+	if n := a.pending(); n != alarmMax {
+		t.Fatalf("%d moments kept, want the bound %d", n, alarmMax)
+	}
+	a.stop()
+	if n := a.pending(); n != 0 {
+		t.Fatalf("%d moments kept after stop", n)
+	}
+}
+
+// A disconnect with a flap grace sets the Redis engine's alarm for the
+// grace's end.
+func TestRedisDisconnectSetsAlarm(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "alarm")
+	ctx := context.Background()
+	e := NewRedisEngine(rdb, Config{NodeID: "n1", FlapGrace: time.Minute}, RedisConfig{Prefix: prefix})
+	defer e.alarm.stop()
+	if err := e.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := e.Disconnect(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	e.alarm.mu.Lock()
+	at := append([]time.Time(nil), e.alarm.at...)
+	e.alarm.mu.Unlock()
+	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+alarmStep)) {
+		t.Fatalf("alarm moments %v, want one at the grace's end (%v + 1m)", at, before)
+	}
+}
+
+func (a *alarm) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.at)
+}
