@@ -519,8 +519,9 @@ func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any
 // touchWhile records the activity of c's user (any event is activity)
 // while read runs, rather than before it: the read does not wait for the
 // activity's round trip. The activity's error comes first (the socket is
-// lost, or the backend unavailable). Only for reads: an event that
-// changes state touches first, so that a refusal changes nothing.
+// lost, or the backend unavailable). Only for reads, or for changes the
+// caller undoes on an error (subscribe): another event that changes state
+// touches first, so that a refusal changes nothing.
 func (h *Sockets) touchWhile(ctx context.Context, c *Conn, read func() error) error {
 	touched := make(chan error, 1)
 	go func() { touched <- h.engine.Touch(ctx, c.sid) }()
@@ -540,22 +541,23 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 		return nil, errorf(CodeUnavailable, "presence subscriptions are not available")
 	}
 	unique := ids.Unique(asked)
-	// Touched before anything changes: a socket the engine has lost is
-	// refused with its subscriptions as they were.
-	if err := h.engine.Touch(ctx, c.sid); err != nil {
+	// Subscribe first, then read: a change between the two is not missed
+	// (at worst it is sent as well as acked). The activity goes alongside
+	// the read; a refusal (the engine has lost the socket, or a backend
+	// is unavailable) puts the subscriptions back as they were.
+	prev := h.subs.Replace(c, unique)
+	ps := []lastseen.Presence{}
+	err = h.touchWhile(ctx, c, func() (err error) {
+		if len(unique) > 0 {
+			ps, err = h.viewers.Presences(ctx, c.UserID, unique)
+		}
+		return err
+	})
+	if err != nil {
+		h.subs.Restore(c, prev)
 		return nil, err
 	}
-	// Subscribe first, then read: a change between the two is not missed
-	// (at worst it is sent as well as acked).
-	h.subs.Replace(c, unique)
-	ps := []lastseen.Presence{}
-	if len(unique) > 0 {
-		ps, err = h.viewers.Presences(ctx, c.UserID, unique)
-		if err != nil {
-			return nil, err
-		}
-		seed(c, ps)
-	}
+	seed(c, ps)
 	return map[string]any{"presences": lastseen.PresenceList(ps)}, nil
 }
 

@@ -985,6 +985,20 @@ func TestEventPresenceSubscribe(t *testing.T) {
 			if got := subsOf(e, "s1"); !slices.Equal(got, want) {
 				t.Errorf("subscribed to %v, want %v", got, want)
 			}
+			// the index that delivers updates agrees
+			c := e.conns["s1"]
+			e.h.subs.mu.Lock()
+			defer e.h.subs.mu.Unlock()
+			var indexed []string
+			for id, set := range e.h.subs.byUser {
+				if _, ok := set[c]; ok {
+					indexed = append(indexed, id)
+				}
+			}
+			slices.Sort(indexed)
+			if !slices.Equal(indexed, want) {
+				t.Errorf("delivery index has s1 under %v, want %v", indexed, want)
+			}
 		}
 	}
 	toU9 := []tblStep{{"s1", "presence:subscribe", userIDs("u9")}}
@@ -1040,6 +1054,14 @@ func TestEventPresenceSubscribe(t *testing.T) {
 					}
 				}
 			},
+		},
+		{
+			name: "viewers fail: the set stays as it was", setup: toU9, event: "presence:subscribe", payload: userIDs("u2", "broken"),
+			code: CodeUnavailable, message: "retry", after: subscribed("u9"),
+		},
+		{
+			name: "lost socket: the set stays as it was", setup: toU9, prepare: reapNode, event: "presence:subscribe", payload: userIDs("u2"),
+			code: CodeUnavailable, message: "connection is closing", after: subscribed("u9"),
 		},
 		{name: "1001 ids", setup: toU9, event: "presence:subscribe", payload: manyIDs(MaxQueryIDs + 1), code: CodeLimitExceeded, message: "at most 1000", after: subscribed("u9")},
 		{name: "missing", setup: toU9, event: "presence:subscribe", payload: map[string]any{}, code: CodeInvalidArgument, message: "userIds is required"},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -206,20 +207,36 @@ func (s *Subscriptions) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// Replace sets a socket's subscription set (empty unsubscribes).
-func (s *Subscriptions) Replace(c *Conn, ids []string) {
+// Replace sets a socket's subscription set (empty unsubscribes). It
+// returns the set it replaced, for Restore.
+func (s *Subscriptions) Replace(c *Conn, ids []string) (prev map[string]subState) {
 	want := make(map[string]subState, len(ids))
 	for _, id := range ids {
 		want[id] = subState{}
 	}
+	return s.set(c, want)
+}
+
+// Restore puts back the set Replace returned (a subscribe that was then
+// refused). What was sent meanwhile for a user in both stays recorded.
+func (s *Subscriptions) Restore(c *Conn, prev map[string]subState) {
+	want := make(map[string]subState, len(prev))
+	maps.Copy(want, prev)
+	s.set(c, want)
+}
+
+// set makes want the socket's subscriptions; a user already subscribed
+// keeps what was last sent. It returns the set it replaced.
+func (s *Subscriptions) set(c *Conn, want map[string]subState) (prev map[string]subState) {
 	var watch, unwatch []string
 	s.mu.Lock()
 	c.mu.Lock()
 	if c.gone {
 		c.mu.Unlock()
 		s.mu.Unlock()
-		return
+		return nil
 	}
+	prev = c.subs
 	for id := range c.subs {
 		if _, keep := want[id]; keep {
 			want[id] = c.subs[id] // keep what was last sent
@@ -254,6 +271,7 @@ func (s *Subscriptions) Replace(c *Conn, ids []string) {
 	if len(watch) > 0 {
 		s.bus.Watch(watch...)
 	}
+	return prev
 }
 
 // Drop removes a closing socket's subscriptions.
