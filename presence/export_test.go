@@ -9,6 +9,10 @@ import (
 // with a test's fake clock.
 func SetRedisClock(e *RedisEngine, now func() time.Time) { e.fakeClock = now }
 
+// OneSlotPerScript makes the engine keep each script to one slot, as it
+// does on a Redis Cluster.
+func OneSlotPerScript(e *RedisEngine) { e.crossSlot = false }
+
 // ClaimDueTimers claims the due timers as a tick does, and fires none: a
 // node that dies right after its claim.
 func ClaimDueTimers(ctx context.Context, e *RedisEngine) ([]string, error) {

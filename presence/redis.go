@@ -79,6 +79,9 @@ type RedisEngine struct {
 	act   activityBatcher // group commit of activity records (redis_activity.go)
 	pipes pipes           // every pipeline goes through it (redis_batch.go)
 	alarm *alarm          // wakes Run when a flap grace of this node ends
+	// crossSlot: rdb is one Redis server, not a cluster, so a script may
+	// read keys of several slots (queueStatuses).
+	crossSlot bool
 }
 
 type rSocket struct {
@@ -117,6 +120,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
 		}),
 	}
+	_, e.crossSlot = rdb.(*redis.Client) // a standalone or Sentinel client; not a ClusterClient or Ring
 	e.kNode = e.registryKey(cfg.NodeID, e.token)
 	e.pipes.rdb = rdb
 	return e
@@ -166,7 +170,7 @@ func unavailable(op string, err error) error {
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
 var scripts = []*redis.Script{convJoin, convRoster, convLeave, convGrace, typingStart, typingStop,
-	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue,
+	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue, rosterStatus,
 	nodeLease, nodeRelease, claimDead, reapHeld, admitScript}
 
 // exec runs a pipeline. Scripts in pipelines go as EVALSHA, which fails

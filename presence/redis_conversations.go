@@ -26,10 +26,13 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	now := e.cfg.Now()
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
-	pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
+	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
 	join := convJoin.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty}, socketID, s.user, e.clk())
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
-	if err := e.exec(ctx, pipe); err != nil {
+	st := e.queueStatuses(ctx, pipe, k)
+	// (a failure of the statuses' read alone is not the join's: rosterFrom
+	// reads them again)
+	if err := e.exec(ctx, pipe); err != nil && (regd.Err() != nil || join.Err() != nil || act.Err() != nil) {
 		if !already {
 			e.undoJoin(s, conv)
 		}
@@ -48,7 +51,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	if len(raw) != 4 {
 		return JoinResult{}, unavailable("join", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[1]), strs(raw[2]), strs(raw[3]))
+	return e.rosterFrom(ctx, st, strs(raw[1]), strs(raw[2]), strs(raw[3]))
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:

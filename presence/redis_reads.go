@@ -14,10 +14,6 @@ import (
 
 // rosterOf completes a roster with each member's status (one HMGET).
 func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []string) (JoinResult, error) {
-	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
-	if res.Typing == nil {
-		res.Typing = []string{}
-	}
 	var recs []any
 	if len(users) > 0 {
 		pipe := e.rdb.Pipeline()
@@ -30,6 +26,58 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 			e.log.Warn("roster statuses unavailable; listing members as online", "err", err)
 			recs = nil
 		}
+	}
+	return rosterWith(users, since, typing, recs), nil
+}
+
+// queueStatuses queues, on a single Redis server, the read of the user
+// records of conversation k's online members on the pipeline that reads
+// its roster: the roster then costs one round trip, not two. On a cluster
+// it returns nil (rosterOf reads them after).
+func (e *RedisEngine) queueStatuses(ctx context.Context, pipe redis.Pipeliner, k convKeys) *redis.Cmd {
+	if !e.crossSlot {
+		return nil
+	}
+	return rosterStatus.Run(ctx, pipe, []string{e.kUsers}, k.on)
+}
+
+// rosterFrom completes a roster with the records queueStatuses read, or
+// with a read of its own (rosterOf) if there are none, or if the online
+// set changed between the two scripts.
+func (e *RedisEngine) rosterFrom(ctx context.Context, st *redis.Cmd, users, since, typing []string) (JoinResult, error) {
+	if st == nil || len(users) == 0 {
+		return e.rosterOf(ctx, users, since, typing)
+	}
+	raw, err := st.Slice()
+	if err != nil || len(raw) != 2 {
+		return e.rosterOf(ctx, users, since, typing)
+	}
+	names, vals := strs(raw[0]), raw[1]
+	list, _ := vals.([]any)
+	if len(list) != len(names) {
+		return e.rosterOf(ctx, users, since, typing)
+	}
+	byUser := make(map[string]any, len(names))
+	for i, u := range names {
+		byUser[u] = list[i]
+	}
+	recs := make([]any, len(users))
+	for i, u := range users {
+		r, ok := byUser[u]
+		if !ok {
+			return e.rosterOf(ctx, users, since, typing)
+		}
+		recs[i] = r
+	}
+	return rosterWith(users, since, typing, recs), nil
+}
+
+// rosterWith builds a roster from its members, their join times, who is
+// typing and the members' user records (recs nil: unknown, all online).
+func rosterWith(users, since, typing []string, recs []any) JoinResult {
+	res := JoinResult{Online: make([]Member, 0, len(users)), Typing: typing}
+	if res.Typing == nil {
+		res.Typing = []string{}
 	}
 	for i, u := range users {
 		st := Away
@@ -51,7 +99,7 @@ func (e *RedisEngine) rosterOf(ctx context.Context, users, since, typing []strin
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.UserID, b.UserID))
 	})
 	slices.Sort(res.Typing)
-	return res, nil
+	return res
 }
 
 type userRec struct {
@@ -120,14 +168,17 @@ func strs(v any) []string {
 // Roster implements Engine.
 func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, error) {
 	k := e.conv(conv)
-	raw, err := convRoster.Run(ctx, e.rdb, []string{k.on, k.m, k.ty}, e.clk()).Slice()
-	if err != nil {
-		return JoinResult{}, unavailable("roster", err)
+	pipe := e.rdb.Pipeline()
+	ro := convRoster.Run(ctx, pipe, []string{k.on, k.m, k.ty}, e.clk())
+	st := e.queueStatuses(ctx, pipe, k)
+	if err := e.exec(ctx, pipe); err != nil && ro.Err() != nil {
+		return JoinResult{}, unavailable("roster", ro.Err())
 	}
+	raw, _ := ro.Slice()
 	if len(raw) != 3 {
 		return JoinResult{}, unavailable("roster", errors.New("unexpected script reply"))
 	}
-	return e.rosterOf(ctx, strs(raw[0]), strs(raw[1]), strs(raw[2]))
+	return e.rosterFrom(ctx, st, strs(raw[0]), strs(raw[1]), strs(raw[2]))
 }
 
 // Users implements Engine: one HMGET whatever the number of ids.

@@ -86,6 +86,19 @@ local users, since, typing = roster(on, m, ty, now)
 return {first, users, since, typing}
 `)
 
+// rosterStatus reads the user records of a conversation's online members,
+// for the roster's online/away split, in the round trip that read the
+// roster. The conversation's online set is in another slot and is named
+// in ARGV, not KEYS: only on a single Redis server (crossSlot), never on
+// a cluster. Members and records come as pairs: a join or leave between
+// the two scripts may change the set.
+// KEYS users; ARGV onKey → {users[], records[]}
+var rosterStatus = redis.NewScript(`
+local users = redis.call('ZRANGE', ARGV[1], 0, -1)
+if #users == 0 then return {{}, {}} end
+return {users, redis.call('HMGET', KEYS[1], unpack(users))}
+`)
+
 // convRoster reads a conversation's roster.
 // KEYS on m ty; ARGV clock → {users[], since[], typing[]}
 var convRoster = redis.NewScript(clockLib + rosterLib + `

@@ -72,3 +72,18 @@ func TestRedisEngine(t *testing.T) {
 		}
 	})
 }
+
+// The same suite with the engine confined to one slot per script, as on a
+// Redis Cluster: a roster's statuses are read in a round trip of their own.
+func TestRedisEngineOneSlotPerScript(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T) func(presence.Config) presence.Engine {
+		rdb := testRedis(t)
+		prefix := uniquePrefix(t, rdb)
+		return func(cfg presence.Config) presence.Engine {
+			eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix})
+			presence.SetRedisClock(eng, cfg.Now)
+			presence.OneSlotPerScript(eng)
+			return eng
+		}
+	})
+}
