@@ -208,7 +208,21 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 			return
 		}
 	}
+	if !info.roomEvents {
+		reply(fn(ctx, c, p))
+		return
+	}
+	// The room events of the operation go out after its ack.
+	ctx, after := presence.WithAfterReply(ctx)
 	reply(fn(ctx, c, p))
+	ack = nil // answered: a panic below must not answer again
+	after.Run()
+}
+
+// roomEventsOf are the events whose handling may tell a conversation's
+// room of a change.
+var roomEventsOf = map[string]bool{
+	"conversation:join": true, "conversation:leave": true, "typing:start": true, "typing:stop": true,
 }
 
 // payload is a decoded event argument: a JSON object.

@@ -132,7 +132,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	})
 	e.mem, e.rooms = presence.NewMemory(), rooms
 	e.eng = presence.NewMemoryEngine(e.mem, presence.Config{
-		NodeID: "n1", Now: e.clock.now, MaxConversations: 3, Sink: rooms.Sink(),
+		NodeID: "n1", Now: e.clock.now, MaxConversations: 3, Sink: presence.HeldForReply(rooms.Sink()), // as cmd/presenced wires it
 	})
 	members := tblMembers{}
 	for _, conv := range []string{"c1", "c2", "c3", "c4", "c5"} {
@@ -1226,5 +1226,40 @@ func engineKnows(t *testing.T, e *tblEnv, sid string, want bool) {
 	got := slices.ContainsFunc(socks, func(s presence.SocketInfo) bool { return s.ID == sid })
 	if got != want {
 		t.Errorf("engine has %s: %v, want %v", sid, got, want)
+	}
+}
+
+// A join's, leave's and typing change's room event goes to the room right
+// after the ack, on the same goroutine: the ack does not wait for the
+// fan-out, and the room still hears of the change before serve returns.
+func TestEventRoomEventsAfterTheAck(t *testing.T) {
+	e := newTblEnv(t, tblOptions{})
+	e.send("s2", "conversation:join", conv("c1"), true)
+	e.send("s1", "conversation:join", conv("c2"), true)
+	for _, ev := range []struct {
+		event, room, push string
+		payload           any
+	}{
+		{"conversation:join", "c1", "presence:join", conv("c1")},
+		{"typing:start", "c1", "typing", conv("c1")},
+		{"conversation:leave", "c1", "presence:leave", conv("c1")},
+	} {
+		count := func() int {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			return len(e.emits)
+		}
+		before, atAck := count(), -1
+		ack := func([]any, error) { atAck = count() }
+		e.h.serve(e.conns["s1"], ev.event, e.h.handlers[ev.event], []any{ev.payload}, ack, time.Time{}, false)
+		if atAck != before {
+			t.Errorf("%s: %d room events out when the ack was sent, want none (%d before)", ev.event, atAck-before, before)
+		}
+		e.mu.Lock()
+		last := e.emits[len(e.emits)-1]
+		e.mu.Unlock()
+		if count() <= before || last.Event != ev.push || last.Room != string(ConversationRoom(ev.room)) {
+			t.Errorf("%s: last emit %+v once served, want %s to the room of %s", ev.event, last, ev.push, ev.room)
+		}
 	}
 }

@@ -104,6 +104,9 @@ type eventInfo struct {
 	count    prometheus.Counter
 	duration prometheus.Observer
 	limited  prometheus.Counter
+	// roomEvents: the event may tell its conversation's room (a join,
+	// leave or typing change); serve sends those after the ack.
+	roomEvents bool
 }
 
 // NewSockets builds the socket handlers.
@@ -126,6 +129,8 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 			count:    h.metrics.Events.WithLabelValues(name, "ok"),
 			duration: h.metrics.EventDuration.WithLabelValues(name),
 			limited:  h.metrics.EventsRateLimited.WithLabelValues(name),
+
+			roomEvents: roomEventsOf[name],
 		}
 	}
 	h.other = eventInfo{class: classOther, limited: h.metrics.EventsRateLimited.WithLabelValues("unknown")}

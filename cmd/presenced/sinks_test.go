@@ -59,3 +59,41 @@ func TestEventSinksRoomEventsAtOnce(t *testing.T) {
 		t.Fatalf("records got %v, want all three events", records)
 	}
 }
+
+// Inside an operation that holds its events for its reply, the room
+// events wait for AfterReply.Run; status events and records still go to
+// the workers at once.
+func TestEventSinksRoomEventsAfterReply(t *testing.T) {
+	var mu sync.Mutex
+	var rooms []presence.EventKind
+	sink, async := eventSinks(func(_ context.Context, ev []presence.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range ev {
+			rooms = append(rooms, e.Kind)
+		}
+	}, func(context.Context, []presence.Event) {})
+	roomsNow := func() []presence.EventKind {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]presence.EventKind(nil), rooms...)
+	}
+	ctx, after := presence.WithAfterReply(context.Background())
+	sink(ctx, []presence.Event{{Kind: presence.EventJoin, ConversationID: "c1", UserID: "u1"}})
+	if got := roomsNow(); len(got) != 0 {
+		t.Fatalf("room events before the reply: %v, want none", got)
+	}
+	after.Run()
+	if got := roomsNow(); len(got) != 1 || got[0] != presence.EventJoin {
+		t.Fatalf("room events after the reply: %v, want the join", got)
+	}
+	after.Run() // once
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := async.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := roomsNow(); len(got) != 1 {
+		t.Fatalf("room events after a second Run: %v, want the join once", got)
+	}
+}

@@ -412,8 +412,9 @@ func maxSockets(n int) int {
 }
 
 // eventSinks returns the engine's Sink (see build): room events go to
-// rooms at once, on the caller's path; status events go to rooms, and
-// every event to records, through the returned AsyncSink.
+// rooms on the caller's path, right after the operation's ack
+// (presence.AfterReply); status events go to rooms, and every event to
+// records, through the returned AsyncSink.
 func eventSinks(rooms, records presence.Sink) (presence.Sink, *presence.AsyncSink) {
 	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
 		if status := statusEvents(ev); len(status) > 0 {
@@ -422,9 +423,10 @@ func eventSinks(rooms, records presence.Sink) (presence.Sink, *presence.AsyncSin
 		records(ctx, ev)
 	}, 0, 0)
 	deferred := events.Sink()
+	roomsAfterAck := presence.HeldForReply(rooms)
 	return func(ctx context.Context, ev []presence.Event) {
 		if room := roomEvents(ev); len(room) > 0 {
-			rooms(ctx, room)
+			roomsAfterAck(ctx, room)
 		}
 		deferred(ctx, ev)
 	}, events
