@@ -62,28 +62,26 @@ func connectJoin(tb testing.TB, eng presence.Engine, sid, user string, convs ...
 }
 
 func TestRedisEngine(t *testing.T) {
-	enginetest.Run(t, func(t *testing.T) func(presence.Config) presence.Engine {
-		rdb := testRedis(t)
-		prefix := uniquePrefix(t, rdb)
-		return func(cfg presence.Config) presence.Engine {
-			eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix})
-			presence.SetRedisClock(eng, cfg.Now) // the suite moves time
-			return eng
-		}
-	})
+	enginetest.Run(t, redisEngines(func(*presence.RedisEngine) {}))
 }
 
 // The same suite with the engine confined to one slot per script, as on a
 // Redis Cluster: a roster's statuses are read in a round trip of their own.
 func TestRedisEngineOneSlotPerScript(t *testing.T) {
-	enginetest.Run(t, func(t *testing.T) func(presence.Config) presence.Engine {
+	enginetest.Run(t, redisEngines(presence.OneSlotPerScript))
+}
+
+// redisEngines makes the suite's engines: Redis engines sharing a test
+// prefix, on the suite's clock, each set up by with.
+func redisEngines(with func(*presence.RedisEngine)) func(t *testing.T) func(presence.Config) presence.Engine {
+	return func(t *testing.T) func(presence.Config) presence.Engine {
 		rdb := testRedis(t)
 		prefix := uniquePrefix(t, rdb)
 		return func(cfg presence.Config) presence.Engine {
 			eng := presence.NewRedisEngine(rdb, cfg, presence.RedisConfig{Prefix: prefix})
-			presence.SetRedisClock(eng, cfg.Now)
-			presence.OneSlotPerScript(eng)
+			presence.SetRedisClock(eng, cfg.Now) // the suite moves time
+			with(eng)
 			return eng
 		}
-	})
+	}
 }
