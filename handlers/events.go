@@ -212,11 +212,12 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 		reply(fn(ctx, c, p))
 		return
 	}
-	// The room events of the operation go out after its ack.
+	// The room events of the operation go out after its ack, and also when
+	// the handler panics: what the engine did is told either way.
 	ctx, after := presence.WithAfterReply(ctx)
+	defer after.Run()
 	reply(fn(ctx, c, p))
-	ack = nil // answered: a panic below must not answer again
-	after.Run()
+	ack = nil // answered: a panic in after.Run must not answer again
 }
 
 // roomEventsOf are the events whose handling may tell a conversation's

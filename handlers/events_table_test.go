@@ -1263,3 +1263,32 @@ func TestEventRoomEventsAfterTheAck(t *testing.T) {
 		}
 	}
 }
+
+// A handler that panics after the engine changed something still has the
+// room told (the held events go out), and its socket gets one internal
+// error.
+func TestEventRoomEventsAfterAPanic(t *testing.T) {
+	e := newTblEnv(t, tblOptions{})
+	e.send("s2", "conversation:join", conv("c1"), true)
+	panicking := func(ctx context.Context, c *Conn, _ payload) (map[string]any, error) {
+		if _, err := e.eng.Join(ctx, c.sid, "c1"); err != nil {
+			return nil, err
+		}
+		panic("after the join")
+	}
+	e.mu.Lock()
+	before := len(e.emits)
+	e.mu.Unlock()
+	var acks [][]any
+	ack := func(reply []any, _ error) { acks = append(acks, reply) }
+	e.h.serve(e.conns["s1"], "conversation:join", panicking, []any{conv("c1")}, ack, time.Time{}, false)
+	if len(acks) != 1 || code(acks[0][0].(map[string]any)) != CodeInternal {
+		t.Fatalf("acks %v, want one internal error", acks)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	after := e.emits[before:]
+	if len(after) != 1 || after[0].Event != "presence:join" || after[0].Room != string(ConversationRoom("c1")) || !strings.Contains(after[0].Payload, `"userId":"u1"`) {
+		t.Fatalf("emits after the panic %+v, want u1's presence:join to c1, made by the engine's join", after)
+	}
+}

@@ -15,17 +15,17 @@ type AfterReply struct {
 
 type afterReplyKey struct{}
 
-// WithAfterReply returns a context whose Sink deliveries may be held
-// (HoldForReply) until Run.
+// WithAfterReply returns a context whose deliveries through a
+// HeldForReply sink wait for Run.
 func WithAfterReply(ctx context.Context) (context.Context, *AfterReply) {
 	a := &AfterReply{}
 	return context.WithValue(ctx, afterReplyKey{}, a), a
 }
 
-// HoldForReply holds fn until the reply of the operation ctx belongs to,
+// holdForReply holds fn until the reply of the operation ctx belongs to,
 // if it has one (WithAfterReply), and says whether it did; otherwise the
 // caller runs fn itself.
-func HoldForReply(ctx context.Context, fn func()) bool {
+func holdForReply(ctx context.Context, fn func()) bool {
 	a, _ := ctx.Value(afterReplyKey{}).(*AfterReply)
 	if a == nil {
 		return false
@@ -39,7 +39,7 @@ func HoldForReply(ctx context.Context, fn func()) bool {
 // events (WithAfterReply), and at once otherwise.
 func HeldForReply(next Sink) Sink {
 	return func(ctx context.Context, events []Event) {
-		if !HoldForReply(ctx, func() { next(ctx, events) }) {
+		if !holdForReply(ctx, func() { next(ctx, events) }) {
 			next(ctx, events)
 		}
 	}
