@@ -22,6 +22,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -236,6 +238,45 @@ func (f *frameReader) fill(n int) error {
 	}
 	return nil
 }
+
+// await waits up to d for the next message's first bytes, between
+// messages (no fragment pending): false, nil if none came.
+func (f *frameReader) await(d time.Duration) (bool, error) {
+	if f.w > f.r {
+		return true, nil
+	}
+	f.r, f.w = 0, 0
+	if cap(f.buf) == 0 {
+		f.buf = readBufs.Get().(*[frameBufStart]byte)[:]
+	}
+	f.buf = f.buf[:cap(f.buf)]
+	_ = f.conn.SetReadDeadline(time.Now().Add(d))
+	n, err := f.conn.Read(f.buf)
+	f.w = n
+	switch {
+	case n > 0: // an error is reported again by the next read
+		return true, nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return false, nil
+	case errors.Is(err, io.EOF):
+		return false, &ws.CloseError{Code: ws.CloseAbnormalClosure, Text: io.ErrUnexpectedEOF.Error()}
+	case err == nil:
+		return true, nil // nothing read, nothing wrong: read on
+	}
+	return false, err
+}
+
+// parkBuffer gives back the read buffer of a connection with nothing buffered,
+// when it is the small one, to be shared while the connection is parked.
+func (f *frameReader) parkBuffer() {
+	if f.w == f.r && cap(f.buf) == frameBufStart {
+		readBufs.Put((*[frameBufStart]byte)(f.buf[:frameBufStart]))
+		f.buf, f.r, f.w = nil, 0, 0
+	}
+}
+
+// readBufs are the small read buffers of the connections being read.
+var readBufs = sync.Pool{New: func() any { return new([frameBufStart]byte) }}
 
 // closed answers the client's CLOSE frame and reports it as gorilla does.
 func (f *frameReader) closed(payload []byte) error {

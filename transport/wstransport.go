@@ -29,6 +29,9 @@ import (
 //     connection, reused, and the direct events run on a small pool of
 //     goroutines while the reader waits (wspool.go): the readers do not
 //     allocate, which matters during GC cycles;
+//   - a connection with nothing to read for ParkAfter is parked on one
+//     epoll instance for the process (poller_linux.go): an idle socket
+//     holds no reader goroutine and no read buffer;
 //   - everything written goes through one ordered queue of whole frames
 //     (wsout.go): the engine's packets, the direct acks, and broadcasts
 //     encoded once for all their recipients (broadcast.go). The transport
@@ -129,6 +132,15 @@ type wsTransport struct {
 	out     outbound
 	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
 	pingAt  atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
+
+	// The poller (poller_linux.go) and this connection's registration:
+	// poll is nil where there is none (no epoll, or a connection without
+	// raw reads), noPark set (by the reader) once parking failed; parked
+	// while no reader runs, until the poller wakes it.
+	poll   *poller
+	pollID uint64 // guarded by poll.mu
+	noPark bool
+	parked atomic.Bool
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
@@ -139,6 +151,9 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 	w.netConn = w.conn.NetConn()
 	if sc, ok := w.netConn.(syscall.Conn); ok {
 		w.raw, _ = sc.SyscallConn()
+	}
+	if w.raw != nil {
+		w.poll = sharedPoller()
 	}
 	releaseBuffers(w.conn.Conn)
 	w.jobDone = make(chan bool, 1)
@@ -171,15 +186,33 @@ func (w *wsTransport) engineID() string {
 }
 
 // read is the connection's reader: one message at a time, until the
-// connection fails or closes. It does not allocate for a direct event
-// (wsframes.go, wspool.go).
+// connection fails or closes, or, with the poller, until nothing is left to
+// read: the connection is then parked (see park) and the goroutine ends.
+// It does not allocate for a direct event (wsframes.go, wspool.go).
 func (w *wsTransport) read() {
-	defer w.conn.Emit("close") // once-listener: a no-op after the first
+	if !w.readMessages() {
+		w.conn.Emit("close") // once-listener: a no-op after the first
+	}
+}
+
+// readMessages reads until the connection fails (false) or is parked
+// (true).
+func (w *wsTransport) readMessages() (parked bool) {
 	for {
+		if w.poll != nil && !w.noPark {
+			ok, err := w.frames.await(ParkAfter)
+			if err != nil {
+				w.fail(err)
+				return false
+			}
+			if !ok && w.park() {
+				return true
+			}
+		}
 		mt, msg, err := w.frames.next()
 		if err != nil {
 			w.fail(err)
-			return
+			return false
 		}
 		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.holdPong(msg)) {
 			continue
@@ -197,6 +230,34 @@ func (w *wsTransport) read() {
 			w.OnData(types.NewBytesBuffer(data))
 		}
 	}
+}
+
+// ParkAfter is how long a reader waits for the next message before it
+// parks the connection: a socket that talks more often keeps its reader
+// (and the Go runtime's own poller: a wake through ours costs a handoff
+// between goroutines, and under load that made the heartbeats' p99 5×),
+// while real clients, which send a heartbeat every 15-20 s and a PONG every
+// 25 s, are parked nearly all the time. A parked connection has no read
+// deadline (the engine's idle timeout): the engine's heartbeat closes one
+// whose client has gone silent.
+const ParkAfter = 2 * time.Second
+
+// park hands a connection with nothing to read to the poller, which starts
+// a reader again when bytes (or the end) arrive: an idle socket holds no
+// goroutine and no read buffer. false: it cannot be parked (it could not be
+// registered), and its reader blocks in Read from now on. A parked
+// connection that the server closes needs no reader to report it: the
+// close is emitted by types.WebSocketConn.Close itself (and the fd leaves
+// the epoll set with it).
+func (w *wsTransport) park() bool {
+	w.frames.parkBuffer()
+	w.parked.Store(true)
+	if err := w.poll.arm(w); err != nil && w.parked.CompareAndSwap(true, false) {
+		// Closed meanwhile (the next read reports it) or not pollable.
+		w.noPark = true
+		return false
+	}
+	return true // the poller starts the reader again
 }
 
 func (w *wsTransport) fail(err error) {
@@ -335,6 +396,9 @@ func (w *wsTransport) Send(packets []*packet.Packet) {
 
 // OnClose releases the connection on every close path.
 func (w *wsTransport) OnClose() {
+	if w.poll != nil {
+		w.poll.forget(w)
+	}
 	w.abandonOut()
 	w.Transport.OnClose()
 }

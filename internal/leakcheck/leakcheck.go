@@ -17,6 +17,9 @@ var ignores = []goleak.Option{
 	// work (directIdle), by design.
 	goleak.IgnoreTopFunction("github.com/presenced/presenced/transport.(*directPool).work"),
 	goleak.IgnoreTopFunction("github.com/presenced/presenced/transport.(*directPool).watch"),
+	// the process-wide epoll loop of parked websocket readers
+	goleak.IgnoreAnyFunction("github.com/presenced/presenced/transport.(*poller).loop"),
+	goleak.IgnoreTopFunction("github.com/presenced/presenced/transport.(*poller).reader"),
 }
 
 // VerifyTestMain runs the package's tests, then fails them if goroutines

@@ -1,0 +1,73 @@
+package server_test
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/server"
+	"github.com/presenced/presenced/transport"
+)
+
+// An idle websocket's reader parks on the poller (transport/poller_linux.go)
+// after transport.ParkAfter: no goroutine of ours per idle socket, a reader
+// again for each message, and every way a parked connection ends is
+// reported (its registration goes).
+func TestIdleReadersPark(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the poller is epoll")
+	}
+	ts := newTestServer(t, server.Config{})
+	base, _ := transport.PolledConnections()
+	waitPolled := func(want, wantParked int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(transport.ParkAfter + 3*time.Second)
+		for {
+			n, parked := transport.PolledConnections()
+			if n == base+want && parked >= wantParked {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d connections polled, %d parked; want %d, %d", what, n-base, parked, want, wantParked)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	runtime.GC()
+	g0 := runtime.NumGoroutine()
+	const n = 20
+	cs := make([]*wsClient, n)
+	for i := range cs {
+		cs[i] = dialWS(t, ts.URL, mint(t, "park-"+strconv.Itoa(i)))
+	}
+	waitPolled(n, n, "after connecting")
+	// What stays per idle socket is the library's ping timer goroutine;
+	// a blocked reader each would make it 2.
+	if d := runtime.NumGoroutine() - g0; d > n*3/2 {
+		t.Fatalf("%d goroutines for %d idle sockets: readers are not parked", d, n)
+	}
+	for round := range 2 { // woken by a message, parked again after ParkAfter
+		for _, c := range cs {
+			if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
+				t.Fatalf("round %d: heartbeat ack: %s", round, got)
+			}
+		}
+		if _, parked := transport.PolledConnections(); parked == n {
+			t.Fatalf("round %d: all connections parked right after their heartbeats", round)
+		}
+		waitPolled(n, n, "after the heartbeats")
+	}
+	// The client leaves: the reader wakes on the end of the stream.
+	_ = cs[0].conn.Close()
+	waitPolled(n-1, n-1, "after a client closed")
+	// The server closes a parked connection (the engine's too).
+	ts.Server.IO().In(handlers.UserRoom("park-1")).DisconnectSockets(true)
+	waitPolled(n-2, n-2, "after the server closed one")
+	for _, c := range cs[2:] {
+		_ = c.conn.Close()
+	}
+	waitPolled(0, 0, "after all closed")
+}
