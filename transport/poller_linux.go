@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -18,13 +19,21 @@ import (
 // Registrations are one-shot (EPOLLONESHOT): a connection is reported once
 // and then stays disarmed until its reader parks it again, so one reader at
 // most runs per connection. Level-triggered: bytes that arrived between the
-// reader's last empty read and its re-arming are reported at once.
+// reader's last empty read and its re-arming are reported at once. The
+// epoll fd itself waits in the Go runtime's netpoller (see file).
 //
 // The epoll data is a registration number, not the fd: a closed fd leaves
 // the epoll set by itself and its number can be reused by a new
 // connection, while a number is never given twice.
 type poller struct {
 	epfd int
+	// file is epfd as the Go runtime's netpoller sees it (raw: its
+	// RawConn): epoll_wait runs only when the runtime reports epfd
+	// readable, so that no thread is held blocked in the syscall, and with
+	// it, for up to 10 ms on a quiet node, one of GOMAXPROCS Ps (sysmon
+	// retakes a P from a blocking syscall late when others are idle).
+	file *os.File
+	raw  syscall.RawConn
 	idle chan *wsTransport // to a reader goroutine waiting for a connection
 
 	mu    sync.Mutex
@@ -41,15 +50,34 @@ var (
 // (readers then block in Read, one goroutine per connection, as before).
 func sharedPoller() *poller {
 	pollerOnce.Do(func() {
-		fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+		p, err := newPoller()
 		if err != nil {
 			slog.Warn("websocket readers: epoll unavailable, one goroutine per connection", "err", err)
 			return
 		}
-		thePoller = &poller{epfd: fd, idle: make(chan *wsTransport), conns: map[uint64]*wsTransport{}}
+		thePoller = p
 		go thePoller.loop()
 	})
 	return thePoller
+}
+
+func newPoller() (*poller, error) {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		_ = syscall.Close(fd)
+		return nil, err
+	}
+	// A non-blocking fd given to os.NewFile joins the runtime's poller.
+	f := os.NewFile(uintptr(fd), "epoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return &poller{epfd: fd, file: f, raw: rc, idle: make(chan *wsTransport), conns: map[uint64]*wsTransport{}}, nil
 }
 
 const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
@@ -109,11 +137,15 @@ func (p *poller) registered() (n, parked int) {
 func (p *poller) loop() {
 	events := make([]syscall.EpollEvent, 256)
 	for {
-		n, err := syscall.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
+		var n int
+		var err error
+		rerr := p.raw.Read(func(fd uintptr) bool {
+			n, err = syscall.EpollWait(int(fd), events, 0)
+			// done unless nothing is ready: the runtime then waits for
+			// epfd to become readable (an event) and calls again
+			return n > 0 || err != nil && !errors.Is(err, syscall.EINTR)
+		})
+		if err = errors.Join(rerr, err); err != nil {
 			// Not expected on a valid epoll fd. Parked connections would
 			// never be read again: give up loudly; their heartbeats time
 			// out and the engine closes them.
