@@ -12,7 +12,7 @@ import (
 // poller parks idle websocket readers on one epoll instance, so that a
 // connection with nothing to read holds no goroutine: an idle socket's
 // reader was a goroutine blocked in Read, 4-8 KB of stack each (see
-// parkedReader in wstransport.go). One goroutine waits on epoll for the
+// park in wstransport.go). One goroutine waits on epoll for the
 // whole process; when a parked connection becomes readable (data, the
 // peer's FIN, an error) it hands it to a reader goroutine (start).
 //
