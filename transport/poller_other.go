@@ -11,7 +11,6 @@ type poller struct{}
 func sharedPoller() *poller            { return nil }
 func (*poller) arm(*wsTransport) error { return errNoPoller }
 func (*poller) forget(*wsTransport)    {}
-func (*poller) registered() int        { return 0 }
 
 var errNoPoller = errors.New("transport: no poller on this system")
 

@@ -253,6 +253,13 @@ func (f *frameReader) await(d time.Duration) (bool, error) {
 	_ = f.conn.SetReadDeadline(time.Now().Add(d))
 	n, err := f.conn.Read(f.buf)
 	f.w = n
+	// Whatever comes next (the message, or the connection parked or read
+	// on), it is not under d.
+	if f.idle > 0 {
+		_ = f.conn.SetReadDeadline(time.Now().Add(f.idle))
+	} else {
+		_ = f.conn.SetReadDeadline(time.Time{})
+	}
 	switch {
 	case n > 0: // an error is reported again by the next read
 		return true, nil

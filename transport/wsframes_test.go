@@ -436,3 +436,45 @@ func TestFrameReaderLengthBeyondInt(t *testing.T) {
 		t.Fatalf("read a message %d %q out of a frame of 2^32+3 bytes", mt, msg)
 	}
 }
+
+// await's short deadline ends with it: the rest of a message that started
+// within it may take longer (here with no idle timeout), and a wait that
+// found nothing leaves no deadline behind either.
+func TestFrameReaderAwaitDeadlineEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	f := &frameReader{conn: server, ctl: &ctlLog{}, limit: 100 << 10}
+	const wait = 50 * time.Millisecond
+
+	if ok, err := f.await(wait); ok || err != nil {
+		t.Fatalf("await on a silent connection: %v, %v; want false, nil", ok, err)
+	}
+	msg := frame(true, opText, []byte(`42["heartbeat",{}]`), false)
+	go func() {
+		_, _ = client.Write(msg[:3])
+		time.Sleep(3 * wait)
+		_, _ = client.Write(msg[3:])
+	}()
+	// the first bytes come after the silent wait's deadline has passed
+	time.Sleep(wait)
+	if ok, err := f.await(wait); !ok || err != nil {
+		t.Fatalf("await: %v, %v; want true, nil", ok, err)
+	}
+	mt, got, err := f.next()
+	if err != nil || mt != ws.TextMessage || string(got) != `42["heartbeat",{}]` {
+		t.Fatalf("next: %d %q %v", mt, got, err)
+	}
+}
