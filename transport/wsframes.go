@@ -254,10 +254,9 @@ func (f *frameReader) await(d time.Duration) (bool, error) {
 	n, err := f.conn.Read(f.buf)
 	f.w = n
 	// Whatever comes next (the message, or the connection parked or read
-	// on), it is not under d.
-	if f.idle > 0 {
-		_ = f.conn.SetReadDeadline(time.Now().Add(f.idle))
-	} else {
+	// on), it is not under d: next sets the idle deadline at each frame,
+	// so only a connection without one needs d cleared here.
+	if f.idle <= 0 {
 		_ = f.conn.SetReadDeadline(time.Time{})
 	}
 	switch {
