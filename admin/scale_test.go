@@ -174,20 +174,17 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 			conv := "conv-" + strconv.Itoa(c)
 			b := prefix + ":{c:" + conv + "}:"
 			pipe.ZAdd(ctx, b+"on", redis.Z{Score: nowF, Member: user})
-			pipe.ZAdd(ctx, b+"sk", redis.Z{Score: nowF, Member: sid})
 			pipe.HSet(ctx, b+"su", sid, user)
 			pipe.HSet(ctx, b+"m", user, "1|"+now+"|0|0")
 			reg += "\t" + conv
 		}
-		pipe.HSet(ctx, kUsers, user, "1|"+now+"|on|0|0")
-		pipe.SAdd(ctx, prefix+":{g}:usk:"+user, sid)
-		pipe.PExpire(ctx, prefix+":{g}:usk:"+user, ttl)
+		pipe.HSet(ctx, kUsers, user, "1|"+now+"|on|0|0|"+sid)
 		pipe.HSet(ctx, kNode, sid, reg)
 		flush(false)
 	}
 	for c := range convs {
 		b := prefix + ":{c:conv-" + strconv.Itoa(c) + "}:"
-		for _, k := range []string{"on", "sk", "su", "m"} {
+		for _, k := range []string{"on", "su", "m"} {
 			pipe.PExpire(ctx, b+k, ttl)
 		}
 		flush(false)

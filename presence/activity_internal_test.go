@@ -44,20 +44,28 @@ func TestActivityRecordsDriftApart(t *testing.T) {
 	}
 }
 
-// FuzzParseUser: a user record is five fields split by "|", as
+// FuzzParseUser: a user record is five fields split by "|" (a record of
+// a release before 2026-12-02, legacy) or six (the sixth its sockets), as
 // strings.Split would have it; anything else is not a record.
 func FuzzParseUser(f *testing.F) {
-	for _, s := range []string{"1|1796160547136|online|0|0", "0|0||0|0", "1|2|3|4", "1|2|3|4|5|6", "", "||||", "a|b|c|d|e"} {
+	for _, s := range []string{"1|1796160547136|online|0|0", "1|1796160547136|on|0|0|a1", "2|1|on|0|0|a1,a2", "0|0||0|0|",
+		"0|0||0|0", "1|2|3|4", "1|2|3|4|5|6", "1|2|3|4|5|6|7", "", "||||", "a|b|c|d|e"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		got, ok := parseUser(s)
 		fields := strings.Split(s, "|")
-		if ok != (len(fields) == 5) {
+		if ok != (len(fields) == 5 || len(fields) == 6) {
 			t.Fatalf("parseUser(%q) ok = %v, with %d fields", s, ok, len(fields))
 		}
-		if ok && got.st != fields[2] {
+		if !ok {
+			return
+		}
+		if got.st != fields[2] {
 			t.Fatalf("parseUser(%q) status %q, want %q", s, got.st, fields[2])
+		}
+		if got.legacy != (len(fields) == 5) || (!got.legacy && got.socks != fields[5]) {
+			t.Fatalf("parseUser(%q) legacy %v, sockets %q", s, got.legacy, got.socks)
 		}
 	})
 }

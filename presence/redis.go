@@ -146,7 +146,8 @@ func (e *RedisEngine) clk() string {
 	return ""
 }
 
-// convKeys are a conversation's keys: on sk su m ty tyo.
+// convKeys are a conversation's keys: on sk su m ty tyo (sk only for
+// convLeave, which clears what earlier releases wrote there).
 type convKeys struct{ on, sk, su, m, ty, tyo string }
 
 func (e *RedisEngine) conv(id string) convKeys {
@@ -155,7 +156,8 @@ func (e *RedisEngine) conv(id string) convKeys {
 }
 
 // userSockets is the key of a user's socket set (slot {g}, with the user
-// records).
+// records), where a release before 2026-12-02 kept it; the record holds
+// it now (see userLib).
 func (e *RedisEngine) userSockets(user string) string { return e.rcfg.Prefix + ":{g}:usk:" + user }
 
 func unavailable(op string, err error) error {

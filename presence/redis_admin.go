@@ -129,12 +129,12 @@ type holder struct {
 	last  time.Time
 }
 
-// UserSockets implements AdminView: the user's socket set, then each live
-// node instance's registry line of those sockets (node and conversations),
-// in one pipelined round trip.
+// UserSockets implements AdminView: the user's sockets (from its record),
+// then each live node instance's registry line of those sockets (node and
+// conversations), in one pipelined round trip.
 func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketInfo, error) {
-	sids, err := e.rdb.SMembers(ctx, e.userSockets(userID)).Result()
-	if err != nil && err != redis.Nil {
+	sids, err := e.userSocketIDs(ctx, userID)
+	if err != nil {
 		return nil, unavailable("user sockets", err)
 	}
 	out := make([]SocketInfo, 0, len(sids))
@@ -169,6 +169,33 @@ func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketI
 		out = append(out, found[sid])
 	}
 	return out, nil
+}
+
+// userSocketIDs reads the socket list of a user's record, or the set of a
+// record of an earlier release (see userLib).
+func (e *RedisEngine) userSocketIDs(ctx context.Context, userID string) ([]string, error) {
+	v, err := e.rdb.HGet(ctx, e.kUsers, userID).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, ok := parseUser(v)
+	if !ok {
+		return nil, nil
+	}
+	if r.legacy {
+		sids, err := e.rdb.SMembers(ctx, e.userSockets(userID)).Result()
+		if err == redis.Nil {
+			err = nil
+		}
+		return sids, err
+	}
+	if r.socks == "" {
+		return nil, nil
+	}
+	return strings.Split(r.socks, ","), nil
 }
 
 // Leases implements AdminView: every live node's last renewal, on Redis's

@@ -8,9 +8,10 @@ import (
 )
 
 // The RedisEngine is also the cluster's Admission: a user's sockets are
-// its socket set (userSockets, kept by the connect and disconnect scripts)
-// plus the reservations of handshakes not connected yet, a sorted set by
-// deadline in the same slot ({g}), counted and extended in one script.
+// the socket list of its record (kept by the connect and disconnect
+// scripts) plus the reservations of handshakes not connected yet, a sorted
+// set by deadline in the same slot ({g}), counted and extended in one
+// script.
 
 var _ Admission = (*RedisEngine)(nil)
 
@@ -20,18 +21,19 @@ func (e *RedisEngine) userReserved(user string) string {
 }
 
 // admitScript reserves a place for a socket unless the user is full.
-// Reservations of sockets already in the socket set are not counted twice
+// Reservations of sockets already in the socket list are not counted twice
 // (between Connect and Release a socket is in both).
-// KEYS usk usr; ARGV sid now ttlMs max → 1 admitted, 0 full
-var admitScript = redis.NewScript(`
-local usk, usr = KEYS[1], KEYS[2]
-local sid, now, ttl, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if redis.call('SISMEMBER', usk, sid) == 1 then return 1 end
+// KEYS users usk usr; ARGV user sid now ttlMs max → 1 admitted, 0 full
+var admitScript = redis.NewScript(userLib + `
+local h, usk, usr = KEYS[1], KEYS[2], KEYS[3]
+local user, sid, now, ttl, max = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local l = usocklist(uget(h, user), usk)
+if uindex(l, sid) then return 1 end
 redis.call('ZREMRANGEBYSCORE', usr, '-inf', now)
 if redis.call('ZSCORE', usr, sid) then return 1 end
-local n = redis.call('SCARD', usk)
+local n = #l
 for _, s in ipairs(redis.call('ZRANGE', usr, 0, -1)) do
-  if redis.call('SISMEMBER', usk, s) == 0 then n = n + 1 end
+  if not uindex(l, s) then n = n + 1 end
 end
 if n >= max then return 0 end
 redis.call('ZADD', usr, now + ttl, sid)
@@ -41,10 +43,13 @@ return 1
 
 // Admit implements Admission.
 func (e *RedisEngine) Admit(ctx context.Context, user, sid string, max int) (bool, error) {
+	if err := redisSocketID(sid); err != nil {
+		return false, err
+	}
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
-	admit := admitScript.Run(ctx, pipe, []string{e.userSockets(user), e.userReserved(user)},
-		sid, timestamp.Millis(now), ReservationTTL.Milliseconds(), max)
+	admit := admitScript.Run(ctx, pipe, []string{e.kUsers, e.userSockets(user), e.userReserved(user)},
+		user, sid, timestamp.Millis(now), ReservationTTL.Milliseconds(), max)
 	if err := e.exec(ctx, pipe); err != nil {
 		return false, unavailable("admit", err)
 	}

@@ -7,14 +7,14 @@ import "github.com/redis/go-redis/v9"
 //
 // per conversation C, slot {c:C}
 //   P:{c:C}:on   ZSET user → join ms                who is online
-//   P:{c:C}:sk   ZSET socket → join ms              their sockets
-//   P:{c:C}:su   HASH socket → user
+//   P:{c:C}:su   HASH socket → user                 their sockets
 //   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
 //   P:{c:C}:tyo  HASH user → socket that typed last
 // cluster-wide, slot {g}
-//   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt"
-//   P:{g}:usk:U  SET of U's sockets (n above is its size)
+//   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt|sockets"
+//                (sockets: the user's n socket ids, joined by ","; see userLib)
+//   P:{g}:usk:U  SET of U's sockets, in records of releases before 2026-12-02
 //   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
 //                of U in C, "u\tU" grace of U, "a\tU" away check of U)
 //   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
@@ -63,15 +63,14 @@ end
 `
 
 // convJoin adds a socket to a conversation.
-// KEYS on sk su m ty; ARGV sid user clock
+// KEYS on su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
 var convJoin = redis.NewScript(clockLib + rosterLib + `
-local on, sk, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local on, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local first = 0
 if redis.call('HEXISTS', su, sid) == 0 then
   redis.call('HSET', su, sid, user)
-  redis.call('ZADD', sk, now, sid)
   local v = redis.call('HGET', m, user)
   if not v then
     first = 1
@@ -126,6 +125,9 @@ end
 // convLeave removes a socket from a conversation. mode: "left" (leave now),
 // "grace" (the user's leave waits graceMs), "timeout" (leave now, at =
 // atMs; "" is now).
+// The key sk (ZSET socket → join ms) of releases before 2026-12-02 was
+// written and never read; the leave still removes the socket from it, so
+// that what such a release left in Redis goes with its sockets.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + userLeftLib + `
@@ -225,29 +227,75 @@ if #nxt > 0 then n = math.max(1, tonumber(nxt[2]) - now) end
 return {users, n}
 `)
 
-// The user record: "n|activity|status|graceDeadline|disconnectedAt", status
-// one of on, away, off. userLib parses and writes it.
+// The user record: "n|activity|status|graceDeadline|disconnectedAt|sockets",
+// status one of on, away, off; sockets the user's n socket ids, joined by
+// ",". userLib parses and writes it. A record written by a release before
+// 2026-12-02 has no sixth field: its sockets are in the set P:{g}:usk:U
+// (a Redis 7.0 set of strings is a hashtable: 216 bytes for one socket,
+// against 25 here). Such a record keeps that form until a connect or a
+// disconnect of the user (the scripts given usk) moves the set into it
+// (usocks); uset writes a record back in the form it was read in.
 const userLib = `
 local function uget(h, user)
   local v = redis.call('HGET', h, user)
   if not v then return nil end
-  local n, act, st, grace, disc = string.match(v, '^(%d+)|(%d+)|(%a+)|(%d+)|(%d+)$')
-  return {n = tonumber(n), act = tonumber(act), st = st, grace = tonumber(grace), disc = tonumber(disc)}
+  local n, act, st, grace, disc, rest = string.match(v, '^(%d+)|(%d+)|(%a+)|(%d+)|(%d+)(.*)$')
+  if not n then return nil end
+  local u = {n = tonumber(n), act = tonumber(act), st = st, grace = tonumber(grace), disc = tonumber(disc)}
+  if rest == '' then
+    u.legacy = true
+  elseif string.sub(rest, 1, 1) == '|' then
+    u.socks = string.sub(rest, 2)
+  else
+    return nil
+  end
+  return u
 end
 local function uset(h, user, u)
-  redis.call('HSET', h, user, u.n .. '|' .. u.act .. '|' .. u.st .. '|' .. u.grace .. '|' .. u.disc)
+  local v = u.n .. '|' .. u.act .. '|' .. u.st .. '|' .. u.grace .. '|' .. u.disc
+  if not u.legacy then v = v .. '|' .. u.socks end
+  redis.call('HSET', h, user, v)
+end
+-- usocklist is the list of u's sockets (u may be nil), read only.
+local function usocklist(u, usk)
+  if not u then return {} end
+  if u.legacy then return redis.call('SMEMBERS', usk) end
+  local l = {}
+  for s in string.gmatch(u.socks, '[^,]+') do l[#l + 1] = s end
+  return l
+end
+-- usocks is the list of u's sockets; a legacy record's set moves into u
+-- (written by the caller's uset, with usave).
+local function usocks(u, usk)
+  local l = usocklist(u, usk)
+  if u.legacy then
+    u.legacy = nil
+    redis.call('DEL', usk)
+  end
+  return l
+end
+local function usave(u, l)
+  u.socks = table.concat(l, ',')
+  u.n = #l
+end
+local function uindex(l, sid)
+  for i, s in ipairs(l) do
+    if s == sid then return i end
+  end
+  return nil
 end
 `
 
 // userConnect counts a new connection of a user: its socket joins the
-// user's socket set (so that counting is idempotent per socket).
+// user's socket list (so that counting is idempotent per socket).
 // KEYS users due usk; ARGV user sid clock awayAfter → 1 if the user came online
 var userConnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, away = ARGV[1], ARGV[2], clock(ARGV[3]), tonumber(ARGV[4])
-local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0}
-redis.call('SADD', usk, sid)
-u.n = redis.call('SCARD', usk)
+local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0, socks = ''}
+local l = usocks(u, usk)
+if not uindex(l, sid) then l[#l + 1] = sid end
+usave(u, l)
 u.grace = 0
 u.act = now
 local came = 0
@@ -267,10 +315,20 @@ local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
-if redis.call('SREM', usk, sid) == 0 then return {0, 0} end
 local u = uget(h, user)
-if not u then return {0, 0} end
-u.n = redis.call('SCARD', usk)
+if not u then
+  redis.call('SREM', usk, sid)
+  return {0, 0}
+end
+local moved = u.legacy
+local l = usocks(u, usk)
+local i = uindex(l, sid)
+if not i then
+  if moved then usave(u, l); uset(h, user, u) end
+  return {0, 0}
+end
+table.remove(l, i)
+usave(u, l)
 if u.n > 0 then uset(h, user, u); return {0, 0} end
 if mode == 'grace' then
   u.grace = deadline

@@ -3,7 +3,9 @@ package presence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/presenced/presenced/timestamp"
@@ -12,6 +14,9 @@ import (
 
 // Connect implements Engine. The node's first connection claims its lease.
 func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
+	if err := redisSocketID(s.ID); err != nil {
+		return err
+	}
 	if !e.held.Load() {
 		if _, err := e.lease(ctx, e.cfg.Now()); err != nil {
 			if errors.Is(err, errLeaseWait) {
@@ -48,6 +53,15 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}
 	e.cleanIfGone(rs)
+	return nil
+}
+
+// redisSocketID refuses a socket id with a character that separates
+// fields in the Redis layout (the library's ids are base64url).
+func redisSocketID(id string) error {
+	if id == "" || strings.ContainsAny(id, ",|\t") {
+		return fmt.Errorf("presence: socket id %q is empty or has one of , | or a tab", id)
+	}
 	return nil
 }
 

@@ -1,0 +1,115 @@
+package presence_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/presenced/presenced/presence"
+	"github.com/redis/go-redis/v9"
+)
+
+// A user's sockets live in its record ("n|act|status|grace|disc|s1,s2"):
+// no per-user set, and no per-conversation socket sorted set.
+func TestRedisUserRecordHoldsSockets(t *testing.T) {
+	f := newFakeClockRedis(t)
+	rdb, prefix := f.rdb, f.prefix
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second})
+	connectJoin(t, eng, "a1", "alice", "c1")
+	connectJoin(t, eng, "a2", "alice", "c1")
+	rec := rdb.HGet(ctx, prefix+":{g}:users", "alice").Val()
+	if f := strings.Split(rec, "|"); len(f) != 6 || f[0] != "2" || f[2] != "on" || f[5] != "a1,a2" {
+		t.Fatalf("alice's record %q, want 2|…|on|…|…|a1,a2", rec)
+	}
+	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk"} {
+		if n := rdb.Exists(ctx, k).Val(); n != 0 {
+			t.Errorf("key %s exists", k)
+		}
+	}
+	if err := eng.Disconnect(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := userSockets(t, eng, "alice"); !slices.Equal(got, []string{"a2"}) {
+		t.Errorf("alice's sockets %q after a1 left, want [a2]", got)
+	}
+	if err := eng.Connect(ctx, presence.Socket{ID: "a,3", UserID: "alice"}); err == nil {
+		t.Error("a socket id with a comma was accepted")
+	}
+}
+
+// Redis data written by a release before 2026-12-02 keeps working: a user
+// record without sockets, its sockets in the set usk, and the sorted set
+// sk of each conversation. The set moves into the record at the user's
+// next connect or disconnect, and sk entries go with their sockets.
+func TestRedisLegacyUserRecord(t *testing.T) {
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock := f.rdb, f.prefix, f.clock
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second})
+	connectJoin(t, eng, "o1", "old", "c1")
+	// Rewrite o1's entries as the earlier release wrote them.
+	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
+	usk, sk, users := prefix+":{g}:usk:old", prefix+":{c:c1}:sk", prefix+":{g}:users"
+	pipe := rdb.TxPipeline()
+	pipe.HSet(ctx, users, "old", "1|"+at+"|on|0|0")
+	pipe.SAdd(ctx, usk, "o1")
+	pipe.ZAdd(ctx, sk, redis.Z{Score: 1, Member: "o1"})
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := userSockets(t, eng, "old"); !slices.Equal(got, []string{"o1"}) {
+		t.Errorf("admin view of a legacy record: sockets %q, want [o1]", got)
+	}
+	if ok, err := eng.Admit(ctx, "old", "o2", 1); err != nil || ok {
+		t.Errorf("Admit with the legacy set full = %v, %v; want refused", ok, err)
+	}
+	if ok, err := eng.Admit(ctx, "old", "o2", 2); err != nil || !ok {
+		t.Errorf("Admit with room in the legacy set = %v, %v; want admitted", ok, err)
+	}
+	if ps, err := eng.Users(ctx, []string{"old"}); err != nil || len(ps) != 1 || ps[0].Status != presence.Online {
+		t.Errorf("Users of a legacy record = %+v, %v; want online", ps, err)
+	}
+
+	connectJoin(t, eng, "o2", "old", "c1")
+	if rec := rdb.HGet(ctx, users, "old").Val(); !strings.HasPrefix(rec, "2|") || !strings.HasSuffix(rec, "|o1,o2") {
+		t.Errorf("record after a connect %q, want 2|…|o1,o2", rec)
+	}
+	if rdb.Exists(ctx, usk).Val() != 0 {
+		t.Error("the legacy set is still there after the connect moved it")
+	}
+	for _, sid := range []string{"o1", "o2"} {
+		if err := eng.Disconnect(ctx, sid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rdb.Exists(ctx, sk).Val() != 0 {
+		t.Error("the legacy sk entry outlived its socket")
+	}
+	for i := 0; i < 40 && rdb.HExists(ctx, users, "old").Val(); i++ {
+		clock.Advance(500 * time.Millisecond)
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rdb.HExists(ctx, users, "old").Val() {
+		t.Errorf("record %q outlived both sockets", rdb.HGet(ctx, users, "old").Val())
+	}
+}
+
+func userSockets(t *testing.T, eng *presence.RedisEngine, user string) []string {
+	t.Helper()
+	infos, err := eng.UserSockets(context.Background(), user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, s := range infos {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}
