@@ -79,6 +79,7 @@ type RedisEngine struct {
 	act   activityBatcher // group commit of activity records (redis_activity.go)
 	pipes pipes           // every pipeline goes through it (redis_batch.go)
 	alarm *alarm          // wakes Run when a flap grace of this node ends
+	away  *awayWatch      // the users this node checks for away (redis_away.go)
 	// crossSlot: rdb is one Redis server, not a cluster, so a script may
 	// read keys of several slots (queueStatuses).
 	crossSlot bool
@@ -115,6 +116,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		leaving: map[string]struct{}{},
 		alarm:   newAlarm(),
+		away:    newAwayWatch(),
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",
 			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
@@ -252,6 +254,9 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := e.runDue(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
+	if err := e.runAway(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

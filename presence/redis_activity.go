@@ -83,9 +83,8 @@ func (e *RedisEngine) sendActivity(batch []*activityReq) {
 	defer cancel()
 	pipe := e.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
-	away := e.cfg.AwayAfter.Milliseconds()
 	for i, r := range batch {
-		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, r.user, e.clk(), away)
+		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers}, r.user, e.clk())
 	}
 	// each command carries its own result or error, unless the wait ended
 	// before the replies came
@@ -163,6 +162,7 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 		e.forgetActivity(s.user)
 		return unavailable("activity", err)
 	}
+	e.away.arm(s.user, now.Add(e.cfg.AwayAfter))
 	if back {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
 	}

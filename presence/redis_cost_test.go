@@ -320,14 +320,14 @@ func TestRedisActivityGroupCommit(t *testing.T) {
 		t.Errorf("%d concurrent heartbeats of distinct users: %d round trips, want fewer than %d", users, got, users/2)
 	}
 	t.Logf("%d concurrent heartbeats: %d round trips", users, counter.n.Load())
-	// every user's away timer moved to the heartbeat's time + AwayAfter
+	// every user's activity is the heartbeat's time
 	for i := range users {
-		score, err := rdb.ZScore(ctx, prefix+":{g}:due", fmt.Sprintf("a\tu%d", i)).Result()
+		rec, err := rdb.HGet(ctx, prefix+":{g}:users", fmt.Sprintf("u%d", i)).Result()
 		if err != nil {
-			t.Fatalf("u%d: no away timer after its heartbeat: %v", i, err)
+			t.Fatalf("u%d: no record after its heartbeat: %v", i, err)
 		}
-		if got, want := int64(score), at+time.Minute.Milliseconds(); got != want {
-			t.Fatalf("u%d: away timer at %d, want %d (the heartbeat's activity)", i, got, want)
+		if f := strings.Split(rec, "|"); len(f) < 2 || f[1] != strconv.FormatInt(at, 10) {
+			t.Fatalf("u%d: record %q, want activity %d (the heartbeat's)", i, rec, at)
 		}
 	}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // A user's sockets live in its record ("n|act|status|grace|disc|s1,s2"):
-// no per-user set, and no per-conversation socket sorted set.
+// no per-user set, no per-conversation socket sorted set, and no away
+// timer while the user's node watches them.
 func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	f := newFakeClockRedis(t)
 	rdb, prefix := f.rdb, f.prefix
@@ -30,8 +31,17 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 			t.Errorf("key %s exists", k)
 		}
 	}
+	// the node watches its users for away: no timer in Redis
+	due := prefix + ":{g}:due"
+	if n := rdb.ZCard(ctx, due).Val(); n != 0 {
+		t.Errorf("%d timers in Redis for an online user, want none", n)
+	}
 	if err := eng.Disconnect(ctx, "a1"); err != nil {
 		t.Fatal(err)
+	}
+	// … until a socket goes while others stay (the watch is handed over)
+	if got := rdb.ZRange(ctx, due, 0, -1).Val(); !slices.Contains(got, "a\talice") {
+		t.Errorf("timers after a1 left %q, want alice's away timer among them", got)
 	}
 	if got := userSockets(t, eng, "alice"); !slices.Equal(got, []string{"a2"}) {
 		t.Errorf("alice's sockets %q after a1 left, want [a2]", got)

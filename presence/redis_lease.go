@@ -106,7 +106,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.kNode, s.id, regs[s.id])
-		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), e.cfg.AwayAfter.Milliseconds())
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk())
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
@@ -119,6 +119,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		if n, _ := came.Int(); n == 1 {
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 		}
+		e.away.arm(s.user, now.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 4 && toInt(raw[0]) == 1 {
 				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})

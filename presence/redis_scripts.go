@@ -16,7 +16,9 @@ import "github.com/redis/go-redis/v9"
 //                (sockets: the user's n socket ids, joined by ","; see userLib)
 //   P:{g}:usk:U  SET of U's sockets, in records of releases before 2026-12-02
 //   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
-//                of U in C, "u\tU" grace of U, "a\tU" away check of U)
+//                of U in C, "u\tU" grace of U, "a\tU" away check of U: only
+//                for a user handed over by a disconnect; nodes watch their
+//                own users in memory, redis_away.go)
 //   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
 //   P:{g}:lease  ZSET node → lease expiry ms
 //   P:{g}:holder HASH node → "token|since|last": the instance holding the
@@ -287,11 +289,12 @@ end
 `
 
 // userConnect counts a new connection of a user: its socket joins the
-// user's socket list (so that counting is idempotent per socket).
-// KEYS users due usk; ARGV user sid clock awayAfter → 1 if the user came online
+// user's socket list (so that counting is idempotent per socket). The
+// node watches the user for away (redis_away.go).
+// KEYS users due usk; ARGV user sid clock → 1 if the user came online
 var userConnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
-local user, sid, now, away = ARGV[1], ARGV[2], clock(ARGV[3]), tonumber(ARGV[4])
+local user, sid, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0, socks = ''}
 local l = usocks(u, usk)
 if not uindex(l, sid) then l[#l + 1] = sid end
@@ -302,14 +305,16 @@ local came = 0
 if u.st ~= 'on' then u.st = 'on'; came = 1 end
 uset(h, user, u)
 redis.call('ZREM', due, 'u\t' .. user)
-redis.call('ZADD', due, now + away, 'a\t' .. user)
 return came
 `)
 
 // userDisconnect uncounts a connection (a socket not counted is a no-op).
 // mode grace: offline waits graceMs; timeout: offline now with lastSeen
-// atMs ("" is now).
-// KEYS users due usk; ARGV user sid clock mode graceMs atMs → {offline(0|1), lastSeen}
+// atMs ("" is now). An online user with sockets left gets an away timer
+// in the due set: the node of this socket may have been the one watching
+// the user (redis_away.go).
+// KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
+// → {offline(0|1), lastSeen}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -329,7 +334,11 @@ if not i then
 end
 table.remove(l, i)
 usave(u, l)
-if u.n > 0 then uset(h, user, u); return {0, 0} end
+if u.n > 0 then
+  uset(h, user, u)
+  if u.st == 'on' then redis.call('ZADD', due, u.act + tonumber(ARGV[7]), 'a\t' .. user) end
+  return {0, 0}
+end
 if mode == 'grace' then
   u.grace = deadline
   u.disc = now
@@ -355,11 +364,12 @@ redis.call('ZREM', due, 'a\t' .. user)
 return {1, u.disc, 0}
 `)
 
-// userActivity records activity. KEYS users due; ARGV user clock awayAfter
+// userActivity records activity (the recording node watches the user for
+// away, redis_away.go). KEYS users; ARGV user clock
 // → 1 if an away user came back online
 var userActivity = redis.NewScript(clockLib + userLib + `
-local h, due = KEYS[1], KEYS[2]
-local user, now, away = ARGV[1], clock(ARGV[2]), tonumber(ARGV[3])
+local h = KEYS[1]
+local user, now = ARGV[1], clock(ARGV[2])
 local u = uget(h, user)
 if not u then return 0 end
 local back = 0
@@ -367,7 +377,6 @@ if u.st == 'away' then u.st = 'on'; back = 1 end
 if back == 0 and now - u.act < 1000 then return 0 end
 u.act = now
 uset(h, user, u)
-redis.call('ZADD', due, now + away, 'a\t' .. user)
 return back
 `)
 

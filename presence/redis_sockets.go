@@ -35,11 +35,12 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
 	reg := registry(rs)     // under mu: a Join may already write rs.convs
 	e.mu.Unlock()
+	e.away.add(s.UserID)
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, e.kNode, s.ID, reg)
-	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk(), e.cfg.AwayAfter.Milliseconds())
+	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk())
 	if err := e.exec(ctx, pipe); err != nil {
 		// The scripts may have run although the reply was lost: the
 		// socket is cleaned up (idempotently) by the pending retries.
@@ -47,8 +48,10 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		delete(e.local, s.ID)
 		e.pending[s.ID] = rs
 		e.mu.Unlock()
+		e.away.remove(s.UserID)
 		return unavailable("connect", err)
 	}
+	e.away.arm(s.UserID, now.Add(e.cfg.AwayAfter))
 	if n, _ := came.Int(); n == 1 {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}
@@ -88,6 +91,7 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	if !ok {
 		return nil
 	}
+	e.away.remove(s.user)
 	now := e.cfg.Now()
 	b, err := e.removeSocket(ctx, s, now)
 	e.emit(ctx, b)
@@ -135,7 +139,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
 		}
 	}
-	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at)
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, e.cfg.AwayAfter.Milliseconds())
 	pipe.HDel(ctx, regKey, s.id)
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)

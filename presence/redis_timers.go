@@ -9,7 +9,8 @@ import (
 	"github.com/presenced/presenced/timestamp"
 )
 
-// runDue runs the timers that are due: typing expiry, grace ends, away.
+// runDue runs the timers that are due: typing expiry, grace ends, and the
+// away checks handed over by a disconnect (redis_away.go).
 // Timers are claimed, fired, then acknowledged: a node that dies (or loses
 // a reply) between the two leaves them claimed, and they fire again, on
 // any node, once the claim runs out. Firing is idempotent: each script

@@ -219,6 +219,7 @@ func Run(t *testing.T, f Factory) {
 		{"Typing", testTyping},
 		{"Errors", testErrors},
 		{"AwayAndBack", testAway},
+		{"AwayAcrossNodes", testAwayAcrossNodes},
 		{"DeadNode", testDeadNode},
 		{"Idempotent", testIdempotent},
 		{"UsersQuery", testUsers},
@@ -442,6 +443,38 @@ func testAway(e *env) {
 	e.expect("status alice away")
 	e.must(n.Touch(e.ctx, "s1"))
 	e.expect("status alice online")
+}
+
+// A user with sockets on two nodes: activity on either keeps them online,
+// and they turn away once idle on both, also after the node that brought
+// them back lost its socket.
+func testAwayAcrossNodes(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	// both nodes tick throughout, so that neither's lease lapses
+	advance := func(d time.Duration) {
+		for d > 0 {
+			step := min(d, 2*time.Second)
+			e.clock.Advance(step)
+			e.tick(n1, n2)
+			d -= step
+		}
+	}
+	e.must(n1.Connect(e.ctx, presence.Socket{ID: "a1", UserID: "alice"}))
+	e.must(n2.Connect(e.ctx, presence.Socket{ID: "a2", UserID: "alice"}))
+	e.expect("status alice online")
+	advance(4 * time.Minute)
+	e.must(n2.Touch(e.ctx, "a2"))
+	advance(90 * time.Second)
+	e.expect() // active on n2 a minute and a half ago
+	advance(4 * time.Minute)
+	e.expect("status alice away")
+	e.must(n2.Touch(e.ctx, "a2"))
+	e.expect("status alice online")
+	e.must(n2.Disconnect(e.ctx, "a2"))
+	advance(5*time.Minute - 2*time.Second)
+	e.expect()
+	advance(4 * time.Second)
+	e.expect("status alice away")
 }
 
 func testDeadNode(e *env) {

@@ -1,0 +1,187 @@
+package presence
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Away checks run on the nodes, not in Redis: each node watches the users
+// it has sockets of, in memory, and asks Redis (userAway, on Redis's clock)
+// when a user's time seems to have come. An away timer per online user in
+// the shared due set cost 105 bytes of Redis memory per user and a ZADD per
+// activity record.
+//
+// A node checks a user AwayAfter after it connected one of the user's
+// sockets or recorded the user's activity; if the user's activity (from
+// any node) is more recent, Redis says how long to wait, and the node
+// checks again then. A node stops watching a user who is away or offline
+// (activity, on whichever node records it, starts that node watching), or
+// whose sockets here are gone. The one gap: a user brought back online by
+// a node that then loses its sockets of the user while others remain. The
+// disconnect script hands that user to a timer in the shared due set
+// (userDisconnect), which any node fires.
+
+// awayBatch bounds the checks of one round trip.
+const awayBatch = 500
+
+// awayWatch is a node's watch over its users.
+type awayWatch struct {
+	mu    sync.Mutex
+	users map[string]*awayUser
+	q     awayHeap
+	gen   uint64
+}
+
+type awayUser struct {
+	socks int   // this node's sockets of the user
+	at    int64 // unix ns of the next check; 0: not watched
+	gen   uint64
+}
+
+// awayEntry stands for its user's check while its gen is the user's.
+type awayEntry struct {
+	at   int64
+	user string
+	gen  uint64
+}
+
+type awayHeap []awayEntry
+
+func (h awayHeap) Len() int           { return len(h) }
+func (h awayHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h awayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *awayHeap) Push(x any)        { *h = append(*h, x.(awayEntry)) }
+func (h *awayHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = awayEntry{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+func newAwayWatch() *awayWatch { return &awayWatch{users: map[string]*awayUser{}} }
+
+// add counts a socket of user on this node.
+func (w *awayWatch) add(user string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	u := w.users[user]
+	if u == nil {
+		u = &awayUser{}
+		w.users[user] = u
+	}
+	u.socks++
+}
+
+// remove uncounts a socket of user; the user's last one ends the watch.
+func (w *awayWatch) remove(user string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if u := w.users[user]; u != nil {
+		if u.socks--; u.socks <= 0 {
+			delete(w.users, user) // its heap entry is dropped when it comes up
+		}
+	}
+}
+
+// arm checks user at t, if this node has sockets of the user: later than
+// a check already due sooner (whose entry then moves on), or sooner.
+func (w *awayWatch) arm(user string, t time.Time) {
+	at := t.UnixNano()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	u := w.users[user]
+	if u == nil {
+		return
+	}
+	if u.at != 0 && u.at <= at {
+		u.at = at // the entry comes up at the old time and moves on
+		return
+	}
+	w.gen++
+	u.at, u.gen = at, w.gen
+	heap.Push(&w.q, awayEntry{at: at, user: user, gen: u.gen})
+}
+
+// due returns up to max users whose check has come by now; they are not
+// watched until armed again.
+func (w *awayWatch) due(now time.Time, max int) []string {
+	t := now.UnixNano()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for len(w.q) > 0 && w.q[0].at <= t && len(out) < max {
+		x := heap.Pop(&w.q).(awayEntry)
+		u := w.users[x.user]
+		if u == nil || u.gen != x.gen || u.at == 0 {
+			continue // dropped, or stood for by a newer entry
+		}
+		if u.at > t {
+			heap.Push(&w.q, awayEntry{at: u.at, user: x.user, gen: u.gen})
+			continue
+		}
+		u.at = 0
+		out = append(out, x.user)
+	}
+	return out
+}
+
+// watched is the number of users this node watches (tests).
+func (w *awayWatch) watched() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, u := range w.users {
+		if u.at != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// runAway checks the users whose time has come, a round trip per
+// awayBatch: those Redis finds idle turn away; the others are checked
+// again when their activity's AwayAfter has passed.
+func (e *RedisEngine) runAway(ctx context.Context, now time.Time) error {
+	for range 20 {
+		users := e.away.due(now, awayBatch)
+		if len(users) == 0 {
+			return nil
+		}
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(users))
+		for i, u := range users {
+			cmds[i] = userAway.Run(ctx, pipe, []string{e.kUsers}, u, e.clk(), e.cfg.AwayAfter.Milliseconds())
+		}
+		lost := e.exec(ctx, pipe)
+		var b batch
+		var failed error
+		for i, u := range users {
+			v, err := cmds[i].Int64Slice()
+			if abandoned(lost) {
+				err = lost
+			}
+			switch {
+			case err != nil || len(v) != 2:
+				failed = err
+				e.away.arm(u, now.Add(time.Second)) // retried in 1s
+			case v[0] == 1:
+				b = append(b, Event{Kind: EventStatus, UserID: u, At: now, Status: Away})
+			case v[1] > 0:
+				e.away.arm(u, now.Add(time.Duration(v[1])*time.Millisecond))
+			}
+		}
+		e.emit(ctx, b)
+		if failed != nil {
+			return unavailable("away", failed)
+		}
+		if len(users) < awayBatch {
+			return nil
+		}
+	}
+	return nil
+}
