@@ -146,7 +146,6 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 	tb.Helper()
 	ctx := context.Background()
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	nowF := float64(time.Now().UnixMilli())
 	ttl := 10 * time.Minute
 	pipe := rdb.Pipeline()
 	flush := func(force bool) {
@@ -173,7 +172,6 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 		for _, c := range joins {
 			conv := "conv-" + strconv.Itoa(c)
 			b := prefix + ":{c:" + conv + "}:"
-			pipe.ZAdd(ctx, b+"on", redis.Z{Score: nowF, Member: user})
 			pipe.HSet(ctx, b+"su", sid, user)
 			pipe.HSet(ctx, b+"m", user, "1|"+now+"|0|0")
 			reg += "\t" + conv
@@ -184,7 +182,7 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 	}
 	for c := range convs {
 		b := prefix + ":{c:conv-" + strconv.Itoa(c) + "}:"
-		for _, k := range []string{"on", "su", "m"} {
+		for _, k := range []string{"su", "m"} {
 			pipe.PExpire(ctx, b+k, ttl)
 		}
 		flush(false)

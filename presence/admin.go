@@ -37,8 +37,9 @@ type AdminView interface {
 	// Leases returns every live node's last lease renewal.
 	Leases(ctx context.Context) (map[string]time.Time, error)
 	// Previews returns, for each conversation of ids, up to n of its
-	// members (by user id) and who is typing now: the list's glimpse of
-	// each row, cheaper than whole rosters.
+	// members, sorted by user id, and who is typing now: the list's
+	// glimpse of each row, cheaper than whole rosters. Which n of a larger
+	// conversation is up to the engine, the same from call to call.
 	Previews(ctx context.Context, ids []string, n int) ([]Preview, error)
 }
 

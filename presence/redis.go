@@ -148,8 +148,9 @@ func (e *RedisEngine) clk() string {
 	return ""
 }
 
-// convKeys are a conversation's keys: on sk su m ty tyo (sk only for
-// convLeave, which clears what earlier releases wrote there).
+// convKeys are a conversation's keys: on sk su m ty tyo (on and sk only
+// for the leave and grace scripts, which clear what earlier releases wrote
+// there).
 type convKeys struct{ on, sk, su, m, ty, tyo string }
 
 func (e *RedisEngine) conv(id string) convKeys {

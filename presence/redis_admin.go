@@ -27,12 +27,12 @@ func globEscape(s string) string {
 
 // ConversationCounts implements AdminView. Redis keeps no index of
 // conversations (none is needed on the hot path), so the panel SCANs for
-// the conversations' online sets ("P:{c:C}:on", every master of a Redis
-// Cluster) and counts each with one pipelined ZCARD. With 10,000
+// the conversations' member records ("P:{c:C}:m", every master of a Redis
+// Cluster) and counts each with one pipelined HLEN. With 10,000
 // conversations this is tens of milliseconds; the panel asks every 2 s.
 func (e *RedisEngine) ConversationCounts(ctx context.Context, prefix string, offset, limit int) (int, []ConversationCount, error) {
 	head := e.rcfg.Prefix + ":{c:"
-	match := globEscape(head) + globEscape(prefix) + "*}:on"
+	match := globEscape(head) + globEscape(prefix) + "*}:m"
 	var (
 		keys []string
 		mu   sync.Mutex // ForEachMaster scans the masters concurrently
@@ -72,7 +72,7 @@ func (e *RedisEngine) ConversationCounts(ctx context.Context, prefix string, off
 	if len(keys) > 0 {
 		pipe := e.rdb.Pipeline()
 		for i, k := range keys {
-			cmds[i] = pipe.ZCard(ctx, k)
+			cmds[i] = pipe.HLen(ctx, k)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 			return 0, nil, unavailable("count conversations", err)
@@ -84,7 +84,7 @@ func (e *RedisEngine) ConversationCounts(ctx context.Context, prefix string, off
 		if !ok {
 			continue
 		}
-		id, ok = strings.CutSuffix(id, "}:on")
+		id, ok = strings.CutSuffix(id, "}:m")
 		if !ok || !strings.HasPrefix(id, prefix) {
 			continue
 		}
@@ -220,20 +220,23 @@ func (e *RedisEngine) Previews(ctx context.Context, ids []string, n int) ([]Prev
 	}
 	now := strconv.FormatInt(timestamp.Millis(e.cfg.Now()), 10)
 	pipe := e.rdb.Pipeline()
-	members := make([]*redis.StringSliceCmd, len(ids))
+	members := make([]*redis.ScanCmd, len(ids))
 	typing := make([]*redis.StringSliceCmd, len(ids))
 	for i, id := range ids {
 		k := e.conv(id)
-		members[i] = pipe.ZRange(ctx, k.on, 0, int64(n-1))
+		// the first fields of one HSCAN step: the same ones each time
+		// (a small hash comes whole)
+		members[i] = pipe.HScan(ctx, k.m, 0, "", int64(n))
 		typing[i] = pipe.ZRangeByScore(ctx, k.ty, &redis.ZRangeBy{Min: "(" + now, Max: "+inf"})
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, unavailable("previews", err)
 	}
 	for i := range ids {
-		out[i] = Preview{Members: members[i].Val(), Typing: typing[i].Val()}
-		if out[i].Members == nil {
-			out[i].Members = []string{}
+		kv, _ := members[i].Val()
+		out[i] = Preview{Members: make([]string, 0, min(n, len(kv)/2)), Typing: typing[i].Val()}
+		for j := 0; j+1 < len(kv) && len(out[i].Members) < n; j += 2 {
+			out[i].Members = append(out[i].Members, kv[j])
 		}
 		if out[i].Typing == nil {
 			out[i].Typing = []string{}

@@ -27,7 +27,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
-	join := convJoin.Run(ctx, pipe, []string{k.on, k.su, k.m, k.ty}, socketID, s.user, e.clk())
+	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom

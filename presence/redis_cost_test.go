@@ -173,7 +173,6 @@ func TestRedisGhostEntry(t *testing.T) {
 	pipe := rdb.TxPipeline()
 	pipe.HSet(ctx, prefix+":{n:n1}:"+token+":socks", "g1", "gus\tc1")
 	pipe.HSet(ctx, c+"su", "g1", "gus")
-	pipe.ZAdd(ctx, c+"on", redis.Z{Score: 1, Member: "gus"})
 	pipe.HSet(ctx, c+"m", "gus", "1|"+at+"|0|0")
 	pipe.HSet(ctx, prefix+":{g}:users", "gus", "1|"+at+"|on|0|0|g1")
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -26,7 +26,7 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	if f := strings.Split(rec, "|"); len(f) != 6 || f[0] != "2" || f[2] != "on" || f[5] != "a1,a2" {
 		t.Fatalf("alice's record %q, want 2|…|on|…|…|a1,a2", rec)
 	}
-	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk"} {
+	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk", prefix + ":{c:c1}:on"} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("key %s exists", k)
 		}
@@ -52,9 +52,10 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 }
 
 // Redis data written by a release before 2026-12-02 keeps working: a user
-// record without sockets, its sockets in the set usk, and the sorted set
-// sk of each conversation. The set moves into the record at the user's
-// next connect or disconnect, and sk entries go with their sockets.
+// record without sockets, its sockets in the set usk, and the sorted sets
+// sk and on of each conversation. The set moves into the record at the
+// user's next connect or disconnect; sk and on entries go with their
+// sockets and members.
 func TestRedisLegacyUserRecord(t *testing.T) {
 	f := newFakeClockRedis(t)
 	rdb, prefix, clock := f.rdb, f.prefix, f.clock
@@ -63,11 +64,12 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 	connectJoin(t, eng, "o1", "old", "c1")
 	// Rewrite o1's entries as the earlier release wrote them.
 	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
-	usk, sk, users := prefix+":{g}:usk:old", prefix+":{c:c1}:sk", prefix+":{g}:users"
+	usk, sk, on, users := prefix+":{g}:usk:old", prefix+":{c:c1}:sk", prefix+":{c:c1}:on", prefix+":{g}:users"
 	pipe := rdb.TxPipeline()
 	pipe.HSet(ctx, users, "old", "1|"+at+"|on|0|0")
 	pipe.SAdd(ctx, usk, "o1")
 	pipe.ZAdd(ctx, sk, redis.Z{Score: 1, Member: "o1"})
+	pipe.ZAdd(ctx, on, redis.Z{Score: 1, Member: "old"})
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +110,9 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 	}
 	if rdb.HExists(ctx, users, "old").Val() {
 		t.Errorf("record %q outlived both sockets", rdb.HGet(ctx, users, "old").Val())
+	}
+	if rdb.Exists(ctx, on).Val() != 0 {
+		t.Error("the legacy on entry outlived the member's grace")
 	}
 }
 

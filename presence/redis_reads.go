@@ -38,7 +38,7 @@ func (e *RedisEngine) queueStatuses(ctx context.Context, pipe redis.Pipeliner, k
 	if !e.crossSlot {
 		return nil
 	}
-	return rosterStatus.Run(ctx, pipe, []string{e.kUsers}, k.on)
+	return rosterStatus.Run(ctx, pipe, []string{e.kUsers}, k.m)
 }
 
 // rosterFrom completes a roster with the records queueStatuses read, or
@@ -174,7 +174,7 @@ func strs(v any) []string {
 func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, error) {
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
-	ro := convRoster.Run(ctx, pipe, []string{k.on, k.m, k.ty}, e.clk())
+	ro := convRoster.Run(ctx, pipe, []string{k.m, k.ty}, e.clk())
 	st := e.queueStatuses(ctx, pipe, k)
 	if err := e.exec(ctx, pipe); err != nil && ro.Err() != nil {
 		return JoinResult{}, unavailable("roster", ro.Err())

@@ -6,9 +6,9 @@ import "github.com/redis/go-redis/v9"
 // that each script's keys share a slot):
 //
 // per conversation C, slot {c:C}
-//   P:{c:C}:on   ZSET user → join ms                who is online
 //   P:{c:C}:su   HASH socket → user                 their sockets
-//   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here)
+//   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here):
+//                who is online (users in their flap grace included)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
 //   P:{c:C}:tyo  HASH user → socket that typed last
 // cluster-wide, slot {g}
@@ -28,6 +28,9 @@ import "github.com/redis/go-redis/v9"
 //                (dead instances being cleaned; 0: waiting for a reaper)
 // per node instance N/T, slot {n:N}
 //   P:{n:N}:T:socks HASH socket → "user\tC1\tC2…"  what it must clean if it dies
+// kept by releases before 2026-12-02, still cleared as their entries go
+//   P:{c:C}:on   ZSET user → join ms (the members, as m has them)
+//   P:{c:C}:sk   ZSET socket → join ms (the sockets, as su has them)
 //
 // Every time in these keys is Redis's own (TIME, in the scripts): nodes'
 // clocks are never compared with each other. clockLib reads it; tests
@@ -50,8 +53,9 @@ local function clock(fake)
 end
 `
 
-// userLeftLib removes a user from a conversation's members (on, m) and its
-// typing (ty, tyo); userLeft is true if the user was still typing at now.
+// userLeftLib removes a user from a conversation's members (m, and on of
+// earlier releases) and its typing (ty, tyo); userLeft is true if the user
+// was still typing at now.
 const userLeftLib = `
 local function userLeft(on, m, ty, tyo, user, now)
   redis.call('HDEL', m, user)
@@ -65,10 +69,10 @@ end
 `
 
 // convJoin adds a socket to a conversation.
-// KEYS on su m ty; ARGV sid user clock
+// KEYS su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
 var convJoin = redis.NewScript(clockLib + rosterLib + `
-local on, su, m, ty = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local su, m, ty = KEYS[1], KEYS[2], KEYS[3]
 local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local first = 0
 if redis.call('HEXISTS', su, sid) == 0 then
@@ -81,44 +85,42 @@ if redis.call('HEXISTS', su, sid) == 0 then
     local n, since = string.match(v, '^(%d+)|(%d+)|')
     redis.call('HSET', m, user, (tonumber(n) + 1) .. '|' .. since .. '|0|0')
   end
-  redis.call('ZADD', on, 'GT', now, user) -- GT still adds a new member
 end
-local users, since, typing = roster(on, m, ty, now)
+local users, since, typing = roster(m, ty, now)
 return {first, users, since, typing}
 `)
 
 // rosterStatus reads the user records of a conversation's online members,
 // for the roster's online/away split, in the round trip that read the
-// roster. The conversation's online set is in another slot and is named
-// in ARGV, not KEYS: only on a single Redis server (crossSlot), never on
-// a cluster. Members and records come as pairs: a join or leave between
+// roster. The conversation's member records are in another slot and are
+// named in ARGV, not KEYS: only on a single Redis server (crossSlot), never
+// on a cluster. Members and records come as pairs: a join or leave between
 // the two scripts may change the set.
-// KEYS users; ARGV onKey → {users[], records[]}
+// KEYS users; ARGV mKey → {users[], records[]}
 var rosterStatus = redis.NewScript(`
-local users = redis.call('ZRANGE', ARGV[1], 0, -1)
+local users = redis.call('HKEYS', ARGV[1])
 if #users == 0 then return {{}, {}} end
 return {users, redis.call('HMGET', KEYS[1], unpack(users))}
 `)
 
 // convRoster reads a conversation's roster.
-// KEYS on m ty; ARGV clock → {users[], since[], typing[]}
+// KEYS m ty; ARGV clock → {users[], since[], typing[]}
 var convRoster = redis.NewScript(clockLib + rosterLib + `
 local now = clock(ARGV[1])
-local users, since, typing = roster(KEYS[1], KEYS[2], KEYS[3], now)
+local users, since, typing = roster(KEYS[1], KEYS[2], now)
 return {users, since, typing}
 `)
 
-// rosterLib reads a conversation's roster: who is online, since when
-// (from the member records), and who is typing now.
+// rosterLib reads a conversation's roster: who is online (the member
+// records, users in their flap grace included), since when, and who is
+// typing now. The caller orders it.
 const rosterLib = `
-local function roster(on, m, ty, now)
-  local users = redis.call('ZRANGE', on, 0, -1)
-  local since = {}
-  if #users > 0 then
-    local vals = redis.call('HMGET', m, unpack(users))
-    for i, v in ipairs(vals) do
-      since[i] = v and string.match(v, '^%d+|(%d+)|') or tostring(now)
-    end
+local function roster(m, ty, now)
+  local kv = redis.call('HGETALL', m)
+  local users, since = {}, {}
+  for i = 1, #kv, 2 do
+    users[#users + 1] = kv[i]
+    since[#since + 1] = string.match(kv[i + 1], '^%d+|(%d+)|') or tostring(now)
   end
   return users, since, redis.call('ZRANGEBYSCORE', ty, '(' .. now, '+inf')
 end
@@ -127,9 +129,9 @@ end
 // convLeave removes a socket from a conversation. mode: "left" (leave now),
 // "grace" (the user's leave waits graceMs), "timeout" (leave now, at =
 // atMs; "" is now).
-// The key sk (ZSET socket → join ms) of releases before 2026-12-02 was
-// written and never read; the leave still removes the socket from it, so
-// that what such a release left in Redis goes with its sockets.
+// The keys on and sk of releases before 2026-12-02 are cleared here too
+// (and on in userLeft), so that what such a release left in Redis goes
+// with its sockets.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + userLeftLib + `
