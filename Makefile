@@ -12,8 +12,11 @@ GOLANGCI_LINT := bin/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 build:
 	$(GO) build -o $(BIN) ./cmd/presenced
 
+# The server builds on macOS and Windows too (the load tool is Linux only).
 vet:
 	$(GO) vet ./...
+	GOOS=darwin $(GO) vet ./...
+	GOOS=windows $(GO) vet ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/$(dir $(GOLANGCI_LINT)) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -219,22 +218,6 @@ type rawCall struct {
 	b  []byte
 	n  int
 	fn func(fd uintptr) bool
-}
-
-func (c *rawCall) write(fd uintptr) bool {
-	for c.n < len(c.b) {
-		m, err := syscall.Write(int(fd), c.b[c.n:])
-		if m > 0 {
-			c.n += m
-		}
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || m <= 0 {
-			break
-		}
-	}
-	return true
 }
 
 // lockFrames takes the frame lock for a write, unless tryWrite handed it

@@ -1,8 +1,11 @@
+//go:build linux
+
 // Command presence-load is a load generator for presenced. It speaks
 // Engine.IO v4 / Socket.IO v5 over websockets itself (one reader goroutine
 // per socket, so one process holds 10,000 sockets), starts the server
 // nodes as child processes in cluster mode against Redis and a fresh
-// PostgreSQL database, and measures:
+// PostgreSQL database, and measures (Linux only: it reads /proc and sets
+// the children's parent-death signal):
 //
 //   - heartbeat: N sockets (one user each) join 3 conversations of about
 //     100 members, then send `heartbeat` at a steady aggregate rate R for a
