@@ -172,8 +172,7 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 		for _, c := range joins {
 			conv := "conv-" + strconv.Itoa(c)
 			b := prefix + ":{c:" + conv + "}:"
-			pipe.HSet(ctx, b+"su", sid, user)
-			pipe.HSet(ctx, b+"m", user, "1|"+now+"|0|0")
+			pipe.HSet(ctx, b+"m", user, "1|"+now+"|0|0|"+sid)
 			reg += "\t" + conv
 		}
 		pipe.HSet(ctx, kUsers, user, "1|"+now+"|on|0|0|"+sid)
@@ -181,10 +180,7 @@ func fillRedis(tb testing.TB, rdb redis.UniversalClient, prefix string, users, c
 		flush(false)
 	}
 	for c := range convs {
-		b := prefix + ":{c:conv-" + strconv.Itoa(c) + "}:"
-		for _, k := range []string{"su", "m"} {
-			pipe.PExpire(ctx, b+k, ttl)
-		}
+		pipe.PExpire(ctx, prefix+":{c:conv-"+strconv.Itoa(c)+"}:m", ttl)
 		flush(false)
 	}
 	pipe.PExpire(ctx, kUsers, ttl)

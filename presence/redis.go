@@ -148,9 +148,9 @@ func (e *RedisEngine) clk() string {
 	return ""
 }
 
-// convKeys are a conversation's keys: on sk su m ty tyo (on and sk only
-// for the leave and grace scripts, which clear what earlier releases wrote
-// there).
+// convKeys are a conversation's keys: on sk su m ty tyo. on, sk and su
+// hold what releases before 2026-12-02 wrote: the scripts still read su
+// for their member records, and clear all three as those entries go.
 type convKeys struct{ on, sk, su, m, ty, tyo string }
 
 func (e *RedisEngine) conv(id string) convKeys {

@@ -143,8 +143,8 @@ func TestRedisIdleCost(t *testing.T) {
 		t.Errorf("idle cost %.4f commands per user per second, want ≤ 0.05", per)
 	}
 	// the entries are all still there
-	if n, err := rdb.HLen(context.Background(), prefix+":{c:c7}:su").Result(); err != nil || n != 3*sockets/50 {
-		t.Errorf("conversation c7 holds %d sockets (%v), want %d", n, err, 3*sockets/50)
+	if n, err := rdb.HLen(context.Background(), prefix+":{c:c7}:m").Result(); err != nil || n != 3*sockets/50 {
+		t.Errorf("conversation c7 holds %d members (%v), want %d", n, err, 3*sockets/50)
 	}
 }
 
@@ -172,8 +172,7 @@ func TestRedisGhostEntry(t *testing.T) {
 	c := prefix + ":{c:c1}:"
 	pipe := rdb.TxPipeline()
 	pipe.HSet(ctx, prefix+":{n:n1}:"+token+":socks", "g1", "gus\tc1")
-	pipe.HSet(ctx, c+"su", "g1", "gus")
-	pipe.HSet(ctx, c+"m", "gus", "1|"+at+"|0|0")
+	pipe.HSet(ctx, c+"m", "gus", "1|"+at+"|0|0|g1")
 	pipe.HSet(ctx, prefix+":{g}:users", "gus", "1|"+at+"|on|0|0|g1")
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)

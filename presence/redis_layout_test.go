@@ -12,9 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A user's sockets live in its record ("n|act|status|grace|disc|s1,s2"):
-// no per-user set, no per-conversation socket sorted set, and no away
-// timer while the user's node watches them.
+// A user's sockets live in its record ("n|act|status|grace|disc|s1,s2"),
+// and in each conversation in its member record ("n|since|grace|left|s1"):
+// no per-user set, no per-conversation socket keys, and no away timer
+// while the user's node watches them.
 func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	f := newFakeClockRedis(t)
 	rdb, prefix := f.rdb, f.prefix
@@ -26,7 +27,10 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	if f := strings.Split(rec, "|"); len(f) != 6 || f[0] != "2" || f[2] != "on" || f[5] != "a1,a2" {
 		t.Fatalf("alice's record %q, want 2|…|on|…|…|a1,a2", rec)
 	}
-	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk", prefix + ":{c:c1}:on"} {
+	if m := rdb.HGet(ctx, prefix+":{c:c1}:m", "alice").Val(); !strings.HasPrefix(m, "2|") || !strings.HasSuffix(m, "|0|0|a1,a2") {
+		t.Errorf("alice's member record %q, want 2|…|0|0|a1,a2", m)
+	}
+	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk", prefix + ":{c:c1}:on", prefix + ":{c:c1}:su"} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
 			t.Errorf("key %s exists", k)
 		}
@@ -52,10 +56,11 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 }
 
 // Redis data written by a release before 2026-12-02 keeps working: a user
-// record without sockets, its sockets in the set usk, and the sorted sets
-// sk and on of each conversation. The set moves into the record at the
-// user's next connect or disconnect; sk and on entries go with their
-// sockets and members.
+// record without sockets, its sockets in the set usk, member records
+// without sockets, theirs in the hash su, and the sorted sets sk and on of
+// each conversation. The set moves into the user record at the user's
+// next connect or disconnect; a member record keeps its form until the
+// member leaves; su, sk and on entries go with their sockets and members.
 func TestRedisLegacyUserRecord(t *testing.T) {
 	f := newFakeClockRedis(t)
 	rdb, prefix, clock := f.rdb, f.prefix, f.clock
@@ -64,12 +69,16 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 	connectJoin(t, eng, "o1", "old", "c1")
 	// Rewrite o1's entries as the earlier release wrote them.
 	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
-	usk, sk, on, users := prefix+":{g}:usk:old", prefix+":{c:c1}:sk", prefix+":{c:c1}:on", prefix+":{g}:users"
+	usk, users := prefix+":{g}:usk:old", prefix+":{g}:users"
+	c := prefix + ":{c:c1}:"
+	sk, on, su, m := c+"sk", c+"on", c+"su", c+"m"
 	pipe := rdb.TxPipeline()
 	pipe.HSet(ctx, users, "old", "1|"+at+"|on|0|0")
 	pipe.SAdd(ctx, usk, "o1")
 	pipe.ZAdd(ctx, sk, redis.Z{Score: 1, Member: "o1"})
 	pipe.ZAdd(ctx, on, redis.Z{Score: 1, Member: "old"})
+	pipe.HSet(ctx, m, "old", "1|"+at+"|0|0")
+	pipe.HSet(ctx, su, "o1", "old")
 	if _, err := pipe.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -87,9 +96,21 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 		t.Errorf("Users of a legacy record = %+v, %v; want online", ps, err)
 	}
 
+	if err := eng.TypingStart(ctx, "o1", "c1"); err != nil {
+		t.Errorf("typing on a legacy member record: %v", err)
+	}
 	connectJoin(t, eng, "o2", "old", "c1")
 	if rec := rdb.HGet(ctx, users, "old").Val(); !strings.HasPrefix(rec, "2|") || !strings.HasSuffix(rec, "|o1,o2") {
 		t.Errorf("record after a connect %q, want 2|…|o1,o2", rec)
+	}
+	if got := rdb.HGet(ctx, m, "old").Val(); !strings.HasPrefix(got, "2|") || strings.Count(got, "|") != 3 {
+		t.Errorf("legacy member record after a second join %q, want 2|…, still four fields", got)
+	}
+	if got := rdb.HGet(ctx, su, "o2").Val(); got != "old" {
+		t.Errorf("su of o2 %q, want old (the legacy record keeps its sockets there)", got)
+	}
+	if r, err := eng.Roster(ctx, "c1"); err != nil || len(r.Online) != 1 || r.Online[0].UserID != "old" {
+		t.Errorf("roster of a legacy member = %+v, %v", r, err)
 	}
 	if rdb.Exists(ctx, usk).Val() != 0 {
 		t.Error("the legacy set is still there after the connect moved it")
@@ -111,8 +132,10 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 	if rdb.HExists(ctx, users, "old").Val() {
 		t.Errorf("record %q outlived both sockets", rdb.HGet(ctx, users, "old").Val())
 	}
-	if rdb.Exists(ctx, on).Val() != 0 {
-		t.Error("the legacy on entry outlived the member's grace")
+	for _, k := range []string{on, su, m} {
+		if rdb.Exists(ctx, k).Val() != 0 {
+			t.Errorf("legacy key %s outlived the member's grace", k)
+		}
 	}
 }
 

@@ -6,9 +6,9 @@ import "github.com/redis/go-redis/v9"
 // that each script's keys share a slot):
 //
 // per conversation C, slot {c:C}
-//   P:{c:C}:su   HASH socket → user                 their sockets
-//   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt" (n = sockets here):
-//                who is online (users in their flap grace included)
+//   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt|sockets": who is
+//                online (users in their flap grace included), and their n
+//                sockets here (joined by ","; see memberLib)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
 //   P:{c:C}:tyo  HASH user → socket that typed last
 // cluster-wide, slot {g}
@@ -31,6 +31,8 @@ import "github.com/redis/go-redis/v9"
 // kept by releases before 2026-12-02, still cleared as their entries go
 //   P:{c:C}:on   ZSET user → join ms (the members, as m has them)
 //   P:{c:C}:sk   ZSET socket → join ms (the sockets, as su has them)
+//   P:{c:C}:su   HASH socket → user (the sockets of member records without
+//                a socket list)
 //
 // Every time in these keys is Redis's own (TIME, in the scripts): nodes'
 // clocks are never compared with each other. clockLib reads it; tests
@@ -68,23 +70,88 @@ local function userLeft(on, m, ty, tyo, user, now)
 end
 `
 
+// The member record: "n|since|graceDeadline|leftAt|sockets", sockets the
+// user's n socket ids in the conversation, joined by ",". memberLib parses
+// and writes it. A record written by a release before 2026-12-02 has four
+// fields, its sockets in the hash su (socket → user), and keeps that form
+// until the user leaves: as uset does, mset writes a record back in the
+// form it was read in.
+const memberLib = `
+local function mget(m, user)
+  local v = redis.call('HGET', m, user)
+  if not v then return nil end
+  local n, since, grace, left, rest = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)(.*)$')
+  if not n then return nil end
+  local r = {n = tonumber(n), since = since, grace = grace, left = left}
+  if rest == '' then
+    r.legacy = true
+  elseif string.sub(rest, 1, 1) == '|' then
+    r.socks = string.sub(rest, 2)
+  else
+    return nil
+  end
+  return r
+end
+local function mset(m, user, r)
+  local v = r.n .. '|' .. r.since .. '|' .. r.grace .. '|' .. r.left
+  if not r.legacy then v = v .. '|' .. r.socks end
+  redis.call('HSET', m, user, v)
+end
+-- mfind is the position of sid in r's list (nil: not there; legacy: 0 if
+-- su has it for user).
+local function mfind(r, su, sid, user)
+  if not r then return nil end
+  if r.legacy then
+    if redis.call('HGET', su, sid) == user then return 0 end
+    return nil
+  end
+  local i = 0
+  for s in string.gmatch(r.socks, '[^,]+') do
+    i = i + 1
+    if s == sid then return i end
+  end
+  return nil
+end
+local function madd(r, su, sid, user)
+  r.n = r.n + 1
+  if r.legacy then
+    redis.call('HSET', su, sid, user)
+  elseif r.socks == '' then
+    r.socks = sid
+  else
+    r.socks = r.socks .. ',' .. sid
+  end
+end
+local function mdel(r, su, sid)
+  r.n = r.n - 1
+  if r.legacy then
+    redis.call('HDEL', su, sid)
+    return
+  end
+  local l = {}
+  for s in string.gmatch(r.socks, '[^,]+') do
+    if s ~= sid then l[#l + 1] = s end
+  end
+  r.socks = table.concat(l, ',')
+end
+`
+
 // convJoin adds a socket to a conversation.
 // KEYS su m ty; ARGV sid user clock
 // → {first(0|1), users[], since[], typing[]}
-var convJoin = redis.NewScript(clockLib + rosterLib + `
+var convJoin = redis.NewScript(clockLib + memberLib + rosterLib + `
 local su, m, ty = KEYS[1], KEYS[2], KEYS[3]
 local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local first = 0
-if redis.call('HEXISTS', su, sid) == 0 then
-  redis.call('HSET', su, sid, user)
-  local v = redis.call('HGET', m, user)
-  if not v then
+local r = mget(m, user)
+if not mfind(r, su, sid, user) then
+  if not r then
     first = 1
-    redis.call('HSET', m, user, '1|' .. now .. '|0|0')
-  else
-    local n, since = string.match(v, '^(%d+)|(%d+)|')
-    redis.call('HSET', m, user, (tonumber(n) + 1) .. '|' .. since .. '|0|0')
+    r = {n = 0, since = now, socks = ''}
   end
+  madd(r, su, sid, user)
+  r.grace, r.left = 0, 0
+  mset(m, user, r)
 end
 local users, since, typing = roster(m, ty, now)
 return {first, users, since, typing}
@@ -134,13 +201,17 @@ end
 // with its sockets.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
-var convLeave = redis.NewScript(clockLib + userLeftLib + `
+var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
-if redis.call('HGET', su, sid) ~= user then return {0, 0, 0} end
-redis.call('HDEL', su, sid)
+local r = mget(m, user)
+if not mfind(r, su, sid, user) then
+  if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
+  return {0, 0, 0}
+end
+mdel(r, su, sid)
 redis.call('ZREM', sk, sid)
 local stopped = 0
 if redis.call('HGET', tyo, user) == sid then
@@ -149,16 +220,14 @@ if redis.call('HGET', tyo, user) == sid then
   redis.call('ZREM', ty, user)
   if exp and tonumber(exp) > now then stopped = 1 end
 end
-local v = redis.call('HGET', m, user)
-if not v then return {stopped, 0, 0} end
-local n, since = string.match(v, '^(%d+)|(%d+)|')
-n = tonumber(n) - 1
-if n > 0 then
-  redis.call('HSET', m, user, n .. '|' .. since .. '|0|0')
+if r.n > 0 then
+  r.grace, r.left = 0, 0
+  mset(m, user, r)
   return {stopped, 0, 0}
 end
 if mode == 'grace' then
-  redis.call('HSET', m, user, '0|' .. since .. '|' .. deadline .. '|' .. now)
+  r.grace, r.left = deadline, now
+  mset(m, user, r)
   return {stopped, 0, 0}
 end
 if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
@@ -169,44 +238,39 @@ return {stopped, 1, at}
 // is not due yet (the timer's clock, another Redis server's, ran ahead),
 // it says how long to wait.
 // KEYS on m ty tyo; ARGV user clock → {left(0|1), leftAt, typingStopped, waitMs}
-var convGrace = redis.NewScript(clockLib + userLeftLib + `
+var convGrace = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user, now = ARGV[1], clock(ARGV[2])
-local v = redis.call('HGET', m, user)
-if not v then return {0, 0, 0, 0} end
-local n, since, deadline, left = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)$')
-if tonumber(n) > 0 or tonumber(deadline) == 0 then return {0, 0, 0, 0} end
-if tonumber(deadline) > now then return {0, 0, 0, tonumber(deadline) - now} end
+local r = mget(m, user)
+if not r then return {0, 0, 0, 0} end
+local deadline = tonumber(r.grace)
+if r.n > 0 or deadline == 0 then return {0, 0, 0, 0} end
+if deadline > now then return {0, 0, 0, deadline - now} end
 local stopped = 0
 if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
-return {1, tonumber(left), stopped, 0}
+return {1, tonumber(r.left), stopped, 0}
 `)
 
-// typingStart records typing. KEYS ty tyo su; ARGV sid user clock ttlMs
+// typingStart records typing. KEYS ty tyo su m; ARGV sid user clock ttlMs
 // → -1 not joined, 1 started, 0 refreshed
-var typingStart = redis.NewScript(clockLib + `
-local ty, tyo, su = KEYS[1], KEYS[2], KEYS[3]
+var typingStart = redis.NewScript(clockLib + memberLib + `
+local ty, tyo, su, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local expiry = now + tonumber(ARGV[4])
-if redis.call('HGET', su, sid) ~= user then return -1 end
+if not mfind(mget(m, user), su, sid, user) then return -1 end
 local cur = redis.call('ZSCORE', ty, user)
 redis.call('ZADD', ty, expiry, user)
 redis.call('HSET', tyo, user, sid)
-local kttl = redis.call('PTTL', su)
-if kttl > 0 then
-  redis.call('PEXPIRE', ty, kttl)
-  redis.call('PEXPIRE', tyo, kttl)
-end
 if cur and tonumber(cur) > now then return 0 end
 return 1
 `)
 
-// typingStop clears typing. KEYS ty tyo su; ARGV sid user clock
+// typingStop clears typing. KEYS ty tyo su m; ARGV sid user clock
 // → -1 not joined, 1 stopped, 0 was not typing
-var typingStop = redis.NewScript(clockLib + `
-local ty, tyo, su = KEYS[1], KEYS[2], KEYS[3]
+var typingStop = redis.NewScript(clockLib + memberLib + `
+local ty, tyo, su, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
-if redis.call('HGET', su, sid) ~= user then return -1 end
+if not mfind(mget(m, user), su, sid, user) then return -1 end
 local cur = redis.call('ZSCORE', ty, user)
 if not cur then return 0 end
 redis.call('ZREM', ty, user)

@@ -42,10 +42,10 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 	var res *redis.Cmd
 	if start {
 		ttl := e.cfg.TypingTTL.Milliseconds()
-		res = typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, e.clk(), ttl)
+		res = typingStart.Run(ctx, pipe, []string{k.ty, k.tyo, k.su, k.m}, socketID, s.user, e.clk(), ttl)
 		dueIn.Run(ctx, pipe, []string{e.kDue}, "t\t"+conv, ttl, 1, e.clk())
 	} else {
-		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su}, socketID, s.user, e.clk())
+		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su, k.m}, socketID, s.user, e.clk())
 	}
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
 	if err := e.exec(ctx, pipe); err != nil {
