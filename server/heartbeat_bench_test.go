@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -24,8 +25,14 @@ type wsClient struct {
 
 func dialWS(tb testing.TB, url, token string) *wsClient {
 	tb.Helper()
-	u := "ws" + strings.TrimPrefix(url, "http") + "/socket.io/?EIO=4&transport=websocket"
-	conn, _, err := ws.DefaultDialer.Dial(u, nil)
+	return dialWSWith(tb, url, token, "", nil)
+}
+
+// dialWSWith is dialWS with more query parameters and request headers.
+func dialWSWith(tb testing.TB, url, token, query string, h http.Header) *wsClient {
+	tb.Helper()
+	u := "ws" + strings.TrimPrefix(url, "http") + "/socket.io/?EIO=4&transport=websocket" + query
+	conn, _, err := ws.DefaultDialer.Dial(u, h)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,11 +98,32 @@ func dialSocket(ctx context.Context, addr, user, token string, node int, onEvent
 	return c, nil
 }
 
+// browserHeaders (-browser-headers) adds what a desktop browser sends
+// with a websocket handshake to every one (handshakeHeader).
+var browserHeaders bool
+
+// handshakeHeader is the request header of a websocket handshake: the
+// dialer's own, and with -browser-headers a browser's.
+func handshakeHeader(addr string) http.Header {
+	if !browserHeaders {
+		return http.Header{}
+	}
+	return http.Header{
+		"User-Agent":      {"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 Safari/537.36"},
+		"Accept-Language": {"en-US,en;q=0.9,de;q=0.8"},
+		"Accept-Encoding": {"gzip, deflate, br, zstd"},
+		"Cache-Control":   {"no-cache"},
+		"Pragma":          {"no-cache"},
+		"Origin":          {"http://" + addr},
+		"Cookie":          {"session=" + strings.Repeat("s", 1000)},
+	}
+}
+
 // openSocket opens the websocket and waits for the Engine.IO open packet;
 // the Socket.IO namespace is not connected yet (connect).
 func openSocket(ctx context.Context, addr, user string, node int, onEvent eventFunc) (*conn, error) {
 	u := "ws://" + addr + "/socket.io/?EIO=4&transport=websocket"
-	ws, resp, err := dialer.DialContext(ctx, u, http.Header{})
+	ws, resp, err := dialer.DialContext(ctx, u, handshakeHeader(addr))
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}

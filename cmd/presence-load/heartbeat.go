@@ -625,10 +625,14 @@ func foreignTraffic(a anatomy, info cmdStats, d time.Duration) string {
 }
 
 func extraFlags(o *options) string {
-	if len(o.serverFlags) == 0 {
-		return ""
+	s := ""
+	if len(o.serverFlags) > 0 {
+		s = "; extra server flags: " + strings.Join(o.serverFlags, " ")
 	}
-	return "; extra server flags: " + strings.Join(o.serverFlags, " ")
+	if browserHeaders {
+		s += "; handshakes with a browser's headers (-browser-headers)"
+	}
+	return s
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -201,6 +201,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&o.queries, "queries", 200, "subscribe: presence:query calls per size")
 	fs.StringVar(&sizes, "query-sizes", "200,1000", "subscribe: ids per presence:query")
 	fs.IntVar(&o.idleSockets, "idle-n", 10000, "idle: sockets connected without joining anything (memory per idle socket, connect rate)")
+	fs.BoolVar(&browserHeaders, "browser-headers", false, "every websocket handshake sends the headers of a desktop browser (user agent, languages, cache directives and a 1 KB cookie) as well, as a browser's socket.io-client does")
 	fs.IntVar(&o.typingRooms, "typing-rooms", 20, "typing: conversations")
 	fs.IntVar(&o.typingMembers, "typing-members", 100, "typing: sockets (one user each) per conversation")
 	var typingRates string
