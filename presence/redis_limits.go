@@ -28,12 +28,12 @@ var admitScript = redis.NewScript(userLib + `
 local h, usk, usr = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, ttl, max = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local l = usocklist(uget(h, user), usk)
-if uindex(l, sid) then return 1 end
+if socksIndex(l, sid) then return 1 end
 redis.call('ZREMRANGEBYSCORE', usr, '-inf', now)
 if redis.call('ZSCORE', usr, sid) then return 1 end
 local n = #l
 for _, s in ipairs(redis.call('ZRANGE', usr, 0, -1)) do
-  if not uindex(l, s) then n = n + 1 end
+  if not socksIndex(l, s) then n = n + 1 end
 end
 if n >= max then return 0 end
 redis.call('ZADD', usr, now + ttl, sid)

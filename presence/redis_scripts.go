@@ -70,26 +70,49 @@ local function userLeft(on, m, ty, tyo, user, now)
 end
 `
 
+// socksLib is what the user and member records share: a last field of
+// socket ids joined by ",", absent in a record of a release before
+// 2026-12-02 (legacy).
+const socksLib = `
+-- socksField reads a record's text after its fixed fields into r:
+-- r.legacy (nothing) or r.socks; false if it is neither.
+local function socksField(r, rest)
+  if rest == '' then
+    r.legacy = true
+  elseif string.sub(rest, 1, 1) == '|' then
+    r.socks = string.sub(rest, 2)
+  else
+    return false
+  end
+  return true
+end
+local function socksList(s)
+  local l = {}
+  for x in string.gmatch(s, '[^,]+') do l[#l + 1] = x end
+  return l
+end
+local function socksIndex(l, sid)
+  for i, s in ipairs(l) do
+    if s == sid then return i end
+  end
+  return nil
+end
+`
+
 // The member record: "n|since|graceDeadline|leftAt|sockets", sockets the
 // user's n socket ids in the conversation, joined by ",". memberLib parses
 // and writes it. A record written by a release before 2026-12-02 has four
 // fields, its sockets in the hash su (socket → user), and keeps that form
 // until the user leaves: as uset does, mset writes a record back in the
 // form it was read in.
-const memberLib = `
+const memberLib = socksLib + `
 local function mget(m, user)
   local v = redis.call('HGET', m, user)
   if not v then return nil end
   local n, since, grace, left, rest = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)(.*)$')
   if not n then return nil end
   local r = {n = tonumber(n), since = since, grace = grace, left = left}
-  if rest == '' then
-    r.legacy = true
-  elseif string.sub(rest, 1, 1) == '|' then
-    r.socks = string.sub(rest, 2)
-  else
-    return nil
-  end
+  if not socksField(r, rest) then return nil end
   return r
 end
 local function mset(m, user, r)
@@ -105,12 +128,7 @@ local function mfind(r, su, sid, user)
     if redis.call('HGET', su, sid) == user then return 0 end
     return nil
   end
-  local i = 0
-  for s in string.gmatch(r.socks, '[^,]+') do
-    i = i + 1
-    if s == sid then return i end
-  end
-  return nil
+  return socksIndex(socksList(r.socks), sid)
 end
 local function madd(r, su, sid, user)
   r.n = r.n + 1
@@ -128,10 +146,9 @@ local function mdel(r, su, sid)
     redis.call('HDEL', su, sid)
     return
   end
-  local l = {}
-  for s in string.gmatch(r.socks, '[^,]+') do
-    if s ~= sid then l[#l + 1] = s end
-  end
+  local l = socksList(r.socks)
+  local i = socksIndex(l, sid)
+  if i then table.remove(l, i) end
   r.socks = table.concat(l, ',')
 end
 `
@@ -303,20 +320,14 @@ return {users, n}
 // against 25 here). Such a record keeps that form until a connect or a
 // disconnect of the user (the scripts given usk) moves the set into it
 // (usocks); uset writes a record back in the form it was read in.
-const userLib = `
+const userLib = socksLib + `
 local function uget(h, user)
   local v = redis.call('HGET', h, user)
   if not v then return nil end
   local n, act, st, grace, disc, rest = string.match(v, '^(%d+)|(%d+)|(%a+)|(%d+)|(%d+)(.*)$')
   if not n then return nil end
   local u = {n = tonumber(n), act = tonumber(act), st = st, grace = tonumber(grace), disc = tonumber(disc)}
-  if rest == '' then
-    u.legacy = true
-  elseif string.sub(rest, 1, 1) == '|' then
-    u.socks = string.sub(rest, 2)
-  else
-    return nil
-  end
+  if not socksField(u, rest) then return nil end
   return u
 end
 local function uset(h, user, u)
@@ -328,9 +339,7 @@ end
 local function usocklist(u, usk)
   if not u then return {} end
   if u.legacy then return redis.call('SMEMBERS', usk) end
-  local l = {}
-  for s in string.gmatch(u.socks, '[^,]+') do l[#l + 1] = s end
-  return l
+  return socksList(u.socks)
 end
 -- usocks is the list of u's sockets; a legacy record's set moves into u
 -- (written by the caller's uset, with usave).
@@ -346,12 +355,6 @@ local function usave(u, l)
   u.socks = table.concat(l, ',')
   u.n = #l
 end
-local function uindex(l, sid)
-  for i, s in ipairs(l) do
-    if s == sid then return i end
-  end
-  return nil
-end
 `
 
 // userConnect counts a new connection of a user: its socket joins the
@@ -363,7 +366,7 @@ local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now = ARGV[1], ARGV[2], clock(ARGV[3])
 local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0, socks = ''}
 local l = usocks(u, usk)
-if not uindex(l, sid) then l[#l + 1] = sid end
+if not socksIndex(l, sid) then l[#l + 1] = sid end
 usave(u, l)
 u.grace = 0
 u.act = now
@@ -393,7 +396,7 @@ if not u then
 end
 local moved = u.legacy
 local l = usocks(u, usk)
-local i = uindex(l, sid)
+local i = socksIndex(l, sid)
 if not i then
   if moved then usave(u, l); uset(h, user, u) end
   return {0, 0}

@@ -1,9 +1,14 @@
 package server_test
 
 import (
+	"fmt"
+	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/server"
 )
@@ -45,5 +50,47 @@ func BenchmarkSocketMemory(b *testing.B) {
 			_ = c.conn.Close()
 		}
 		b.StartTimer()
+	}
+}
+
+// A websocket upgrade hands the engine only the headers and query
+// parameters it reads: the library keeps each socket's request, and its
+// handshake copies, for the socket's life.
+func TestUpgradeKeepsWhatTheEngineReads(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	h := http.Header{
+		"Cookie":          {"session=" + strings.Repeat("c", 2000)},
+		"User-Agent":      {"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"},
+		"Accept-Language": {"en-US,en;q=0.9"},
+		"Origin":          {ts.URL},
+	}
+	c := dialWSWith(t, ts.URL, mint(t, "lean"), "&custom=1", h)
+	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
+		t.Fatalf("heartbeat ack: %s", got)
+	}
+	var hs *socket.Handshake
+	ts.IO().Of("/", nil).Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+		hs = s.Handshake()
+		return false
+	})
+	if hs == nil {
+		t.Fatal("no socket on the server")
+	}
+	headers := strings.ToLower(fmt.Sprint(hs.Headers))
+	for _, gone := range []string{"cookie", "user-agent", "accept-language"} {
+		if strings.Contains(headers, gone) {
+			t.Errorf("the handshake kept header %s: %s", gone, headers)
+		}
+	}
+	for _, kept := range []string{"origin", "sec-websocket-key"} {
+		if !strings.Contains(headers, kept) {
+			t.Errorf("the handshake lost header %s: %s", kept, headers)
+		}
+	}
+	if q := fmt.Sprint(hs.Query); strings.Contains(q, "custom") || !strings.Contains(q, "EIO") {
+		t.Errorf("handshake query %s, want EIO and not custom", q)
+	}
+	if !hs.Xdomain {
+		t.Error("the handshake lost the origin (xdomain)")
 	}
 }
