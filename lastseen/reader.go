@@ -3,6 +3,7 @@ package lastseen
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,6 +27,14 @@ type ReaderDeps struct {
 	Buffer Buffer       // nil: the store only
 	Store  store.Store  // required
 	Now    func() time.Time
+	// StoredMaxAge, when set, keeps what the store answered for a user's
+	// last-seen (a time, or none) this long. The store is asked only for
+	// users the buffer does not hold, and whatever the flush writes to the
+	// store is in the buffer at that moment and stays there for the
+	// buffer's retention: an answer kept for less than that is never
+	// shown in place of a newer time. Set it well under the retention
+	// (the server uses min(30s, retention/4)), and only with a buffer.
+	StoredMaxAge time.Duration
 }
 
 // Reader answers presence queries: status from the presence engine,
@@ -33,12 +42,26 @@ type ReaderDeps struct {
 // (Filter) for the viewer.
 type Reader struct {
 	d ReaderDeps
+
+	mu     sync.Mutex
+	stored map[string]storedEntry // user → the store's answer (StoredMaxAge)
 }
+
+type storedEntry struct {
+	t, at time.Time // the last-seen (zero: none), when the store said so
+}
+
+// storedMaxEntries bounds the stored answers kept (expired ones, then an
+// arbitrary half, go when it is full).
+const storedMaxEntries = 100_000
 
 // NewReader returns a Reader over d.
 func NewReader(d ReaderDeps) *Reader {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.Buffer == nil {
+		d.StoredMaxAge = 0 // nothing would shadow a stale answer
 	}
 	return &Reader{d: d}
 }
@@ -277,6 +300,7 @@ func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offli
 			misses = append(misses, id)
 		}
 	}
+	misses = r.storedKnown(targets, misses)
 	if len(misses) == 0 {
 		return nil
 	}
@@ -287,5 +311,55 @@ func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offli
 	for _, id := range misses {
 		targets[id].LastSeen = stored[id]
 	}
+	r.keepStored(misses, stored)
 	return nil
+}
+
+// storedKnown fills the targets of ids whose store answer is kept (fresh)
+// and returns the others.
+func (r *Reader) storedKnown(targets map[string]*Target, ids []string) []string {
+	if r.d.StoredMaxAge <= 0 || len(ids) == 0 {
+		return ids
+	}
+	now := r.d.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rest := ids[:0]
+	for _, id := range ids {
+		if e, ok := r.stored[id]; ok && now.Sub(e.at) < r.d.StoredMaxAge {
+			targets[id].LastSeen = e.t
+			continue
+		}
+		rest = append(rest, id)
+	}
+	return rest
+}
+
+// keepStored keeps the store's answers for ids (StoredMaxAge).
+func (r *Reader) keepStored(ids []string, stored map[string]time.Time) {
+	if r.d.StoredMaxAge <= 0 {
+		return
+	}
+	now := r.d.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stored == nil {
+		r.stored = make(map[string]storedEntry)
+	}
+	if len(r.stored)+len(ids) > storedMaxEntries {
+		for id, e := range r.stored {
+			if now.Sub(e.at) >= r.d.StoredMaxAge {
+				delete(r.stored, id)
+			}
+		}
+		for id := range r.stored { // still full: arbitrary ones, down to half
+			if len(r.stored)+len(ids) <= storedMaxEntries/2 {
+				break
+			}
+			delete(r.stored, id)
+		}
+	}
+	for _, id := range ids {
+		r.stored[id] = storedEntry{t: stored[id], at: now}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/timestamp"
 )
 
 // The read path over mixed users: online, away, offline in the buffer,
@@ -186,6 +187,55 @@ func TestReaderSkipsQueries(t *testing.T) {
 				t.Errorf("ContactOf %d, want %d", g, c.contactOf)
 			}
 		})
+	}
+}
+
+// With StoredMaxAge, the store's answers (a time, or none) are kept that
+// long; a time the buffer holds still wins over a kept answer.
+func TestReaderKeepsStoreAnswers(t *testing.T) {
+	ctx := t.Context()
+	fs := newFakeStore()
+	tSto := now.Add(-30 * 24 * time.Hour)
+	must(t, fs.UpsertLastSeen(ctx, []store.LastSeen{{UserID: "s", At: tSto}}))
+	st := &wrapStore{Store: fs}
+	buf := lastseen.NewMemory()
+	clk := newClock(now)
+	r := lastseen.NewReader(lastseen.ReaderDeps{Status: &fakeStatus{}, Buffer: buf, Store: st, Now: clk.Now, StoredMaxAge: 30 * time.Second})
+	ask := func(want int64) []lastseen.Presence {
+		t.Helper()
+		st.resetCounts()
+		got, err := r.Presences(ctx, "v", []string{"s", "never"})
+		must(t, err)
+		if n := st.lastSeen.Load(); n != want {
+			t.Errorf("store LastSeen reads %d, want %d", n, want)
+		}
+		return got
+	}
+	check := func(got []lastseen.Presence, sWant, neverWant string) {
+		t.Helper()
+		if ls := got[0].LastSeen; ls == nil || *ls != sWant {
+			t.Errorf("s: %s, want last seen %s", js(got[0]), sWant)
+		}
+		if neverWant == "" && got[1].LastSeen != nil || neverWant != "" && (got[1].LastSeen == nil || *got[1].LastSeen != neverWant) {
+			t.Errorf("never: %s, want last seen %q", js(got[1]), neverWant)
+		}
+	}
+	check(ask(1), timestamp.Format(tSto), "")
+	clk.Advance(29 * time.Second)
+	check(ask(0), timestamp.Format(tSto), "") // kept
+	seen := now                               // a whole minute: shown as it is
+	must(t, buf.Record(ctx, []store.LastSeen{{UserID: "never", At: seen}}))
+	check(ask(0), timestamp.Format(tSto), timestamp.Format(seen)) // the buffer wins
+	clk.Advance(2 * time.Second)
+	check(ask(1), timestamp.Format(tSto), timestamp.Format(seen)) // s read again
+	unkept := lastseen.NewReader(lastseen.ReaderDeps{Status: &fakeStatus{}, Store: st, Now: clk.Now, StoredMaxAge: time.Minute})
+	st.resetCounts()
+	for range 2 {
+		_, err := unkept.Presences(ctx, "v", []string{"s"})
+		must(t, err)
+	}
+	if n := st.lastSeen.Load(); n != 2 {
+		t.Errorf("without a buffer: %d store reads for 2 queries, want 2 (nothing kept)", n)
 	}
 }
 

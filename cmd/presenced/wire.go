@@ -266,7 +266,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		membership = presence.NewCachedMembership(st, 5*time.Second, 0)
 	}
 
-	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: store.Coalesced(st)})
+	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: store.Coalesced(st),
+		StoredMaxAge: min(30*time.Second, cfg.LastSeenRetention/4)})
 	settings := lastseen.NewSettings(st, lastseen.SettingsConfig{})
 	a.rooms.UseSettings(settings)
 	if a.rdb != nil {
