@@ -32,10 +32,10 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	}
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
 	e.local[s.ID] = rs
+	e.away.add(s.UserID)    // under mu, as every change of local: paired with its remove
 	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
 	reg := registry(rs)     // under mu: a Join may already write rs.convs
 	e.mu.Unlock()
-	e.away.add(s.UserID)
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
@@ -45,10 +45,12 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		// The scripts may have run although the reply was lost: the
 		// socket is cleaned up (idempotently) by the pending retries.
 		e.mu.Lock()
-		delete(e.local, s.ID)
+		if e.local[s.ID] == rs { // not disconnected meanwhile
+			delete(e.local, s.ID)
+			e.away.remove(s.UserID)
+		}
 		e.pending[s.ID] = rs
 		e.mu.Unlock()
-		e.away.remove(s.UserID)
 		return unavailable("connect", err)
 	}
 	e.away.arm(s.UserID, now.Add(e.cfg.AwayAfter))
@@ -85,13 +87,13 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	s, ok := e.local[socketID]
 	if ok {
 		delete(e.local, socketID)
+		e.away.remove(s.user)
 		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
 	}
 	e.mu.Unlock()
 	if !ok {
 		return nil
 	}
-	e.away.remove(s.user)
 	now := e.cfg.Now()
 	b, err := e.removeSocket(ctx, s, now)
 	e.emit(ctx, b)
