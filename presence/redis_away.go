@@ -1,8 +1,10 @@
 package presence
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -130,19 +132,6 @@ func (w *awayWatch) due(now time.Time, max int) []string {
 	return out
 }
 
-// watched is the number of users this node watches (tests).
-func (w *awayWatch) watched() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, u := range w.users {
-		if u.at != 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // runAway checks the users whose time has come, a round trip per
 // awayBatch: those Redis finds idle turn away; the others are checked
 // again when their activity's AwayAfter has passed.
@@ -167,7 +156,7 @@ func (e *RedisEngine) runAway(ctx context.Context, now time.Time) error {
 			}
 			switch {
 			case err != nil || len(v) != 2:
-				failed = err
+				failed = cmp.Or(err, errors.New("unexpected reply of the away script"))
 				e.away.arm(u, now.Add(time.Second)) // retried in 1s
 			case v[0] == 1:
 				b = append(b, Event{Kind: EventStatus, UserID: u, At: now, Status: Away})

@@ -52,3 +52,16 @@ func TestAwayWatch(t *testing.T) {
 		t.Fatalf("%d entries left in the queue", len(w.q))
 	}
 }
+
+// watched is the number of users this node watches.
+func (w *awayWatch) watched() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, u := range w.users {
+		if u.at != 0 {
+			n++
+		}
+	}
+	return n
+}
