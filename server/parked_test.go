@@ -44,10 +44,11 @@ func TestIdleReadersPark(t *testing.T) {
 		cs[i] = dialWS(t, ts.URL, mint(t, "park-"+strconv.Itoa(i)))
 	}
 	waitPolled(n, n, "after connecting")
-	// What stays per idle socket is the library's ping timer goroutine;
-	// a blocked reader each would make it 2.
-	if d := runtime.NumGoroutine() - g0; d > n*3/2 {
-		t.Fatalf("%d goroutines for %d idle sockets: readers are not parked", d, n)
+	// No goroutine stays per idle socket: a blocked reader, or the library's
+	// ping timer (the heartbeat runs on the transport's wheel,
+	// transport/heartbeat.go), would make it n or more.
+	if d := runtime.NumGoroutine() - g0; d > n/2 {
+		t.Fatalf("%d goroutines for %d idle sockets: readers are not parked, or each has a ping timer", d, n)
 	}
 	for round := range 2 { // woken by a message, parked again after ParkAfter
 		for _, c := range cs {

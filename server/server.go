@@ -152,12 +152,19 @@ func (s *Server) newSocketIO() *socket.Server {
 	// without a CORS option its websocket upgrader refuses every
 	// cross-origin upgrade.
 	opts.SetCors(&types.Cors{Origin: true, Credentials: true})
+	var ws *transport.Websocket
 	if !s.cfg.LibraryWebsocket {
-		opts.SetTransports(types.NewSet(engine.Polling, transport.NewWebsocket(transport.WebsocketConfig{
-			Dispatcher: s.deps.Sockets, PingTimeout: s.cfg.PingTimeout, MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
-		})))
+		ws = transport.NewWebsocket(transport.WebsocketConfig{
+			Dispatcher: s.deps.Sockets, PingInterval: s.cfg.PingInterval, PingTimeout: s.cfg.PingTimeout,
+			MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
+		})
+		opts.SetTransports(types.NewSet[engine.TransportCtor](engine.Polling, ws))
 	}
 	io := socket.NewServer(nil, opts)
+	if ws != nil {
+		io.ServeHandler(nil) // creates the engine (routes reuses it)
+		ws.Attach(io.Engine())
+	}
 	io.Use(s.authenticate)
 	io.On("connection", func(args ...any) {
 		if sock, ok := args[0].(*socket.Socket); ok {

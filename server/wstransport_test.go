@@ -10,10 +10,12 @@ import (
 	"github.com/presenced/presenced/server"
 )
 
-// A PONG that comes back at once is held (the library's ping race,
-// pingrace.go) without holding the events behind it, and the connection
-// survives every ping cycle.
-func TestWebsocketPongHeldWithoutBlockingEvents(t *testing.T) {
+// A connection on our websocket from its handshake gets its heartbeat from
+// the transport's wheel (transport/heartbeat.go): a PING every ping
+// interval, counted from the last PONG; the events behind a PONG are not
+// held up; the connection survives every cycle; and a client that stops
+// answering is closed within the ping timeout.
+func TestWebsocketHeartbeat(t *testing.T) {
 	ts := newTestServer(t, server.Config{PingInterval: 150 * time.Millisecond, PingTimeout: 300 * time.Millisecond})
 	c := dialWS(t, ts.URL, mint(t, "pong-user"))
 	defer c.conn.Close()
@@ -57,5 +59,37 @@ func TestWebsocketPongHeldWithoutBlockingEvents(t *testing.T) {
 	}
 	if n := ts.Sockets.Open(); n != 1 {
 		t.Errorf("open sockets after %d ping cycles: %d, want 1 (no ping timeout)", cycles, n)
+	}
+	if t.Failed() {
+		return
+	}
+	// The client stops answering: closed a ping timeout after the next PING
+	// (the wheel's tick is 15 ms here).
+	var pingAt time.Time
+	_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	for {
+		_, msg, err := c.conn.ReadMessage()
+		if err != nil {
+			if pingAt.IsZero() {
+				t.Fatalf("connection lost before the next PING: %v", err)
+			}
+			if d := time.Since(pingAt); d < 250*time.Millisecond || d > time.Second {
+				t.Errorf("closed %v after an unanswered PING; the ping timeout is 300ms", d)
+			}
+			break
+		}
+		if string(msg) == "2" {
+			if !pingAt.IsZero() {
+				t.Fatalf("a second PING without a PONG")
+			}
+			pingAt = time.Now()
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for ts.Sockets.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("open sockets after a ping timeout: %d, want 0", ts.Sockets.Open())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -27,7 +27,10 @@ import (
 // the CPU longer than the guard on a saturated machine); the guard is 50 ms.
 // (The fix in the library is to arm the timeout before writing the PING.)
 //
-// On our websocket transport (wstransport.go) the PONG is not held on the
+// A connection on our websocket transport (wstransport.go) from its
+// handshake does not meet the race: its heartbeat runs on the transport's
+// wheel (heartbeat.go), and its PONGs never reach the engine. On one that
+// upgraded to our websocket from polling the PONG is not held on the
 // reader: the transport hands an early PONG to the engine later, from a
 // timer, so the events read after it are not delayed. That hold is longer
 // (wsPongHold: up to 1 s); by its end pongGuard has passed and this

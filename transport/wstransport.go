@@ -12,6 +12,7 @@ import (
 
 	ws "github.com/gorilla/websocket"
 	"github.com/zishang520/socket.io/parsers/engine/v3/packet"
+	"github.com/zishang520/socket.io/servers/engine/v3"
 	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
@@ -32,6 +33,9 @@ import (
 //   - a connection with nothing to read for ParkAfter is parked on one
 //     epoll instance for the process (poller_linux.go): an idle socket
 //     holds no reader goroutine and no read buffer;
+//   - the heartbeat of a connection on this transport from its handshake
+//     runs on one timer wheel for all of them (heartbeat.go), not on two
+//     timer goroutines of the library's per connection;
 //   - everything written goes through one ordered queue of whole frames
 //     (wsout.go): the engine's packets, the direct acks, and broadcasts
 //     encoded once for all their recipients (broadcast.go). The transport
@@ -51,8 +55,12 @@ type Dispatcher interface {
 
 // WebsocketConfig configures the websocket transport.
 type WebsocketConfig struct {
-	Dispatcher  Dispatcher    // nil: every packet takes the library's path
-	PingTimeout time.Duration // the engine's, for the early-PONG hold (holdPong)
+	Dispatcher Dispatcher // nil: every packet takes the library's path
+	// PingInterval and PingTimeout are the engine's: the heartbeat of a
+	// connection on this transport from its handshake runs on them
+	// (heartbeat.go; 0: the engine runs every heartbeat), and the
+	// early-PONG hold of an upgraded one on PingTimeout (holdPong).
+	PingInterval, PingTimeout time.Duration
 	MaxMessage  int64         // the engine's maxHttpBufferSize
 	// WriteWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
@@ -60,12 +68,24 @@ type WebsocketConfig struct {
 }
 
 // NewWebsocket returns the websocket transport for the engine's transport
-// set (beside the library's engine.Polling).
-func NewWebsocket(cfg WebsocketConfig) transports.TransportCtor {
-	return &wsBuilder{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait}
+// set (beside the library's engine.Polling). Attach it to the engine too,
+// for the heartbeat.
+func NewWebsocket(cfg WebsocketConfig) *Websocket {
+	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait}
+	if cfg.PingInterval > 0 && cfg.PingTimeout > 0 {
+		b.beats = newHeartbeat(cfg.PingInterval, cfg.PingTimeout)
+	}
+	return b
 }
 
-type wsBuilder struct {
+// Attach lets the transport run the heartbeat of the engine's connections
+// that start on it (heartbeat.go); without it the engine runs them.
+func (b *Websocket) Attach(e engine.BaseServer) {
+	_ = e.On("connection", b.takeHeartbeat)
+}
+
+// Websocket is the transport's constructor (transports.TransportCtor).
+type Websocket struct {
 	direct   Dispatcher
 	pool     *directPool
 	pongHold time.Duration // see holdPong
@@ -73,6 +93,7 @@ type wsBuilder struct {
 	// writeWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
 	writeWait time.Duration
+	beats     *heartbeat // nil: none (the engine runs every heartbeat)
 }
 
 // wsPongHold is how long after its PING an early PONG is held on our
@@ -82,16 +103,16 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 	return max(pongGuard, min(time.Second, pingTimeout/4))
 }
 
-func (b *wsBuilder) New(ctx *types.HttpContext) transports.Transport {
-	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait}
+func (b *Websocket) New(ctx *types.HttpContext) transports.Transport {
+	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
 	return w
 }
-func (*wsBuilder) Name() string          { return transports.WEBSOCKET }
-func (*wsBuilder) HandlesUpgrades() bool { return true }
-func (*wsBuilder) UpgradesTo() []string  { return nil }
+func (*Websocket) Name() string          { return transports.WEBSOCKET }
+func (*Websocket) HandlesUpgrades() bool { return true }
+func (*Websocket) UpgradesTo() []string  { return nil }
 
 type wsTransport struct {
 	transports.Transport
@@ -132,6 +153,11 @@ type wsTransport struct {
 	out     outbound
 	guard   atomic.Pointer[outboundGuard] // the unread bound, once WatchConn set it
 	pingAt  atomic.Int64                  // unix ns of the last PING queued (pingrace.go)
+	// The heartbeat's wheel (heartbeat.go; nil: none) and this
+	// connection's place on it; ownBeat once it is there (set once).
+	beats   *heartbeat
+	beat    beat
+	ownBeat atomic.Bool
 
 	// The poller (poller_linux.go) and this connection's registration:
 	// poll is nil where there is none (no epoll, or a connection without
@@ -214,7 +240,7 @@ func (w *wsTransport) readMessages() (parked bool) {
 			w.fail(err)
 			return false
 		}
-		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.holdPong(msg)) {
+		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.takePong(msg) || w.holdPong(msg)) {
 			continue
 		}
 		// The library's path: the engine keeps what it is given.
@@ -239,8 +265,8 @@ func (w *wsTransport) readMessages() (parked bool) {
 // load, measured before the poller's wait moved into the netpoller),
 // while real clients, which send a heartbeat every 15-20 s and a PONG every
 // 25 s, are parked nearly all the time. A parked connection has no read
-// deadline (the engine's idle timeout): the engine's heartbeat closes one
-// whose client has gone silent.
+// deadline (the engine's idle timeout): the heartbeat (heartbeat.go, or
+// the engine's) closes one whose client has gone silent.
 const ParkAfter = 2 * time.Second
 
 // park hands a connection with nothing to read to the poller, which starts
@@ -316,6 +342,16 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 // maybeDirect is readDirect's first check, on the reader.
 func (w *wsTransport) maybeDirect(msg []byte) bool {
 	return w.direct != nil && len(msg) >= 4 && msg[0] == '4' && msg[1] == '2'
+}
+
+// takePong hands a PONG to the heartbeat's wheel when it runs this
+// connection's heartbeat (heartbeat.go): the engine never sees it.
+func (w *wsTransport) takePong(msg []byte) bool {
+	if len(msg) != 1 || msg[0] != '3' || !w.ownBeat.Load() {
+		return false
+	}
+	w.beats.pong(w)
+	return true
 }
 
 // holdPong delays a PONG that came back within pongHold of its PING until
@@ -399,6 +435,9 @@ func (w *wsTransport) Send(packets []*packet.Packet) {
 func (w *wsTransport) OnClose() {
 	if w.poll != nil {
 		w.poll.forget(w)
+	}
+	if w.beats != nil {
+		w.beats.remove(w)
 	}
 	w.abandonOut()
 	w.Transport.OnClose()
