@@ -61,7 +61,7 @@ type WebsocketConfig struct {
 	// (heartbeat.go; 0: the engine runs every heartbeat), and the
 	// early-PONG hold of an upgraded one on PingTimeout (holdPong).
 	PingInterval, PingTimeout time.Duration
-	MaxMessage  int64         // the engine's maxHttpBufferSize
+	MaxMessage                int64 // the engine's maxHttpBufferSize
 	// WriteWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
 	WriteWait time.Duration
