@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zishang520/socket.io/servers/socket/v3"
+
 	"github.com/presenced/presenced/internal/fuzzinput"
 	"github.com/presenced/presenced/internal/memtest"
 )
@@ -383,5 +385,23 @@ func TestMsgpackDecodeValues(t *testing.T) {
 	deep := append(bytes.Repeat([]byte{0x91}, maxDepth+1), 0xc0)
 	if _, err := decodeMsgpack(deep); err == nil || !strings.Contains(err.Error(), "nested too deeply") {
 		t.Errorf("%d levels: %v", maxDepth+1, err)
+	}
+}
+
+// A handshake whose auth the server dropped (the token, once verified) is
+// sent with an empty auth object, as Node would have it.
+func TestHandshakeWithoutAuth(t *testing.T) {
+	h := &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}}
+	b, err := encodeMsgpack(handshakeObj(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := decodeMsgpack(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := v.(map[string]any)
+	if auth, ok := m["auth"].(map[string]any); !ok || len(auth) != 0 {
+		t.Fatalf("auth sent as %#v, want {}", m["auth"])
 	}
 }

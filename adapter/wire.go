@@ -311,8 +311,17 @@ func handshakeObj(h *socket.Handshake) any {
 		{"issued", h.Issued},
 		{"url", h.Url},
 		{"query", nodeValues(h.Query, false)},
-		{"auth", h.Auth},
+		{"auth", nodeAuth(h.Auth)},
 	}
+}
+
+// nodeAuth is a handshake's auth as Node has it: an object, {} when the
+// server kept nothing of it (presenced drops the token once verified).
+func nodeAuth(auth map[string]any) map[string]any {
+	if auth == nil {
+		return map[string]any{}
+	}
+	return auth
 }
 
 func nodeValues[M ~map[string]any](m M, headers bool) obj {

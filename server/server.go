@@ -220,6 +220,15 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
+	// The token is a credential, and nothing reads it after this: the
+	// handshake would keep it for the connection's life (0.5 KB per socket)
+	// and hand it to other nodes in fetchSockets answers.
+	if h := sock.Handshake(); h != nil {
+		delete(h.Auth, "token")
+		if len(h.Auth) == 0 {
+			h.Auth = nil
+		}
+	}
 	conn, user := sock.Conn(), claims.UserID
 	transport.WatchConn(conn, s.cfg.MaxUnread, s.cfg.MaxUnreadAge, func(why string, pending int64) {
 		s.deps.Metrics.SlowConsumerDisconnects.Inc()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
@@ -146,6 +147,26 @@ func TestSocketIOConnectOverPolling(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK)); v != 1 {
 		t.Errorf("handshakes ok: got %v, want 1", v)
+	}
+}
+
+// The token is not kept in the socket's handshake once verified; the rest
+// of the client's auth is.
+func TestHandshakeDropsToken(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	connectPolling(t, ts.URL, `{"token":"`+mint(t, "alice")+`","device":"phone"}`)
+	ws := dialWS(t, ts.URL, mint(t, "bob"))
+	defer ws.conn.Close()
+	auths := map[string]map[string]any{}
+	ts.Server.IO().Sockets().Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+		c, _ := s.Data().(*handlers.Conn)
+		if c != nil {
+			auths[c.UserID] = s.Handshake().Auth
+		}
+		return true
+	})
+	if len(auths) != 2 || auths["bob"] != nil || len(auths["alice"]) != 1 || auths["alice"]["device"] != "phone" {
+		t.Fatalf("handshake auth kept: %v; want alice's device only", auths)
 	}
 }
 
