@@ -174,7 +174,7 @@ func unavailable(op string, err error) error {
 }
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
-var scripts = []*redis.Script{convJoin, convRoster, convLeave, convGrace, typingStart, typingStop,
+var scripts = []*redis.Script{convJoin, convTyping, convLeave, convGrace, typingStart, typingStop,
 	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue, rosterStatus,
 	nodeLease, nodeRelease, claimDead, reapHeld, admitScript}
 

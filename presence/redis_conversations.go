@@ -29,6 +29,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
 	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
 	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
+	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom
 	// reads them again)
@@ -40,7 +41,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	}
 	raw, _ := join.Slice()
 	var b batch
-	if len(raw) == 4 && toInt(raw[0]) == 1 {
+	if len(raw) == 3 && toInt(raw[0]) == 1 {
 		b = append(b, Event{Kind: EventJoin, ConversationID: conv, UserID: s.user, At: now, ExceptSocket: socketID})
 	}
 	if n, _ := act.Int(); n == 1 {
@@ -48,10 +49,14 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	}
 	e.emit(ctx, b)
 	e.cleanIfGone(s)
-	if len(raw) != 4 {
+	if len(raw) != 3 {
 		return JoinResult{}, unavailable("join", errors.New("unexpected script reply"))
 	}
-	return e.rosterFrom(ctx, st, strs(raw[1]), strs(raw[2]), strs(raw[3]))
+	if err := members.Err(); err != nil {
+		return JoinResult{}, unavailable("join", err)
+	}
+	users, since := membersOf(members.Val(), toInt(raw[1]))
+	return e.rosterFrom(ctx, st, users, since, strs(raw[2]))
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:

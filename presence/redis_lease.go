@@ -121,7 +121,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		}
 		e.away.arm(s.user, now.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
-			if raw, _ := joins[i].Slice(); len(raw) == 4 && toInt(raw[0]) == 1 {
+			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
 				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
 			}
 		}

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -66,5 +67,40 @@ func TestRosterFromQueuedStatuses(t *testing.T) {
 	}
 	if got := statuses(res); got["a"] != Online || got["b"] != Online {
 		t.Errorf("statuses %v, want both online (read again)", got)
+	}
+}
+
+// A roster's members and their join times come from the member records
+// (HGETALL m): those of this release, those of releases before 2026-12-02
+// (no socket list), and a record that cannot be read, which counts as a
+// member since now.
+func TestMembersOf(t *testing.T) {
+	users, since := membersOf(map[string]string{
+		"a": "1|1000|0|0|s1",
+		"b": "2|2000|0|0|s2,s3",
+		"c": "1|3000|0|0", // legacy
+		"d": "garbled",
+		"e": "1|x|0|0|s4",
+		"f": "1||0|0|s5",
+	}, 9000)
+	got := map[string]string{}
+	for i, u := range users {
+		got[u] = since[i]
+	}
+	want := map[string]string{"a": "1000", "b": "2000", "c": "3000", "d": "9000", "e": "9000", "f": "9000"}
+	if len(users) != len(since) || len(got) != len(want) {
+		t.Fatalf("members %v since %v", users, since)
+	}
+	for u, w := range want {
+		if got[u] != w {
+			t.Errorf("%s: since %q, want %q", u, got[u], w)
+		}
+	}
+	if users, since := membersOf(nil, 1); len(users) != 0 || len(since) != 0 {
+		t.Errorf("no records: %v %v", users, since)
+	}
+	res := rosterWith([]string{"b", "a"}, []string{"2000", "1000"}, nil, nil)
+	if !slices.EqualFunc(res.Online, []string{"a", "b"}, func(m Member, u string) bool { return m.UserID == u && m.Status == Online }) {
+		t.Errorf("roster without statuses: %+v, want a then b, both online", res.Online)
 	}
 }
