@@ -55,8 +55,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	if err := members.Err(); err != nil {
 		return JoinResult{}, unavailable("join", err)
 	}
-	users, since := membersOf(members.Val(), toInt(raw[1]))
-	return e.rosterFrom(ctx, st, users, since, strs(raw[2]))
+	return e.rosterFrom(ctx, st, members.Val(), toInt(raw[1]), strs(raw[2]))
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:

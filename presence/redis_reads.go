@@ -42,52 +42,66 @@ func (e *RedisEngine) queueStatuses(ctx context.Context, pipe redis.Pipeliner, k
 	return rosterStatus.Run(ctx, pipe, []string{e.kUsers}, k.m)
 }
 
-// rosterFrom completes a roster with the records queueStatuses read, or
-// with a read of its own (rosterOf) if there are none, or if the members
-// changed between the roster's read and the statuses'.
-func (e *RedisEngine) rosterFrom(ctx context.Context, st *redis.Cmd, users, since, typing []string) (JoinResult, error) {
-	if st == nil || len(users) == 0 {
-		return e.rosterOf(ctx, users, since, typing)
+// rosterFrom builds a roster from its member records (HGETALL m; now is
+// Redis's clock when they were read) with the statuses queueStatuses read,
+// or with a read of its own (rosterOf) if there are none, or if the members
+// changed between the two reads.
+func (e *RedisEngine) rosterFrom(ctx context.Context, st *redis.Cmd, members map[string]string, now int64, typing []string) (JoinResult, error) {
+	if names, recs, ok := queuedStatuses(st, members); ok {
+		since := make([]string, len(names))
+		for i, u := range names {
+			since[i] = sinceOf(members[u], now)
+		}
+		return rosterWith(names, since, typing, recs), nil
+	}
+	users, since := membersOf(members, now)
+	return e.rosterOf(ctx, users, since, typing)
+}
+
+// queuedStatuses is what queueStatuses read: the members' names, in the
+// order of their records; ok when they are those of members (the records
+// HGETALL read in the same round trip).
+func queuedStatuses(st *redis.Cmd, members map[string]string) (names []string, recs []any, ok bool) {
+	if st == nil {
+		return nil, nil, false
 	}
 	raw, err := st.Slice()
 	if err != nil || len(raw) != 2 {
-		return e.rosterOf(ctx, users, since, typing)
+		return nil, nil, false
 	}
-	names, vals := strs(raw[0]), raw[1]
-	list, _ := vals.([]any)
-	if len(list) != len(names) {
-		return e.rosterOf(ctx, users, since, typing)
+	names = strs(raw[0])
+	recs, _ = raw[1].([]any)
+	if len(names) != len(members) || len(recs) != len(names) {
+		return nil, nil, false
 	}
-	byUser := make(map[string]any, len(names))
-	for i, u := range names {
-		byUser[u] = list[i]
-	}
-	recs := make([]any, len(users))
-	for i, u := range users {
-		r, ok := byUser[u]
-		if !ok {
-			return e.rosterOf(ctx, users, since, typing)
+	for _, u := range names { // names are distinct (HKEYS)
+		if _, in := members[u]; !in {
+			return nil, nil, false
 		}
-		recs[i] = r
 	}
-	return rosterWith(users, since, typing, recs), nil
+	return names, recs, true
 }
 
 // membersOf reads a conversation's members, and since when each is one,
-// from its member records (HGETALL m; see memberLib). A record it cannot
-// read counts as a member since now (Redis's clock, ms), as the roster
-// script of earlier releases had it.
+// from its member records (HGETALL m; see memberLib).
 func membersOf(records map[string]string, now int64) (users, since []string) {
 	users, since = make([]string, 0, len(records)), make([]string, 0, len(records))
 	for u, v := range records {
-		_, rest, _ := strings.Cut(v, "|")
-		t, _, ok := strings.Cut(rest, "|")
-		if !ok || t == "" || strings.Trim(t, "0123456789") != "" {
-			t = strconv.FormatInt(now, 10)
-		}
-		users, since = append(users, u), append(since, t)
+		users, since = append(users, u), append(since, sinceOf(v, now))
 	}
 	return users, since
+}
+
+// sinceOf is since when a member record's user is a member, in ms. A
+// record it cannot read counts as a member since now (Redis's clock, ms),
+// as the roster script of earlier releases had it.
+func sinceOf(record string, now int64) string {
+	_, rest, _ := strings.Cut(record, "|")
+	t, _, ok := strings.Cut(rest, "|")
+	if !ok || t == "" || strings.Trim(t, "0123456789") != "" {
+		return strconv.FormatInt(now, 10)
+	}
+	return t
 }
 
 // rosterWith builds a roster from its members, their join times, who is
@@ -204,8 +218,7 @@ func (e *RedisEngine) Roster(ctx context.Context, conv string) (JoinResult, erro
 	if len(raw) != 2 {
 		return JoinResult{}, unavailable("roster", errors.New("unexpected script reply"))
 	}
-	users, since := membersOf(members.Val(), toInt(raw[0]))
-	return e.rosterFrom(ctx, st, users, since, strs(raw[1]))
+	return e.rosterFrom(ctx, st, members.Val(), toInt(raw[0]), strs(raw[1]))
 }
 
 // Users implements Engine: one HMGET whatever the number of ids.

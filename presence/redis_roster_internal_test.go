@@ -39,29 +39,41 @@ func TestRosterFromQueuedStatuses(t *testing.T) {
 		}
 		return out
 	}
-	members := []string{"a", "b"}
-	since := []string{"1", "2"}
+	members := map[string]string{"a": "1|1|0|0|s1", "b": "1|2|0|0|s2"}
+	const now = 9
 
 	// Both members covered: the queued records are used (b away there).
-	res, err := e.rosterFrom(ctx, queued("a", "1|0|on|0|0", "b", "1|0|away|0|0"), members, since, nil)
+	res, err := e.rosterFrom(ctx, queued("a", "1|0|on|0|0", "b", "1|0|away|0|0"), members, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(res); got["a"] != Online || got["b"] != Away {
 		t.Errorf("statuses %v, want a online and b away (the queued records)", got)
 	}
+	if res.Online[0].UserID != "a" || res.Online[1].Since.UnixMilli() != 2 {
+		t.Errorf("roster %+v, want a then b, b since 2 ms", res.Online)
+	}
 	// b missing from the queued read: both are read again (online in Redis).
-	res, err = e.rosterFrom(ctx, queued("a", "1|0|away|0|0"), members, since, nil)
+	res, err = e.rosterFrom(ctx, queued("a", "1|0|away|0|0"), members, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := statuses(res); got["a"] != Online || got["b"] != Online {
 		t.Errorf("statuses %v, want both online (read again)", got)
 	}
+	// As many members, but not the same (b left and c joined between the
+	// two reads): read again.
+	res, err = e.rosterFrom(ctx, queued("a", "1|0|away|0|0", "c", "1|0|away|0|0"), members, now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statuses(res); len(got) != 2 || got["a"] != Online || got["b"] != Online {
+		t.Errorf("statuses %v, want a and b online (read again)", got)
+	}
 	// A failed queued read: read again too.
 	failed := redis.NewCmd(ctx)
 	failed.SetErr(redis.ErrClosed)
-	res, err = e.rosterFrom(ctx, failed, members, since, nil)
+	res, err = e.rosterFrom(ctx, failed, members, now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
