@@ -3,12 +3,14 @@ package handlers
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
+	"github.com/presenced/presenced/internal/jsontext"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -108,14 +110,47 @@ func roomTime(t time.Time, user string, settings map[string]store.Visibility) *s
 	return lastseen.RoomTime(t, v, known)
 }
 
+// MemberList is a roster as members see it. It encodes itself to JSON
+// exactly as encoding/json encodes a []MemberPayload (FuzzMemberListJSON),
+// without reflection: for a join's ack on the websocket transport, whose
+// roster of 100 members took 4 KB of encoding/json's allocations per join.
+type MemberList []MemberPayload
+
+// AppendJSON appends l as json.Marshal would encode it.
+func (l MemberList) AppendJSON(dst []byte) []byte {
+	if l == nil {
+		return append(dst, "null"...)
+	}
+	n := 2
+	for i := range l {
+		n += len(l[i].UserID) + len(l[i].Status) + len(`{"userId":"","status":"","since":null},`) + 24
+	}
+	dst = slices.Grow(dst, n) // one allocation, not a doubling per step
+	dst = append(dst, '[')
+	for i := range l {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		m := &l[i]
+		dst = append(dst, `{"userId":`...)
+		dst = jsontext.String(dst, m.UserID)
+		dst = append(dst, `,"status":`...)
+		dst = jsontext.String(dst, m.Status)
+		dst = append(dst, `,"since":`...)
+		dst = jsontext.StringPtr(dst, m.Since)
+		dst = append(dst, '}')
+	}
+	return append(dst, ']')
+}
+
 // rosterPayload is a roster as members see it, with one settings lookup.
-func rosterPayload(ctx context.Context, s Settings, ms []presence.Member) []MemberPayload {
+func rosterPayload(ctx context.Context, s Settings, ms []presence.Member) MemberList {
 	users := make([]string, len(ms))
 	for i, m := range ms {
 		users[i] = m.UserID
 	}
 	settings := lookup(ctx, s, users)
-	out := make([]MemberPayload, len(ms))
+	out := make(MemberList, len(ms))
 	for i, m := range ms {
 		out[i] = MemberPayload{UserID: m.UserID, Status: string(m.Status), Since: roomTime(m.Since, m.UserID, settings)}
 	}
@@ -123,7 +158,7 @@ func rosterPayload(ctx context.Context, s Settings, ms []presence.Member) []Memb
 }
 
 // Members is a roster as members see it (a join's ack).
-func (r *Rooms) Members(ctx context.Context, ms []presence.Member) []MemberPayload {
+func (r *Rooms) Members(ctx context.Context, ms []presence.Member) MemberList {
 	return rosterPayload(ctx, r.settings, ms)
 }
 

@@ -550,7 +550,7 @@ func TestEventConversationJoin(t *testing.T) {
 			event:   "conversation:join", payload: conv("c1"), code: "ok",
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "presence:join", Payload: `{"conversationId":"c1","userId":"u1","at":null}`}},
 			ack: func(t *testing.T, ack map[string]any) {
-				on, _ := ack["online"].([]MemberPayload)
+				on, _ := ack["online"].(MemberList)
 				if len(on) != 2 || on[0].UserID != "u2" || on[1].UserID != "u1" {
 					t.Errorf("online %+v, want u2 (joined first) then u1", on)
 				}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -219,7 +220,7 @@ func FuzzConversationJoin(f *testing.F) {
 		if !slices.Contains(convsOf(t, e.eng, e.c), conv) || !e.rooms.set.Has(ConversationRoom(conv)) {
 			t.Fatalf("joined %q, but not in the engine or the room", conv)
 		}
-		if on, ok := ack["online"].([]MemberPayload); !ok || !slices.ContainsFunc(on, func(m MemberPayload) bool { return m.UserID == "u1" }) {
+		if on, ok := ack["online"].(MemberList); !ok || !slices.ContainsFunc(on, func(m MemberPayload) bool { return m.UserID == "u1" }) {
 			t.Fatalf("roster %v lacks the joiner", ack["online"])
 		}
 	})
@@ -372,6 +373,38 @@ func FuzzStateSet(f *testing.F) {
 		}
 		if raw == nil && has && got != "null" {
 			t.Fatalf("state cleared, latest is %q", got)
+		}
+	})
+}
+
+// A join's roster encodes itself (MemberList.AppendJSON) exactly as
+// encoding/json encodes a []MemberPayload.
+func FuzzMemberListJSON(f *testing.F) {
+	f.Add("u1", "online", "2026-01-02T03:04:00.000Z", true, 2)
+	f.Add("a<b>&\"\\", "away", "\x00 \u2028é", true, 1)
+	f.Add("", "", "\xff", false, 0)
+	f.Add("u", "online", "", false, -1)
+	f.Fuzz(func(t *testing.T, id, status, since string, hasSince bool, n int) {
+		var l MemberList
+		if n >= 0 {
+			l = MemberList{}
+		}
+		for i := range n % 4 {
+			m := MemberPayload{UserID: id + strconv.Itoa(i), Status: status}
+			if hasSince {
+				m.Since = &since
+			}
+			l = append(l, m)
+		}
+		want, err := json.Marshal([]MemberPayload(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := l.AppendJSON([]byte("x")); string(got) != "x"+string(want) {
+			t.Fatalf("AppendJSON = %s\njson.Marshal = %s", got[1:], want)
+		}
+		if got, _ := json.Marshal(l); string(got) != string(want) {
+			t.Fatalf("the list type changed encoding/json's output: %s", got)
 		}
 	})
 }

@@ -1,10 +1,10 @@
 package lastseen
 
 import (
-	"encoding/json"
 	"strconv"
 	"time"
 
+	"github.com/presenced/presenced/internal/jsontext"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
@@ -222,38 +222,16 @@ func (l PresenceList) AppendJSON(dst []byte) []byte {
 		}
 		p := &l[i]
 		dst = append(dst, `{"userId":`...)
-		dst = appendJSONString(dst, p.UserID)
+		dst = jsontext.String(dst, p.UserID)
 		dst = append(dst, `,"status":`...)
-		dst = appendJSONString(dst, p.Status)
+		dst = jsontext.String(dst, p.Status)
 		dst = append(dst, `,"lastSeen":`...)
-		dst = appendJSONStringPtr(dst, p.LastSeen)
+		dst = jsontext.StringPtr(dst, p.LastSeen)
 		dst = append(dst, `,"lastSeenBucket":`...)
-		dst = appendJSONStringPtr(dst, p.LastSeenBucket)
+		dst = jsontext.StringPtr(dst, p.LastSeenBucket)
 		dst = append(dst, `,"display":`...)
-		dst = appendJSONString(dst, p.Display)
+		dst = jsontext.String(dst, p.Display)
 		dst = append(dst, '}')
 	}
 	return append(dst, ']')
-}
-
-func appendJSONStringPtr(dst []byte, s *string) []byte {
-	if s == nil {
-		return append(dst, "null"...)
-	}
-	return appendJSONString(dst, *s)
-}
-
-// appendJSONString appends s quoted as encoding/json quotes it: by hand
-// when s is printable ASCII that needs no escape (ids, statuses, times),
-// else by encoding/json.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string always encodes
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }

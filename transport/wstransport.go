@@ -385,7 +385,7 @@ func (w *wsTransport) writeAck(id uint64, reply []any) {
 	if err == nil {
 		w.writeNow(sealFrame(buf, opText)) // copies the frame if it must wait
 	}
-	if cap(buf) <= frameBufKeep {
+	if cap(buf) <= ackBufKeep {
 		*bp = buf[:0]
 		ackBufs.Put(bp)
 	}
@@ -398,6 +398,13 @@ func (w *wsTransport) writeAck(id uint64, reply []any) {
 // join's ack with its roster takes a few KB, and kept per connection it
 // was the largest buffer an idle socket held.
 var ackBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// ackBufKeep is the largest ack buffer the pool keeps: a join's ack with
+// a roster of a hundred members takes about 8 KB, which was built anew
+// (and grown in steps) for every join when only 4 KB were kept. The pool
+// holds about as many buffers as acks are built at once, and lets them go
+// at GC.
+const ackBufKeep = 32 << 10
 
 // Send queues the engine's packets, in order, and returns at once; the
 // transport stays writable (see wsTransport).
