@@ -372,18 +372,21 @@ func (a *NamespaceAdapter) ackRequest(requestID string) *ackRequest {
 	return a.acks[requestID]
 }
 
-func (a *NamespaceAdapter) onClientCount(requestID string, count float64) {
-	if ar := a.ackRequest(requestID); ar != nil && count >= 0 {
-		ar.clientCount(uint64(count))
-	}
-}
-
-// onBroadcastAck passes one client's acknowledgement on. On the wire it is
+// onBroadcastResponse handles a node's answer to one of our broadcasts
+// with acks: how many clients it reached (count: m's clientCount), or one
+// client's acknowledgement (m's packet). On the wire an acknowledgement is
 // the client's first ack argument, a single value (which may be an array):
-// the Go callback gets it as the one element of its args.
-func (a *NamespaceAdapter) onBroadcastAck(requestID string, m map[string]any) {
-	if ar := a.ackRequest(requestID); ar != nil {
+// the Go callback gets it as the one element of its args. Both protocols
+// (classic.go, sharded.go) send the same fields, under their own types.
+func (a *NamespaceAdapter) onBroadcastResponse(requestID string, count bool, m map[string]any) {
+	ar := a.ackRequest(requestID)
+	if ar == nil {
+		return
+	}
+	if !count {
 		ar.ack([]any{m["packet"]}, nil)
+	} else if n, _ := num(m, "clientCount"); n >= 0 {
+		ar.clientCount(uint64(n))
 	}
 }
 

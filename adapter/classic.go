@@ -229,13 +229,8 @@ func (a *NamespaceAdapter) onClassicResponse(payload string) {
 		return
 	}
 	if a.ackRequest(requestID) != nil {
-		t, _ := num(m, "type")
-		switch int(t) {
-		case classicBroadcastClientCount:
-			n, _ := num(m, "clientCount")
-			a.onClientCount(requestID, n)
-		case classicBroadcastAck:
-			a.onBroadcastAck(requestID, m)
+		if t, _ := num(m, "type"); int(t) == classicBroadcastClientCount || int(t) == classicBroadcastAck {
+			a.onBroadcastResponse(requestID, int(t) == classicBroadcastClientCount, m)
 		}
 		return
 	}

@@ -147,11 +147,8 @@ func (a *NamespaceAdapter) onShardedResponse(m map[string]any) {
 	}
 	t, _ := num(m, "type")
 	switch int(t) {
-	case clusterBroadcastClientCount:
-		n, _ := num(data, "clientCount")
-		a.onClientCount(requestID, n)
-	case clusterBroadcastAck:
-		a.onBroadcastAck(requestID, data)
+	case clusterBroadcastClientCount, clusterBroadcastAck:
+		a.onBroadcastResponse(requestID, int(t) == clusterBroadcastClientCount, data)
 	case clusterFetchSocketsResponse:
 		a.onFetchResponse(requestID, data["sockets"])
 	case clusterServerSideEmitResponse:

@@ -8,24 +8,31 @@ import (
 	"github.com/presenced/presenced/ids"
 )
 
-// serviceList reads what both service routes take: the id in the path
-// and the list {userIds} (0 to MaxServiceIDs) in the body. On a bad
-// request it answers and returns false.
-func (a *REST) serviceList(w http.ResponseWriter, r *http.Request, param string) (string, []string, bool) {
+// serviceWrite runs a service route: it reads the id in the path (param)
+// and the list {userIds} (0 to MaxServiceIDs) in the body, runs write with
+// them, and answers write's body with 200, or the error. write runs under
+// writeContext.
+func (a *REST) serviceWrite(w http.ResponseWriter, r *http.Request, param string,
+	write func(ctx context.Context, id string, list []string) (map[string]any, error)) {
 	id, err := pathID(r, param)
+	var list []string
 	if err == nil {
 		var obj map[string]json.RawMessage
-		obj, err = readObject(w, r, MaxServiceBodyBytes)
-		if err == nil {
-			var ids []string
-			ids, err = idList(obj, "userIds", 0, MaxServiceIDs)
-			if err == nil {
-				return id, ids, true
-			}
+		if obj, err = readObject(w, r, MaxServiceBodyBytes); err == nil {
+			list, err = idList(obj, "userIds", 0, MaxServiceIDs)
 		}
 	}
-	a.fail(w, r, err)
-	return "", nil, false
+	var body map[string]any
+	if err == nil {
+		ctx, cancel := writeContext(r)
+		body, err = write(ctx, id, list)
+		cancel()
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, body)
 }
 
 // writeContext is the context of a write a request makes: bounded by
@@ -37,18 +44,17 @@ func writeContext(r *http.Request) (context.Context, context.CancelFunc) {
 
 // PUT /service/conversations/{conversationId}/members {userIds}
 func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
-	conv, members, ok := a.serviceList(w, r, "conversationId")
-	if !ok {
-		return
-	}
-	// The write and the eviction run to completion even if the caller
-	// goes away, so that removed users are not left in the room.
-	ctx, cancel := writeContext(r)
-	defer cancel()
+	a.serviceWrite(w, r, "conversationId", a.writeMembers)
+}
+
+// writeMembers saves a conversation's members and takes the removed users'
+// sockets out of its room. The eviction runs to completion even if the
+// caller goes away (serviceWrite), so that removed users are not left in
+// the room.
+func (a *REST) writeMembers(ctx context.Context, conv string, members []string) (map[string]any, error) {
 	removed, err := a.d.Store.SetMembers(ctx, conv, members)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	if f, ok := a.d.Membership.(interface{ Forget(string) }); ok {
 		f.Forget(conv)
@@ -62,24 +68,19 @@ func (a *REST) setMembers(w http.ResponseWriter, r *http.Request) {
 			a.log.Error("membership change not applied on every node", "conversation_id", conv, "removed", len(removed), "err", err)
 		}
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{
+	return map[string]any{
 		"conversationId": conv,
 		"members":        len(ids.Sorted(members)),
 		"removed":        removed,
-	})
+	}, nil
 }
 
 // PUT /service/users/{userId}/contacts {userIds}
 func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
-	user, contacts, ok := a.serviceList(w, r, "userId")
-	if !ok {
-		return
-	}
-	ctx, cancel := writeContext(r)
-	defer cancel()
-	if err := a.d.Store.SetContacts(ctx, user, contacts); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	WriteJSON(w, http.StatusOK, map[string]any{"userId": user, "contacts": len(ids.Sorted(contacts))})
+	a.serviceWrite(w, r, "userId", func(ctx context.Context, user string, contacts []string) (map[string]any, error) {
+		if err := a.d.Store.SetContacts(ctx, user, contacts); err != nil {
+			return nil, err
+		}
+		return map[string]any{"userId": user, "contacts": len(ids.Sorted(contacts))}, nil
+	})
 }

@@ -33,24 +33,24 @@ func (tr *truth) filter(viewer string, up presence.UserPresence) lastseen.Presen
 
 func (tr *truth) Presences(ctx context.Context, viewer string, ids []string) ([]lastseen.Presence, error) {
 	ups, _ := tr.users.Users(ctx, ids)
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	out := make([]lastseen.Presence, len(ups))
-	for i, up := range ups {
-		out[i] = tr.filter(viewer, up)
-	}
-	return out, nil
+	return tr.filterEach(len(ups), func(i int) (string, presence.UserPresence) { return viewer, ups[i] }), nil
 }
 
 func (tr *truth) PresencesFor(_ context.Context, up presence.UserPresence, viewers []string) ([]lastseen.Presence, error) {
 	tr.users.Set(up)
+	return tr.filterEach(len(viewers), func(i int) (string, presence.UserPresence) { return viewers[i], up }), nil
+}
+
+// filterEach filters n presences, the i-th as pair(i) gives its viewer and
+// target.
+func (tr *truth) filterEach(n int, pair func(i int) (string, presence.UserPresence)) []lastseen.Presence {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	out := make([]lastseen.Presence, len(viewers))
-	for i, v := range viewers {
-		out[i] = tr.filter(v, up)
+	out := make([]lastseen.Presence, n)
+	for i := range out {
+		out[i] = tr.filter(pair(i))
 	}
-	return out, nil
+	return out
 }
 
 type emitted struct {
