@@ -3,7 +3,6 @@ package handlers
 import (
 	"context"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,31 +115,22 @@ func roomTime(t time.Time, user string, settings map[string]store.Visibility) *s
 // roster of 100 members took 4 KB of encoding/json's allocations per join.
 type MemberList []MemberPayload
 
-// AppendJSON appends l as json.Marshal would encode it.
+// AppendJSON appends l as json.Marshal would encode it, in a buffer
+// grown once for the whole list.
 func (l MemberList) AppendJSON(dst []byte) []byte {
-	if l == nil {
-		return append(dst, "null"...)
-	}
 	n := 2
 	for i := range l {
 		n += len(l[i].UserID) + len(l[i].Status) + len(`{"userId":"","status":"","since":null},`) + 24
 	}
-	dst = slices.Grow(dst, n) // one allocation, not a doubling per step
-	dst = append(dst, '[')
-	for i := range l {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		m := &l[i]
+	return jsontext.Array(dst, l, n, func(dst []byte, m *MemberPayload) []byte {
 		dst = append(dst, `{"userId":`...)
 		dst = jsontext.String(dst, m.UserID)
 		dst = append(dst, `,"status":`...)
 		dst = jsontext.String(dst, m.Status)
 		dst = append(dst, `,"since":`...)
 		dst = jsontext.StringPtr(dst, m.Since)
-		dst = append(dst, '}')
-	}
-	return append(dst, ']')
+		return append(dst, '}')
+	})
 }
 
 // rosterPayload is a roster as members see it, with one settings lookup.

@@ -212,15 +212,7 @@ type PresenceList []Presence
 
 // AppendJSON appends l as json.Marshal would encode it.
 func (l PresenceList) AppendJSON(dst []byte) []byte {
-	if l == nil {
-		return append(dst, "null"...)
-	}
-	dst = append(dst, '[')
-	for i := range l {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		p := &l[i]
+	return jsontext.Array(dst, l, 0, func(dst []byte, p *Presence) []byte {
 		dst = append(dst, `{"userId":`...)
 		dst = jsontext.String(dst, p.UserID)
 		dst = append(dst, `,"status":`...)
@@ -231,7 +223,6 @@ func (l PresenceList) AppendJSON(dst []byte) []byte {
 		dst = jsontext.StringPtr(dst, p.LastSeenBucket)
 		dst = append(dst, `,"display":`...)
 		dst = jsontext.String(dst, p.Display)
-		dst = append(dst, '}')
-	}
-	return append(dst, ']')
+		return append(dst, '}')
+	})
 }

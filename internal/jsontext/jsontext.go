@@ -3,7 +3,11 @@
 // most often (a join's roster, a presence:query answer).
 package jsontext
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
 
 // String appends s quoted as encoding/json quotes it: by hand when s is
 // printable ASCII that needs no escape (ids, statuses, times), else by
@@ -26,4 +30,40 @@ func StringPtr(dst []byte, s *string) []byte {
 		return append(dst, "null"...)
 	}
 	return String(dst, *s)
+}
+
+// Array appends l as encoding/json encodes a slice: null when l is nil,
+// else the elements, each appended by elem. size, the length the caller
+// expects, is grown for at once (0: none).
+func Array[E any](dst []byte, l []E, size int, elem func(dst []byte, e *E) []byte) []byte {
+	if l == nil {
+		return append(dst, "null"...)
+	}
+	dst = slices.Grow(dst, size)
+	dst = append(dst, '[')
+	for i := range l {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = elem(dst, &l[i])
+	}
+	return append(dst, ']')
+}
+
+// SameAsMarshal checks, for tests, a type that encodes itself: appendJSON
+// must append what encoding/json encodes for plain (the same value under
+// a type of no methods of its own), and encoding/json must encode typed
+// (the value under its own type) the same. The error says how they differ.
+func SameAsMarshal(appendJSON func(dst []byte) []byte, plain, typed any) error {
+	want, err := json.Marshal(plain)
+	if err != nil {
+		return err
+	}
+	if got := appendJSON([]byte("x")); string(got) != "x"+string(want) {
+		return fmt.Errorf("AppendJSON = %s\njson.Marshal = %s", got[1:], want)
+	}
+	if got, _ := json.Marshal(typed); string(got) != string(want) {
+		return fmt.Errorf("the type changed encoding/json's output: %s, want %s", got, want)
+	}
+	return nil
 }
