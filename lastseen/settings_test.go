@@ -105,6 +105,35 @@ func TestSettingsCachesAndExpires(t *testing.T) {
 	}
 }
 
+// Prefetch starts the read of settings neither known nor being read and
+// returns at once; a lookup then takes the read's answer without a read of
+// its own, and a prefetch of what is known or being read reads nothing.
+func TestSettingsPrefetch(t *testing.T) {
+	hold := make(chan struct{})
+	st := &settingStore{v: map[string]store.Visibility{"n": store.Nobody}, hold: hold}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 5 * time.Second})
+	start := time.Now()
+	s.Prefetch([]string{"n", "e"})
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Prefetch waited %v on a held store", d)
+	}
+	for deadline := time.Now().Add(2 * time.Second); st.readCount() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Prefetch started no read")
+		}
+	}
+	s.Prefetch([]string{"n"}) // being read: no second read
+	close(hold)
+	got := s.Lookup(context.Background(), []string{"n", "e"})
+	if got["n"] != store.Nobody || got["e"] != store.Everyone {
+		t.Fatalf("after a prefetch: %v", got)
+	}
+	s.Prefetch([]string{"n", "e"}) // known
+	if n := st.readCount(); n != 1 {
+		t.Fatalf("%d store reads, want 1 (the prefetch's)", n)
+	}
+}
+
 // A slow store does not hold a lookup beyond Wait; the read goes on and
 // fills the cache.
 func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
