@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/ids"
+	"github.com/presenced/presenced/internal/boundedmap"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
@@ -51,8 +52,9 @@ type storedEntry struct {
 	t, at time.Time // the last-seen (zero: none), when the store said so
 }
 
-// storedMaxEntries bounds the stored answers kept (expired ones, then an
-// arbitrary half, go when it is full).
+// storedMaxEntries bounds the stored answers kept (when full, expired ones
+// go, and if that is not enough, arbitrary ones down to half:
+// boundedmap.MakeRoom).
 const storedMaxEntries = 100_000
 
 // NewReader returns a Reader over d.
@@ -346,19 +348,7 @@ func (r *Reader) keepStored(ids []string, stored map[string]time.Time) {
 	if r.stored == nil {
 		r.stored = make(map[string]storedEntry)
 	}
-	if len(r.stored)+len(ids) > storedMaxEntries {
-		for id, e := range r.stored {
-			if now.Sub(e.at) >= r.d.StoredMaxAge {
-				delete(r.stored, id)
-			}
-		}
-		for id := range r.stored { // still full: arbitrary ones, down to half
-			if len(r.stored)+len(ids) <= storedMaxEntries/2 {
-				break
-			}
-			delete(r.stored, id)
-		}
-	}
+	boundedmap.MakeRoom(r.stored, storedMaxEntries, len(ids), func(e storedEntry) bool { return now.Sub(e.at) >= r.d.StoredMaxAge })
 	for _, id := range ids {
 		r.stored[id] = storedEntry{t: stored[id], at: now}
 	}

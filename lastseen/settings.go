@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/boundedmap"
 	"github.com/presenced/presenced/internal/coalesce"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
@@ -26,8 +27,9 @@ type SettingsConfig struct {
 	// Wait bounds how long a lookup waits on the store (default 250ms):
 	// room events and rosters must not stall on a slow database.
 	Wait time.Duration
-	// MaxEntries bounds the cache (default 100,000; expired entries, then
-	// an arbitrary half, are dropped when full).
+	// MaxEntries bounds the cache (default 100,000; when full, expired
+	// entries are dropped, and if that is not enough, arbitrary ones down
+	// to half: boundedmap.MakeRoom).
 	MaxEntries int
 	Now        func() time.Time // clock, time.Now
 }
@@ -221,18 +223,8 @@ func (s *Settings) Set(userID string, v store.Visibility) {
 }
 
 func (s *Settings) putLocked(id string, v store.Visibility, now time.Time) {
-	if _, ok := s.entries[id]; !ok && len(s.entries) >= s.cfg.MaxEntries {
-		for k, e := range s.entries {
-			if now.Sub(e.at) >= s.cfg.MaxAge {
-				delete(s.entries, k)
-			}
-		}
-		for k := range s.entries {
-			if len(s.entries) < s.cfg.MaxEntries/2 {
-				break
-			}
-			delete(s.entries, k)
-		}
+	if _, ok := s.entries[id]; !ok {
+		boundedmap.MakeRoom(s.entries, s.cfg.MaxEntries, 1, func(e settingEntry) bool { return now.Sub(e.at) >= s.cfg.MaxAge })
 	}
 	s.seq++
 	s.entries[id] = settingEntry{v: v, at: now, seq: s.seq}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/presenced/presenced/internal/boundedmap"
 )
 
 // Membership decides who may join a conversation.
@@ -74,33 +76,13 @@ func (c *CachedMembership) IsMember(ctx context.Context, conv, user string) (boo
 	}
 	c.mu.Lock()
 	if c.forgets == gen {
-		if len(c.entries) >= c.max {
-			c.evict(now)
+		if _, ok := c.entries[key]; !ok {
+			boundedmap.MakeRoom(c.entries, c.max, 1, func(e cached) bool { return now.Sub(e.at) >= c.maxAge })
 		}
 		c.entries[key] = cached{member: member, at: now}
 	}
 	c.mu.Unlock()
 	return member, nil
-}
-
-// evict drops expired entries, or if none, an arbitrary half.
-func (c *CachedMembership) evict(now time.Time) {
-	for k, e := range c.entries {
-		if now.Sub(e.at) >= c.maxAge {
-			delete(c.entries, k)
-		}
-	}
-	if len(c.entries) < c.max {
-		return
-	}
-	n := 0
-	for k := range c.entries {
-		if n >= c.max/2 {
-			break
-		}
-		delete(c.entries, k)
-		n++
-	}
 }
 
 // Forget drops the cached answers of a conversation (its member list was
