@@ -43,6 +43,14 @@ func (s *settingStore) Privacy(ctx context.Context, ids []string) (map[string]st
 
 func (s *settingStore) readCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.reads }
 
+// heldSettings is a Settings waiting at most wait for a store that holds
+// the settings v and whose reads wait until release is called.
+func heldSettings(v map[string]store.Visibility, wait time.Duration) (st *settingStore, s *lastseen.Settings, release func()) {
+	hold := make(chan struct{})
+	st = &settingStore{v: v, hold: hold}
+	return st, lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: wait}), func() { close(hold) }
+}
+
 func TestRoomTime(t *testing.T) {
 	at := time.Date(2026, 11, 30, 11, 47, 59, 999_000_000, time.UTC)
 	cases := []struct {
@@ -109,9 +117,7 @@ func TestSettingsCachesAndExpires(t *testing.T) {
 // returns at once; a lookup then takes the read's answer without a read of
 // its own, and a prefetch of what is known or being read reads nothing.
 func TestSettingsPrefetch(t *testing.T) {
-	hold := make(chan struct{})
-	st := &settingStore{v: map[string]store.Visibility{"n": store.Nobody}, hold: hold}
-	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 5 * time.Second})
+	st, s, release := heldSettings(map[string]store.Visibility{"n": store.Nobody}, 5*time.Second)
 	start := time.Now()
 	s.Prefetch([]string{"n", "e"})
 	if d := time.Since(start); d > time.Second {
@@ -123,7 +129,7 @@ func TestSettingsPrefetch(t *testing.T) {
 		}
 	}
 	s.Prefetch([]string{"n"}) // being read: no second read
-	close(hold)
+	release()
 	got := s.Lookup(context.Background(), []string{"n", "e"})
 	if got["n"] != store.Nobody || got["e"] != store.Everyone {
 		t.Fatalf("after a prefetch: %v", got)
@@ -137,9 +143,7 @@ func TestSettingsPrefetch(t *testing.T) {
 // A slow store does not hold a lookup beyond Wait; the read goes on and
 // fills the cache.
 func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
-	hold := make(chan struct{})
-	st := &settingStore{v: map[string]store.Visibility{"n": store.Nobody}, hold: hold}
-	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 50 * time.Millisecond})
+	st, s, release := heldSettings(map[string]store.Visibility{"n": store.Nobody}, 50*time.Millisecond)
 	start := time.Now()
 	got := s.Lookup(context.Background(), []string{"n", "e"})
 	if d := time.Since(start); d > time.Second {
@@ -150,7 +154,7 @@ func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
 	}
 	// A second lookup meanwhile does not start another read.
 	s.Lookup(context.Background(), []string{"n"})
-	close(hold)
+	release()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got = s.Lookup(context.Background(), []string{"n", "e"})
@@ -170,12 +174,10 @@ func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
 // A Set made while a read is under way is not undone by the read's older
 // answer; a failed read leaves nothing behind.
 func TestSettingsSetWinsOverOlderRead(t *testing.T) {
-	hold := make(chan struct{})
-	st := &settingStore{v: map[string]store.Visibility{}, hold: hold}
-	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: time.Millisecond})
+	_, s, release := heldSettings(map[string]store.Visibility{}, time.Millisecond)
 	s.Lookup(context.Background(), []string{"u"}) // starts a read that says everyone
 	s.Set("u", store.Nobody)
-	close(hold)
+	release()
 	time.Sleep(50 * time.Millisecond)
 	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Nobody {
 		t.Fatalf("an older read undid Set: %v", got)
@@ -193,9 +195,7 @@ func TestSettingsSetWinsOverOlderRead(t *testing.T) {
 // 200 different users cost at most the readers' first reads and one more
 // each, and every user is known once the store answers.
 func TestSettingsBatchesLookupsWhileReading(t *testing.T) {
-	hold := make(chan struct{})
-	st := &settingStore{v: map[string]store.Visibility{"u7": store.Nobody}, hold: hold}
-	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: 5 * time.Second})
+	st, s, release := heldSettings(map[string]store.Visibility{"u7": store.Nobody}, 5*time.Second)
 	var wg, started sync.WaitGroup
 	results := make([]map[string]store.Visibility, 200)
 	for i := range results {
@@ -208,13 +208,13 @@ func TestSettingsBatchesLookupsWhileReading(t *testing.T) {
 		}()
 	}
 	// every lookup has asked (the first two started the readers, which
-	// wait on hold; the others joined the next batch)
+	// are held until release; the others joined the next batch)
 	started.Wait()
 	for deadline := time.Now().Add(2 * time.Second); st.readCount() < 2 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond)
-	close(hold)
+	release()
 	wg.Wait()
 	if n := st.readCount(); n > 4 {
 		t.Fatalf("%d store reads for 200 lookups made while the store was slow, want at most 4", n)
