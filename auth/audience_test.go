@@ -52,7 +52,7 @@ func TestAudienceAndIssuer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tok := sign(t, jwt.SigningMethodHS256, testSecret, tt.claims, "")
+			tok := hs256(t, tt.claims)
 			c, err := v.Verify(context.Background(), tok)
 			if tt.reason == "" {
 				if err != nil || c.UserID != "u1" {

@@ -57,6 +57,12 @@ func sign(tb testing.TB, method jwt.SigningMethod, key any, claims jwt.Claims, k
 	return s
 }
 
+// hs256 signs claims with HS256 and testSecret, without a kid.
+func hs256(tb testing.TB, claims jwt.Claims) string {
+	tb.Helper()
+	return sign(tb, jwt.SigningMethodHS256, testSecret, claims, "")
+}
+
 // rawToken builds header.payload.signature by hand from JSON values.
 func rawToken(tb testing.TB, header, payload any, sig []byte) string {
 	tb.Helper()
@@ -78,6 +84,20 @@ func claims(sub string, now time.Time) jwt.RegisteredClaims {
 		IssuedAt:  jwt.NewNumericDate(now),
 		ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour)),
 	}
+}
+
+// expiresAt, notBefore and issuedAt are registered claims for sub with that
+// one time claim set to at.
+func expiresAt(sub string, at time.Time) jwt.RegisteredClaims {
+	return jwt.RegisteredClaims{Subject: sub, ExpiresAt: jwt.NewNumericDate(at)}
+}
+
+func notBefore(sub string, at time.Time) jwt.RegisteredClaims {
+	return jwt.RegisteredClaims{Subject: sub, NotBefore: jwt.NewNumericDate(at)}
+}
+
+func issuedAt(sub string, at time.Time) jwt.RegisteredClaims {
+	return jwt.RegisteredClaims{Subject: sub, IssuedAt: jwt.NewNumericDate(at)}
 }
 
 // assertAccepted verifies token with v and checks the claims: the subject,
@@ -272,53 +292,41 @@ func TestHS256VerifyAccepts(t *testing.T) {
 			wantExp: now.Add(time.Hour),
 		},
 		{
-			name: "jwt.NewWithClaims registered claims",
-			token: sign(t, jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{
-				Subject:   "user:1@x.y-z_",
-				ExpiresAt: jwt.NewNumericDate(now.Add(10 * time.Minute)),
-			}, ""),
+			name:    "jwt.NewWithClaims registered claims",
+			token:   hs256(t, expiresAt("user:1@x.y-z_", now.Add(10*time.Minute))),
 			wantSub: "user:1@x.y-z_",
 			wantExp: now.Add(10 * time.Minute),
 		},
 		{
 			name: "jwt.NewWithClaims map claims",
-			token: sign(t, jwt.SigningMethodHS256, testSecret, jwt.MapClaims{
+			token: hs256(t, jwt.MapClaims{
 				"sub":   "bob",
 				"exp":   now.Add(time.Minute).Unix(),
 				"iat":   now.Unix(),
 				"extra": "ignored",
-			}, ""),
+			}),
 			wantSub: "bob",
 			wantExp: now.Add(time.Minute),
 		},
 		{
 			name:    "no exp is accepted",
-			token:   sign(t, jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": "carol"}, ""),
+			token:   hs256(t, jwt.MapClaims{"sub": "carol"}),
 			wantSub: "carol",
 		},
 		{
-			name: "expired within leeway",
-			token: sign(t, jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{
-				Subject:   "dave",
-				ExpiresAt: jwt.NewNumericDate(now.Add(-2 * time.Second)),
-			}, ""),
+			name:    "expired within leeway",
+			token:   hs256(t, expiresAt("dave", now.Add(-2*time.Second))),
 			wantSub: "dave",
 			wantExp: now.Add(-2 * time.Second),
 		},
 		{
-			name: "nbf within leeway",
-			token: sign(t, jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{
-				Subject:   "erin",
-				NotBefore: jwt.NewNumericDate(now.Add(2 * time.Second)),
-			}, ""),
+			name:    "nbf within leeway",
+			token:   hs256(t, notBefore("erin", now.Add(2*time.Second))),
 			wantSub: "erin",
 		},
 		{
-			name: "iat within leeway",
-			token: sign(t, jwt.SigningMethodHS256, testSecret, jwt.RegisteredClaims{
-				Subject:  "frank",
-				IssuedAt: jwt.NewNumericDate(now.Add(2 * time.Second)),
-			}, ""),
+			name:    "iat within leeway",
+			token:   hs256(t, issuedAt("frank", now.Add(2*time.Second))),
 			wantSub: "frank",
 		},
 		{
@@ -329,7 +337,7 @@ func TestHS256VerifyAccepts(t *testing.T) {
 		},
 		{
 			name:    "128-char sub",
-			token:   sign(t, jwt.SigningMethodHS256, testSecret, jwt.MapClaims{"sub": long}, ""),
+			token:   hs256(t, jwt.MapClaims{"sub": long}),
 			wantSub: long,
 		},
 	}
@@ -343,7 +351,6 @@ func TestHS256VerifyAccepts(t *testing.T) {
 func TestHS256VerifyRefuses(t *testing.T) {
 	now := time.Now()
 	v := mustHS256(t, testSecret)
-	hs := func(c jwt.Claims) string { return sign(t, jwt.SigningMethodHS256, testSecret, c, "") }
 
 	noneViaLib, err := jwt.NewWithClaims(jwt.SigningMethodNone, claims("alice", now)).
 		SignedString(jwt.UnsafeAllowNoneSignatureType)
@@ -358,7 +365,7 @@ func TestHS256VerifyRefuses(t *testing.T) {
 		t.Fatalf("hand-built none token %q should end with an empty signature", noneByHand)
 	}
 	// Correctly signed, but over MaxTokenBytes.
-	huge := hs(jwt.MapClaims{"sub": "alice", "pad": strings.Repeat("p", auth.MaxTokenBytes)})
+	huge := hs256(t, jwt.MapClaims{"sub": "alice", "pad": strings.Repeat("p", auth.MaxTokenBytes)})
 
 	tests := []struct {
 		name       string
@@ -372,7 +379,7 @@ func TestHS256VerifyRefuses(t *testing.T) {
 		{"two segments", "eyJhbGciOiJIUzI1NiJ9.e30", "malformed token"},
 		{"other secret", sign(t, jwt.SigningMethodHS256, []byte("another-secret-of-16+bytes"), claims("alice", now), ""), "invalid signature"},
 		{"tampered payload", func() string {
-			parts := strings.Split(hs(claims("alice", now)), ".")
+			parts := strings.Split(hs256(t, claims("alice", now)), ".")
 			p, _ := json.Marshal(claims("mallory", now))
 			return parts[0] + "." + b64(p) + "." + parts[2]
 		}(), "invalid signature"},
@@ -380,10 +387,7 @@ func TestHS256VerifyRefuses(t *testing.T) {
 		{"alg none via jwt.SigningMethodNone", noneViaLib, "algorithm not allowed"},
 		{"HS384 with right secret", sign(t, jwt.SigningMethodHS384, testSecret, claims("alice", now), ""), "algorithm not allowed"},
 		{"HS512 with right secret", sign(t, jwt.SigningMethodHS512, testSecret, claims("alice", now), ""), "algorithm not allowed"},
-		{"expired beyond leeway", hs(jwt.RegisteredClaims{
-			Subject:   "alice",
-			ExpiresAt: jwt.NewNumericDate(now.Add(-auth.Leeway - 30*time.Second)),
-		}), "token expired"},
+		{"expired beyond leeway", hs256(t, expiresAt("alice", now.Add(-auth.Leeway-30*time.Second))), "token expired"},
 		{"expired via SignHS256", func() string {
 			s, err := auth.SignHS256(testSecret, "alice", time.Minute, now.Add(-time.Hour))
 			if err != nil {
@@ -391,20 +395,14 @@ func TestHS256VerifyRefuses(t *testing.T) {
 			}
 			return s
 		}(), "token expired"},
-		{"nbf in the future", hs(jwt.RegisteredClaims{
-			Subject:   "alice",
-			NotBefore: jwt.NewNumericDate(now.Add(auth.Leeway + 30*time.Second)),
-		}), "token not valid yet"},
-		{"iat in the future", hs(jwt.RegisteredClaims{
-			Subject:  "alice",
-			IssuedAt: jwt.NewNumericDate(now.Add(auth.Leeway + 30*time.Second)),
-		}), "token not valid yet"},
-		{"no sub", hs(jwt.RegisteredClaims{ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour))}), "token has no sub"},
-		{"empty sub", hs(jwt.MapClaims{"sub": ""}), "token has no sub"},
-		{"sub with space", hs(claims("a b", now)), "sub is not a valid user id"},
-		{"sub with slash", hs(claims("a/b", now)), "sub is not a valid user id"},
-		{"sub 129 chars", hs(claims(strings.Repeat("a", 129), now)), "sub is not a valid user id"},
-		{"sub not a string", hs(jwt.MapClaims{"sub": 42}), "malformed token"},
+		{"nbf in the future", hs256(t, notBefore("alice", now.Add(auth.Leeway+30*time.Second))), "token not valid yet"},
+		{"iat in the future", hs256(t, issuedAt("alice", now.Add(auth.Leeway+30*time.Second))), "token not valid yet"},
+		{"no sub", hs256(t, expiresAt("", now.Add(time.Hour))), "token has no sub"},
+		{"empty sub", hs256(t, jwt.MapClaims{"sub": ""}), "token has no sub"},
+		{"sub with space", hs256(t, claims("a b", now)), "sub is not a valid user id"},
+		{"sub with slash", hs256(t, claims("a/b", now)), "sub is not a valid user id"},
+		{"sub 129 chars", hs256(t, claims(strings.Repeat("a", 129), now)), "sub is not a valid user id"},
+		{"sub not a string", hs256(t, jwt.MapClaims{"sub": 42}), "malformed token"},
 		{"too large garbage", strings.Repeat("a", auth.MaxTokenBytes+1), "token too large"},
 		{"too large signed", huge, "token too large"},
 	}
@@ -612,16 +610,13 @@ func TestJWKS(t *testing.T) {
 			wantReason string
 		}{
 			{"HS256 kid k1 keyed with public PEM", sign(t, jwt.SigningMethodHS256, pubPEM, claims("alice", now), "k1"), "algorithm not allowed"},
-			{"HS256 no kid", sign(t, jwt.SigningMethodHS256, testSecret, claims("alice", now), ""), "algorithm not allowed"},
+			{"HS256 no kid", hs256(t, claims("alice", now)), "algorithm not allowed"},
 			{"RS384 kid k1", sign(t, jwt.SigningMethodRS384, rk1, claims("alice", now), "k1"), "algorithm not allowed"},
 			{"alg none kid k1", rawToken(t,
 				map[string]string{"alg": "none", "typ": "JWT", "kid": "k1"},
 				map[string]any{"sub": "alice"}, nil), "algorithm not allowed"},
 			{"RS256 other key kid k1", sign(t, jwt.SigningMethodRS256, other, claims("alice", now), "k1"), "invalid signature"},
-			{"expired RS256 kid k1", sign(t, jwt.SigningMethodRS256, rk1, jwt.RegisteredClaims{
-				Subject:   "alice",
-				ExpiresAt: jwt.NewNumericDate(now.Add(-time.Hour)),
-			}, "k1"), "token expired"},
+			{"expired RS256 kid k1", sign(t, jwt.SigningMethodRS256, rk1, expiresAt("alice", now.Add(-time.Hour)), "k1"), "token expired"},
 			{"RS256 kid k1 no sub", sign(t, jwt.SigningMethodRS256, rk1, jwt.RegisteredClaims{}, "k1"), "token has no sub"},
 		}
 		for _, tt := range tests {
