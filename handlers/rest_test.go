@@ -282,6 +282,21 @@ func presenceJSON(user, status, lastSeen, bucket, display string) string {
 		user, status, q(lastSeen), q(bucket), display)
 }
 
+// hiddenAs is the presence of target as a viewer who may not see its
+// last-seen value sees it: hidden, with only bucket and the bucket's text.
+func hiddenAs(target, bucket string) string {
+	display, ok := map[string]string{
+		"recently":     "last seen recently",
+		"within_week":  "last seen within a week",
+		"within_month": "last seen within a month",
+		"long_ago":     "last seen a long time ago",
+	}[bucket]
+	if !ok {
+		panic("hiddenAs: unknown bucket " + bucket)
+	}
+	return presenceJSON(target, "hidden", "", bucket, display)
+}
+
 // ---- happy paths and privacy (CONTRACT §3)
 
 func TestPrivacyThroughUserPresenceAndQuery(t *testing.T) {
@@ -339,25 +354,25 @@ func TestPrivacyThroughUserPresenceAndQuery(t *testing.T) {
 		{"contacts, viewer in contacts: visible", "alice", "cora",
 			presenceJSON("cora", "offline", "2026-11-09T08:40:00.000Z", "", "last seen 3 hours ago")},
 		{"contacts, viewer not in contacts: hidden", "bob", "cora",
-			presenceJSON("cora", "hidden", "", "recently", "last seen recently")},
+			hiddenAs("cora", "recently")},
 		{"contacts, only the viewer lists the target: hidden", "alice", "carl",
-			presenceJSON("carl", "hidden", "", "recently", "last seen recently")},
+			hiddenAs("carl", "recently")},
 		{"contacts, another viewer in contacts: visible", "bob", "carl",
 			presenceJSON("carl", "offline", "2026-11-09T10:00:00.000Z", "", "last seen 2 hours ago")},
 		{"nobody: hidden", "alice", "nora",
-			presenceJSON("nora", "hidden", "", "within_week", "last seen within a week")},
+			hiddenAs("nora", "within_week")},
 		{"reciprocity: viewer with nobody sees no one", "recip", "evy",
-			presenceJSON("evy", "hidden", "", "recently", "last seen recently")},
+			hiddenAs("evy", "recently")},
 		{"reciprocity beats being a contact", "recip", "cora",
-			presenceJSON("cora", "hidden", "", "recently", "last seen recently")},
+			hiddenAs("cora", "recently")},
 		{"reciprocity: online target hidden too", "recip", "olive",
-			presenceJSON("olive", "hidden", "", "recently", "last seen recently")},
+			hiddenAs("olive", "recently")},
 		{"online visible", "alice", "olive", presenceJSON("olive", "online", "", "", "online")},
 		{"away visible", "alice", "amy", presenceJSON("amy", "away", "", "", "away")},
-		{"online hidden", "alice", "otto", presenceJSON("otto", "hidden", "", "recently", "last seen recently")},
+		{"online hidden", "alice", "otto", hiddenAs("otto", "recently")},
 		{"online self", "otto", "otto", presenceJSON("otto", "online", "", "", "online")},
 		{"never seen visible", "alice", "ghost", presenceJSON("ghost", "offline", "", "", "never seen")},
-		{"never seen hidden", "alice", "ghostn", presenceJSON("ghostn", "hidden", "", "long_ago", "last seen a long time ago")},
+		{"never seen hidden", "alice", "ghostn", hiddenAs("ghostn", "long_ago")},
 		{"display: just now", "alice", "justnow",
 			presenceJSON("justnow", "offline", "2026-11-09T12:00:00.000Z", "", "last seen just now")},
 		{"display: yesterday", "alice", "yday",
@@ -366,14 +381,14 @@ func TestPrivacyThroughUserPresenceAndQuery(t *testing.T) {
 			presenceJSON("days4", "offline", "2026-11-05T11:00:00.000Z", "", "last seen 4 days ago")},
 		{"display: date", "alice", "old",
 			presenceJSON("old", "offline", "2026-10-30T12:00:00.000Z", "", "last seen on 30 Oct 2026")},
-		{"bucket 2 days", "alice", "b2d", presenceJSON("b2d", "hidden", "", "recently", "last seen recently")},
-		{"bucket exactly 3 days", "alice", "b3d", presenceJSON("b3d", "hidden", "", "recently", "last seen recently")},
-		{"bucket just over 3 days", "alice", "b3d1", presenceJSON("b3d1", "hidden", "", "within_week", "last seen within a week")},
-		{"bucket exactly 7 days", "alice", "b7d", presenceJSON("b7d", "hidden", "", "within_week", "last seen within a week")},
-		{"bucket 8 days", "alice", "b8d", presenceJSON("b8d", "hidden", "", "within_month", "last seen within a month")},
-		{"bucket exactly 30 days", "alice", "b30d", presenceJSON("b30d", "hidden", "", "within_month", "last seen within a month")},
-		{"bucket 31 days", "alice", "b31d", presenceJSON("b31d", "hidden", "", "long_ago", "last seen a long time ago")},
-		{"bucket 40 days", "alice", "b40d", presenceJSON("b40d", "hidden", "", "long_ago", "last seen a long time ago")},
+		{"bucket 2 days", "alice", "b2d", hiddenAs("b2d", "recently")},
+		{"bucket exactly 3 days", "alice", "b3d", hiddenAs("b3d", "recently")},
+		{"bucket just over 3 days", "alice", "b3d1", hiddenAs("b3d1", "within_week")},
+		{"bucket exactly 7 days", "alice", "b7d", hiddenAs("b7d", "within_week")},
+		{"bucket 8 days", "alice", "b8d", hiddenAs("b8d", "within_month")},
+		{"bucket exactly 30 days", "alice", "b30d", hiddenAs("b30d", "within_month")},
+		{"bucket 31 days", "alice", "b31d", hiddenAs("b31d", "long_ago")},
+		{"bucket 40 days", "alice", "b40d", hiddenAs("b40d", "long_ago")},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -394,7 +409,7 @@ func TestPrivacyThroughUserPresenceAndQuery(t *testing.T) {
 			presenceJSON("ghost", "offline", "", "", "never seen"),
 			evy,
 			presenceJSON("alice", "offline", "2026-11-09T11:55:20.250Z", "", "last seen 5 minutes ago"),
-			presenceJSON("otto", "hidden", "", "recently", "last seen recently"),
+			hiddenAs("otto", "recently"),
 			presenceJSON("olive", "online", "", "", "online"),
 		}, ",")+`]}`)
 	})
@@ -440,8 +455,7 @@ func TestMyPrivacy(t *testing.T) {
 	wantJSON(t, e.as("bob", "GET", "/v1/me/privacy", ""), 200, `{"lastSeen":"everyone"}`)
 	// and the setting takes effect at once
 	e.lastSeen("alice", now.Add(-time.Hour))
-	wantJSON(t, e.as("bob", "GET", "/v1/users/alice/presence", ""), 200,
-		presenceJSON("alice", "hidden", "", "recently", "last seen recently"))
+	wantJSON(t, e.as("bob", "GET", "/v1/users/alice/presence", ""), 200, hiddenAs("alice", "recently"))
 }
 
 func TestConversationPresence(t *testing.T) {
@@ -540,7 +554,7 @@ func TestServiceContacts(t *testing.T) {
 	e.setPrivacy("cora", "contacts")
 	e.lastSeen("cora", now.Add(-10*time.Minute))
 	visible := presenceJSON("cora", "offline", "2026-11-09T11:50:00.000Z", "", "last seen 10 minutes ago")
-	hidden := presenceJSON("cora", "hidden", "", "recently", "last seen recently")
+	hidden := hiddenAs("cora", "recently")
 	wantJSON(t, e.as("bob", "GET", "/v1/users/cora/presence", ""), 200, visible)
 	// replaced, not merged
 	wantJSON(t, e.service("PUT", "/v1/service/users/cora/contacts", `{"userIds":["alice"]}`), 200, `{"userId":"cora","contacts":1}`)
