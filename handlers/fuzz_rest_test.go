@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -44,11 +43,7 @@ type restFuzz struct {
 func newRESTFuzz(tb testing.TB) *restFuzz {
 	tb.Helper()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(tb.TempDir(), "s.db"), store.SQLiteConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { st.Close() })
+	st := newSQLite(tb)
 	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"})
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	verifier, err := auth.NewHS256(secret)

@@ -64,14 +64,21 @@ type envOpts struct {
 	membership presence.Membership     // nil: store membership through a cache
 }
 
+// newSQLite is an embedded store in the test's temporary directory, closed
+// when the test ends.
+func newSQLite(tb testing.TB) *store.SQLite {
+	tb.Helper()
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(tb.TempDir(), "s.db"), store.SQLiteConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "s.db"), store.SQLiteConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := newSQLite(t)
 	clk := &clock{t: now}
 	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Now: clk.Now})
 	t.Cleanup(func() { eng.Close() })
