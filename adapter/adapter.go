@@ -123,6 +123,7 @@ func (b *Builder) forget(a *NamespaceAdapter) {
 type NamespaceAdapter struct {
 	socket.Adapter
 
+	local   *transport.LocalAdapter // the embedded Adapter: this node's rooms
 	b       *Builder
 	nsp     socket.Namespace
 	name    string
@@ -157,6 +158,7 @@ func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 	base := transport.NewLocalAdapter()
 	a := &NamespaceAdapter{
 		Adapter:  base,
+		local:    base,
 		b:        b,
 		nsp:      nsp,
 		name:     nsp.Name(),
@@ -226,7 +228,7 @@ func roomArg(args []any) (socket.Room, bool) {
 // and this library's ids are 24: so this node also subscribes to its own
 // sockets' rooms when their id is not 20 characters long.
 func (a *NamespaceAdapter) usesDynamicChannel(room socket.Room) bool {
-	_, isSid := a.Sids().Load(socket.SocketId(room))
+	isSid := a.local.HasSocket(socket.SocketId(room))
 	return !isSid || !looksLikeASocketID(string(room))
 }
 
@@ -528,7 +530,7 @@ func (a *NamespaceAdapter) FetchSockets(opts *socket.BroadcastOptions) func(func
 // socket in the cluster are fetched (FETCH_SOCKETS), which Node nodes answer
 // too.
 func (a *NamespaceAdapter) AllRooms(ctx context.Context) (*types.Set[socket.Room], error) {
-	rooms := types.NewSet(a.Rooms().Keys()...)
+	rooms := types.NewSet(a.local.RoomNames()...)
 	if a.sharded {
 		var sockets []socket.SocketDetails
 		var err error

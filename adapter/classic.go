@@ -75,8 +75,7 @@ func (a *NamespaceAdapter) classicRespond(msg obj, msgpack bool) {
 }
 
 func (a *NamespaceAdapter) hasRoom(room string) bool {
-	_, ok := a.Rooms().Load(socket.Room(room))
-	return ok
+	return a.local.HasRoom(socket.Room(room))
 }
 
 // onClassicBroadcast handles a message of the broadcast pattern. With
@@ -144,7 +143,7 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 		a.classicRespond(obj{{"requestId", requestID}, {"sockets", list}}, false)
 
 	case classicAllRooms:
-		rooms := a.Rooms().Keys()
+		rooms := a.local.RoomNames()
 		a.classicRespond(obj{{"requestId", requestID}, {"rooms", roomSlice(rooms)}}, false)
 
 	case classicRemoteJoin, classicRemoteLeave, classicRemoteDisconnect:

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // The admin panel's view of sockets (issue #13): transport and
@@ -31,11 +33,7 @@ func (h *Sockets) LocalSockets(userID string) []LocalSocket {
 		return out
 	}
 	nsp := io.Sockets()
-	sids, ok := nsp.Adapter().Rooms().Load(UserRoom(userID))
-	if !ok {
-		return out
-	}
-	for _, sid := range sids.Keys() {
+	for _, sid := range transport.RoomSockets(nsp.Adapter(), UserRoom(userID)) {
 		s, ok := nsp.Sockets().Load(sid)
 		if !ok {
 			continue

@@ -9,6 +9,7 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/store"
+	"github.com/presenced/presenced/transport"
 )
 
 // Nodes tell each other of changes that their caches must follow at once,
@@ -170,13 +171,9 @@ func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
 	nsp := io.Sockets()
 	room := ConversationRoom(conv)
 	for _, u := range users {
-		sids, ok := nsp.Adapter().Rooms().Load(UserRoom(u))
-		if !ok {
-			continue
-		}
-		for _, sid := range sids.Keys() {
+		for _, sid := range transport.RoomSockets(nsp.Adapter(), UserRoom(u)) {
 			s, ok := nsp.Sockets().Load(sid)
-			if !ok || !s.Rooms().Has(room) {
+			if !ok || !transport.InRoom(s, room) {
 				continue
 			}
 			c, ok := s.Data().(*Conn)

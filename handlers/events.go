@@ -287,7 +287,7 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (map[string]any,
 	// Into the room first, so that nothing said after the roster snapshot
 	// is missed; out again if the engine refuses.
 	room := ConversationRoom(conv)
-	already := c.rooms.Rooms().Has(room)
+	already := c.rooms.InRoom(room)
 	c.rooms.Join(room)
 	res, err := h.engine.Join(ctx, c.sid, conv)
 	if err != nil {
@@ -318,7 +318,7 @@ func (h *Sockets) leave(ctx context.Context, c *Conn, p payload) (map[string]any
 	h.clearState(c, conv)
 	// Out of the room first: the leaving socket is not told of its own leave.
 	room := ConversationRoom(conv)
-	was := c.rooms.Rooms().Has(room)
+	was := c.rooms.InRoom(room)
 	c.rooms.Leave(room)
 	if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
 		if was {
@@ -399,7 +399,7 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (map[string]
 			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", len(b), MaxStateBytes)
 		}
 	}
-	if !c.rooms.Rooms().Has(ConversationRoom(conv)) {
+	if !c.rooms.InRoom(ConversationRoom(conv)) {
 		return nil, presence.ErrNotJoined
 	}
 	if err := h.engine.Touch(ctx, c.sid); err != nil {

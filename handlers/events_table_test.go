@@ -302,7 +302,7 @@ func (e *tblEnv) state(t *testing.T) tblState {
 	t.Helper()
 	ctx := context.Background()
 	c := e.conns["s1"]
-	s := tblState{Convs: convsOf(t, e.eng, c), Rooms: c.rooms.Rooms().Keys()}
+	s := tblState{Convs: convsOf(t, e.eng, c), Rooms: c.rooms.(*fuzzRooms).Rooms().Keys()}
 	slices.Sort(s.Rooms)
 	var rosters []presence.JoinResult
 	for _, conv := range []string{"c1", "c2", "mine"} {
@@ -424,7 +424,7 @@ func tblEqual(a, b tblState) bool {
 
 func inRoom(t *testing.T, e *tblEnv, sid, conv string, want bool) {
 	t.Helper()
-	if got := e.conns[sid].rooms.Rooms().Has(ConversationRoom(conv)); got != want {
+	if got := e.conns[sid].rooms.InRoom(ConversationRoom(conv)); got != want {
 		t.Errorf("%s in room of %s: %v, want %v", sid, conv, got, want)
 	}
 	if got := slices.Contains(convsOf(t, e.eng, e.conns[sid]), conv); got != want {

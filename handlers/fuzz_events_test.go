@@ -35,6 +35,7 @@ import (
 type fuzzRooms struct{ set *types.Set[socket.Room] }
 
 func (r *fuzzRooms) Rooms() *types.Set[socket.Room] { return r.set }
+func (r *fuzzRooms) InRoom(room socket.Room) bool   { return r.set.Has(room) }
 func (r *fuzzRooms) Join(rooms ...socket.Room)      { r.set.Add(rooms...) }
 func (r *fuzzRooms) Leave(room socket.Room)         { r.set.Delete(room) }
 

@@ -13,13 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zishang520/socket.io/servers/socket/v3"
-	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/internal/defaults"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/timestamp"
+	"github.com/presenced/presenced/transport"
 )
 
 // SessionConfig is what the socket handlers need to know. Zero values mean
@@ -171,12 +171,16 @@ type Conn struct {
 
 // roomSet is what the event handlers do with a socket's rooms.
 type roomSet interface {
-	Rooms() *types.Set[socket.Room]
+	InRoom(socket.Room) bool
 	Join(...socket.Room)
 	Leave(socket.Room)
 }
 
-var _ roomSet = (*socket.Socket)(nil)
+// socketRooms is a socket's roomSet: membership read from the adapter's
+// index (transport.InRoom), not from a copy of the socket's rooms.
+type socketRooms struct{ *socket.Socket }
+
+func (s socketRooms) InRoom(room socket.Room) bool { return transport.InRoom(s.Socket, room) }
 
 // UserRoom is the room every socket of a user joins (CONTRACT §1).
 func UserRoom(userID string) socket.Room { return socket.Room("user:" + userID) }
@@ -210,7 +214,7 @@ type HeartbeatPayload struct {
 // A token with an exp ends the connection when it expires (expireAt); a
 // user with MaxSocketsPerUser sockets is refused (admit).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
-	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: s, ready: make(chan struct{})}
+	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: socketRooms{s}, ready: make(chan struct{})}
 	if err := h.admit(c); err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"sync"
-
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
@@ -71,117 +69,183 @@ func (f *Frame) WriteTo(s *socket.Socket) {
 	s.Client().WriteToEngine(f.encoded, &f.opts)
 }
 
-// LocalAdapter is the Socket.IO library's in-memory adapter with its local
-// delivery replaced: a broadcast is encoded once (Frame) and queued on
-// each recipient's websocket, instead of passing through the library's
-// per-socket packet pipeline (a copy of the packet, events, a flush, an
-// encode and a write per recipient). BroadcastWithAck and everything else
-// are the library's.
+// LocalAdapter is the Socket.IO library's in-memory adapter with its room
+// membership and its local delivery replaced. Rooms are kept in a
+// roomIndex (rooms.go) instead of the library's maps of concurrent sets. A
+// broadcast is encoded once (Frame) and queued on each recipient's
+// websocket, instead of passing through the library's per-socket packet
+// pipeline (a copy of the packet, events, a flush, an encode and a write
+// per recipient). The library's adapter still serves as the event emitter
+// and for the namespace, the prototype and the cluster hooks.
 //
 // As its own adapter (LocalAdapterBuilder) it serves a single node; a
 // cluster adapter embeds one for its local delivery (package adapter).
 type LocalAdapter struct {
 	socket.Adapter
-	members roomMembers
+	idx roomIndex
 }
 
 // NewLocalAdapter returns an unconstructed LocalAdapter: the caller sets
 // its prototype (the outermost adapter) and calls Construct.
 func NewLocalAdapter() *LocalAdapter {
 	a := &LocalAdapter{Adapter: socket.MakeAdapter()}
-	a.members.init()
-	// The library announces each change of a room after making it.
-	changed := func(args ...any) {
-		if room, ok := roomOf(args); ok {
-			a.members.changed(room)
-		}
-	}
-	_ = a.On("join-room", changed)
-	_ = a.On("leave-room", changed)
-	_ = a.On("delete-room", func(args ...any) {
-		if room, ok := roomOf(args); ok {
-			a.members.gone(room)
-		}
-	})
+	a.idx.init()
 	return a
 }
 
-func roomOf(args []any) (socket.Room, bool) {
-	if len(args) == 0 {
-		return "", false
+// wantsEvents returns where to collect room changes: nil when nothing
+// listens to them.
+func (a *LocalAdapter) wantsEvents(buf *[]roomEvent) *[]roomEvent {
+	for _, ev := range [...]types.EventName{"create-room", "join-room", "leave-room", "delete-room"} {
+		if a.ListenerCount(ev) > 0 {
+			return buf
+		}
 	}
-	r, ok := args[0].(socket.Room)
-	return r, ok
+	return nil
 }
 
-// roomMembers keeps, for each room broadcast to since its last change, the
-// list of its sockets: the library's rooms hand out a fresh copy of their
-// members per call (types.Set.Keys), which was a quarter of what typing
-// fan-out allocated. A list is dropped when its room changes; versions,
-// from one counter that never repeats, keep a list read before a change
-// from being kept after it.
-type roomMembers struct {
-	mu       sync.Mutex
-	seq      uint64
-	versions map[socket.Room]uint64 // rooms that exist: the version of their last change
-	lists    map[socket.Room][]socket.SocketId
-}
-
-func (m *roomMembers) init() {
-	m.versions = map[socket.Room]uint64{}
-	m.lists = map[socket.Room][]socket.SocketId{}
-}
-
-func (m *roomMembers) changed(room socket.Room) {
-	m.mu.Lock()
-	m.seq++
-	m.versions[room] = m.seq
-	delete(m.lists, room)
-	m.mu.Unlock()
-}
-
-func (m *roomMembers) gone(room socket.Room) {
-	m.mu.Lock()
-	delete(m.versions, room)
-	delete(m.lists, room)
-	m.mu.Unlock()
-}
-
-// of returns room's sockets (a list shared with other callers: read only),
-// from load, which returns the library's set of them (nil: no such room).
-// The set is loaded after the version is read: a room deleted and made
-// again meanwhile has a later version, so a list of its old set is not
-// kept.
-func (m *roomMembers) of(room socket.Room, load func() *types.Set[socket.SocketId]) []socket.SocketId {
-	m.mu.Lock()
-	list, ok := m.lists[room]
-	v := m.versions[room]
-	m.mu.Unlock()
-	if ok {
-		return list
+// announce emits the room changes, in order, as the library's adapter does.
+func (a *LocalAdapter) announce(events []roomEvent) {
+	for _, e := range events {
+		if e.id != "" {
+			a.Emit(types.EventName(e.name), e.room, e.id)
+		} else {
+			a.Emit(types.EventName(e.name), e.room)
+		}
 	}
-	set := load()
-	if set == nil {
+}
+
+// AddAll puts the socket in rooms.
+func (a *LocalAdapter) AddAll(id socket.SocketId, rooms *types.Set[socket.Room]) {
+	if rooms == nil {
+		return
+	}
+	var buf []roomEvent
+	events := a.wantsEvents(&buf)
+	a.idx.add(id, rooms.Keys(), events)
+	a.announce(buf)
+}
+
+// Del takes the socket out of room.
+func (a *LocalAdapter) Del(id socket.SocketId, room socket.Room) {
+	var buf []roomEvent
+	a.idx.remove(id, room, false, a.wantsEvents(&buf))
+	a.announce(buf)
+}
+
+// DelAll takes the socket out of all its rooms.
+func (a *LocalAdapter) DelAll(id socket.SocketId) {
+	var buf []roomEvent
+	a.idx.remove(id, "", true, a.wantsEvents(&buf))
+	a.announce(buf)
+}
+
+// SocketRooms returns a copy of the socket's rooms (nil: not in any).
+func (a *LocalAdapter) SocketRooms(id socket.SocketId) *types.Set[socket.Room] {
+	rooms := a.idx.socketRooms(id)
+	if rooms == nil {
 		return nil
 	}
-	list = set.Keys()
-	if v == 0 {
-		return list // a room not announced (yet): not kept
-	}
-	m.mu.Lock()
-	if m.versions[room] == v {
-		m.lists[room] = list
-	}
-	m.mu.Unlock()
-	return list
+	return types.NewSet(rooms...)
 }
 
-// sockets returns the sockets in room on this node (read only).
-func (a *LocalAdapter) sockets(room socket.Room) []socket.SocketId {
-	return a.members.of(room, func() *types.Set[socket.SocketId] {
-		set, _ := a.Rooms().Load(room)
-		return set
+// Rooms returns a copy of the rooms and their sockets, in the library's
+// form; it is not kept up to date. RoomSockets and HasRoom read the rooms
+// without the copy.
+func (a *LocalAdapter) Rooms() *types.Map[socket.Room, *types.Set[socket.SocketId]] {
+	out := &types.Map[socket.Room, *types.Set[socket.SocketId]]{}
+	for _, room := range a.idx.roomNames() {
+		out.Store(room, types.NewSet(a.idx.members(room)...))
+	}
+	return out
+}
+
+// Sids returns a copy of the sockets and their rooms, in the library's
+// form; it is not kept up to date.
+func (a *LocalAdapter) Sids() *types.Map[socket.SocketId, *types.Set[socket.Room]] {
+	out := &types.Map[socket.SocketId, *types.Set[socket.Room]]{}
+	for _, id := range a.idx.socketIDs() {
+		if rooms := a.idx.socketRooms(id); rooms != nil {
+			out.Store(id, types.NewSet(rooms...))
+		}
+	}
+	return out
+}
+
+// RoomSockets returns the sockets in room on this node (read only).
+func (a *LocalAdapter) RoomSockets(room socket.Room) []socket.SocketId {
+	return a.idx.members(room)
+}
+
+// HasRoom reports whether room has a socket on this node.
+func (a *LocalAdapter) HasRoom(room socket.Room) bool { return a.idx.hasRoom(room) }
+
+// HasSocket reports whether the socket is in a room on this node (every
+// connected socket is, in its own).
+func (a *LocalAdapter) HasSocket(id socket.SocketId) bool { return a.idx.hasSocket(id) }
+
+// RoomNames returns this node's rooms, the sockets' own included.
+func (a *LocalAdapter) RoomNames() []socket.Room { return a.idx.roomNames() }
+
+// SocketInRoom reports whether the socket is in room.
+func (a *LocalAdapter) SocketInRoom(id socket.SocketId, room socket.Room) bool {
+	return a.idx.has(id, room)
+}
+
+// Sockets returns the connected sockets in any of rooms (all: none given).
+func (a *LocalAdapter) Sockets(rooms *types.Set[socket.Room]) *types.Set[socket.SocketId] {
+	out := types.NewSet[socket.SocketId]()
+	a.each(&socket.BroadcastOptions{Rooms: rooms}, func(s *socket.Socket) { out.Add(s.Id()) })
+	return out
+}
+
+// FetchSockets returns the sockets opts selects.
+func (a *LocalAdapter) FetchSockets(opts *socket.BroadcastOptions) func(func([]socket.SocketDetails, error)) {
+	return func(callback func([]socket.SocketDetails, error)) {
+		sockets := []socket.SocketDetails{}
+		a.each(opts, func(s *socket.Socket) { sockets = append(sockets, s) })
+		callback(sockets, nil)
+	}
+}
+
+// AddSockets puts the sockets opts selects in rooms.
+func (a *LocalAdapter) AddSockets(opts *socket.BroadcastOptions, rooms []socket.Room) {
+	a.each(opts, func(s *socket.Socket) { s.Join(rooms...) })
+}
+
+// DelSockets takes the sockets opts selects out of rooms.
+func (a *LocalAdapter) DelSockets(opts *socket.BroadcastOptions, rooms []socket.Room) {
+	a.each(opts, func(s *socket.Socket) {
+		for _, room := range rooms {
+			s.Leave(room)
+		}
 	})
+}
+
+// DisconnectSockets disconnects the sockets opts selects.
+func (a *LocalAdapter) DisconnectSockets(opts *socket.BroadcastOptions, status bool) {
+	a.each(opts, func(s *socket.Socket) { s.Disconnect(status) })
+}
+
+// BroadcastWithAck sends packet, with an ack id, to the sockets opts
+// selects; ack gets each answer, clientCount their number.
+func (a *LocalAdapter) BroadcastWithAck(packet *parser.Packet, opts *socket.BroadcastOptions, clientCount func(uint64), ack socket.Ack) {
+	nsp := a.Nsp()
+	packet.Nsp = nsp.Name()
+	// one id for every recipient: the namespace's counter never repeats
+	packet.Id = new(nsp.Ids())
+	var flags *socket.BroadcastFlags
+	if opts != nil {
+		flags = opts.Flags
+	}
+	f := EncodeFrame(nsp.Server().Encoder(), packet, flags)
+	var n uint64
+	a.each(opts, func(s *socket.Socket) {
+		n++
+		s.Acks().Store(*packet.Id, ack)
+		f.WriteTo(s)
+	})
+	clientCount(n)
 }
 
 // LocalAdapterBuilder makes a LocalAdapter per namespace
@@ -220,7 +284,7 @@ func (a *LocalAdapter) each(opts *socket.BroadcastOptions, fn func(*socket.Socke
 	if except != nil && except.Len() > 0 {
 		skip = map[socket.SocketId]struct{}{}
 		for _, r := range except.Keys() {
-			for _, id := range a.sockets(r) {
+			for _, id := range a.idx.members(r) {
 				skip[id] = struct{}{}
 			}
 		}
@@ -235,22 +299,21 @@ func (a *LocalAdapter) each(opts *socket.BroadcastOptions, fn func(*socket.Socke
 		}
 	}
 	if rooms == nil || rooms.Len() == 0 {
-		a.Sids().Range(func(id socket.SocketId, _ *types.Set[socket.Room]) bool {
+		for _, id := range a.idx.socketIDs() {
 			visit(id)
-			return true
-		})
+		}
 		return
 	}
 	keys := rooms.Keys()
 	if len(keys) == 1 { // a set's members are distinct
-		for _, id := range a.sockets(keys[0]) {
+		for _, id := range a.idx.members(keys[0]) {
 			visit(id)
 		}
 		return
 	}
 	seen := map[socket.SocketId]struct{}{}
 	for _, r := range keys {
-		for _, id := range a.sockets(r) {
+		for _, id := range a.idx.members(r) {
 			if _, dup := seen[id]; !dup {
 				seen[id] = struct{}{}
 				visit(id)
