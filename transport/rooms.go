@@ -32,7 +32,7 @@ const indexedRoom = 128
 type roomEntry struct {
 	ids  []socket.SocketId
 	at   map[socket.SocketId]int32 // the position of each of ids; nil below indexedRoom
-	list []socket.SocketId       // a copy of ids for broadcasts, never changed; nil after a change
+	list []socket.SocketId         // a copy of ids for broadcasts, never changed; nil after a change
 }
 
 func (r *roomEntry) pos(id socket.SocketId) int {

@@ -186,6 +186,9 @@ func (w *wsTransport) tryWrite(frame []byte, now int64) {
 func (w *wsTransport) writerDoneLocked() {
 	o := &w.out
 	o.writing = false
+	if cap(o.frames) > keepFrames {
+		o.frames = nil // a burst's array, not kept for the socket's life
+	}
 	closing := o.closing
 	if closing {
 		o.dead = true
@@ -326,7 +329,7 @@ func (w *wsTransport) drain(first []byte) {
 				// what is left was queued while the batch was written
 				o.since = time.Now().UnixNano()
 			}
-			if cap(batch) > cap(o.spare) {
+			if cap(batch) > cap(o.spare) && cap(batch) <= keepFrames {
 				o.spare = batch[:0]
 			}
 		} else {
@@ -375,6 +378,14 @@ func (w *wsTransport) writeFrames(batch net.Buffers, single []byte) error {
 		_, err := w.netConn.Write(single)
 		return err
 	}
+	if len(batch) > 1 {
+		if buf := coalesce(batch); buf != nil {
+			defer coalescePool.Put(buf)
+			w.one[0] = *buf
+			batch = w.one[:]
+			defer clear(w.one[:])
+		}
+	}
 	writeSlots <- struct{}{}
 	short := time.Now().Add(slotWait)
 	slotted := deadline.IsZero() || short.Before(deadline)
@@ -392,6 +403,37 @@ func (w *wsTransport) writeFrames(batch net.Buffers, single []byte) error {
 		_, err = b.WriteTo(w.netConn)
 	}
 	return err
+}
+
+// keepFrames is the longest queue array a socket keeps once its queue is
+// written: a burst's longer one is let go.
+const keepFrames = 16
+
+// coalesceMax is the most bytes a batch is copied into one buffer to be
+// written with write(2) rather than writev(2). The runtime keeps each
+// connection's largest array of iovecs for its life (16 bytes a frame):
+// after a burst of small broadcasts, every socket held one.
+const coalesceMax = 16 << 10
+
+var coalescePool = sync.Pool{New: func() any { b := make([]byte, 0, coalesceMax); return &b }}
+
+// coalesce copies batch into a pooled buffer (nil: the batch is over
+// coalesceMax bytes); the caller puts the buffer back.
+func coalesce(batch net.Buffers) *[]byte {
+	n := 0
+	for _, f := range batch {
+		n += len(f)
+	}
+	if n > coalesceMax {
+		return nil
+	}
+	buf := coalescePool.Get().(*[]byte)
+	b := (*buf)[:0]
+	for _, f := range batch {
+		b = append(b, f...)
+	}
+	*buf = b
+	return buf
 }
 
 // writeDeadline is a write's deadline from now: closeWait once the

@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -111,6 +112,24 @@ func TestWriteSlotsFreedBySlowReaders(t *testing.T) {
 // before anything queued after it, whole and in order; the frame lock is
 // free again once the queue is written.
 func TestTryWritePartialFrame(t *testing.T) {
+	w, client := tcpTransport(t)
+	big := buildFrame(opText, nil, bytes.Repeat([]byte{'a'}, 4<<20)) // more than the socket takes at once
+	small := buildFrame(opText, nil, []byte("after"))
+	if !w.queue(big) || !w.queue(small) {
+		t.Fatal("queue refused")
+	}
+	readAll(t, client, append(append([]byte(nil), big...), small...))
+	waitWriterDone(t, w)
+	if !w.frameMu.TryLock() {
+		t.Fatal("the frame lock is still held after the queue was written")
+	}
+	w.frameMu.Unlock()
+}
+
+// tcpTransport is a transport on a loopback TCP connection whose socket
+// takes little at once, and the client's end.
+func tcpTransport(t *testing.T) (*wsTransport, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -125,43 +144,82 @@ func TestTryWritePartialFrame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
 	srv := (<-accepted).(*net.TCPConn)
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
 	_ = srv.SetWriteBuffer(4096)
 	raw, err := srv.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &wsTransport{netConn: srv, raw: raw, writeWait: 10 * time.Second}
+	return &wsTransport{netConn: srv, raw: raw, writeWait: 10 * time.Second}, client
+}
 
-	big := buildFrame(opText, nil, bytes.Repeat([]byte{'a'}, 4<<20)) // more than the socket takes at once
-	small := buildFrame(opText, nil, []byte("after"))
-	if !w.queue(big) || !w.queue(small) {
-		t.Fatal("queue refused")
-	}
-	want := append(append([]byte(nil), big...), small...)
+// readAll reads len(want) bytes from the client and compares them.
+func readAll(t *testing.T, client net.Conn, want []byte) {
+	t.Helper()
 	got := make([]byte, len(want))
 	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(client, got); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatal("the client did not get the two frames whole and in order")
+		t.Fatal("the client did not get the frames whole and in order")
 	}
+}
+
+// waitWriterDone waits for the transport's writer to finish its queue.
+func waitWriterDone(t *testing.T, w *wsTransport) {
+	t.Helper()
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
 		w.out.mu.Lock()
 		idle := !w.out.writing
 		w.out.mu.Unlock()
 		if idle {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the writer did not finish")
 		}
 	}
-	if !w.frameMu.TryLock() {
-		t.Fatal("the frame lock is still held after the queue was written")
+}
+
+// Frames queued behind a large one are written in order, the small
+// batches coalesced into one buffer; once the queue is written the socket
+// keeps no queue array longer than keepFrames.
+func TestBurstQueueLetGo(t *testing.T) {
+	w, client := tcpTransport(t)
+	want := []byte(nil)
+	big := buildFrame(opText, nil, bytes.Repeat([]byte{'a'}, 4<<20))
+	if !w.queue(big) {
+		t.Fatal("queue refused")
 	}
-	w.frameMu.Unlock()
+	want = append(want, big...)
+	for i := range 500 {
+		f := buildFrame(opText, nil, []byte(fmt.Sprintf("frame %d", i)))
+		if !w.queue(f) {
+			t.Fatal("queue refused")
+		}
+		want = append(want, f...)
+	}
+	readAll(t, client, want)
+	waitWriterDone(t, w)
+	w.out.mu.Lock()
+	defer w.out.mu.Unlock()
+	if c, s := cap(w.out.frames), cap(w.out.spare); c > keepFrames || s > keepFrames {
+		t.Fatalf("kept queue arrays of %d and %d frames", c, s)
+	}
+}
+
+// coalesce joins a batch up to coalesceMax bytes and declines a larger one.
+func TestCoalesce(t *testing.T) {
+	batch := net.Buffers{[]byte("ab"), []byte("c"), []byte("def")}
+	buf := coalesce(batch)
+	if buf == nil || string(*buf) != "abcdef" {
+		t.Fatalf("coalesce = %v", buf)
+	}
+	coalescePool.Put(buf)
+	if coalesce(net.Buffers{make([]byte, coalesceMax), []byte("x")}) != nil {
+		t.Fatal("a batch over coalesceMax was coalesced")
+	}
 }

@@ -146,7 +146,8 @@ type wsTransport struct {
 	// hands it on to the writer that finishes the frame (frameMuHeld), so
 	// that no control frame lands in the middle.
 	frameMu     sync.Mutex
-	frameMuHeld bool // the writer goroutine owns frameMu already (set by tryWrite)
+	frameMuHeld bool      // the writer goroutine owns frameMu already (set by tryWrite)
+	one         [1][]byte // a coalesced batch, as net.Buffers (under frameMu)
 	// rawCall is rawWrite's call, made once per connection so that a write
 	// allocates nothing; it belongs to the holder of frameMu.
 	rawCall rawCall
