@@ -432,11 +432,12 @@ func inRoom(t *testing.T, e *tblEnv, sid, conv string, want bool) {
 	}
 }
 
-func typingIn(t *testing.T, e *tblEnv, conv string) []string {
-	t.Helper()
-	r, err := e.eng.Roster(context.Background(), conv)
+// typingIn is the typing list of conversation conv as the engine knows it.
+func typingIn(tb testing.TB, eng presence.Engine, conv string) []string {
+	tb.Helper()
+	r, err := eng.Roster(context.Background(), conv)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return r.Typing
 }
@@ -658,7 +659,7 @@ func TestEventConversationLeave(t *testing.T) {
 				if s, ok := latestState(e, "c1"); ok {
 					t.Errorf("state %s remains", s)
 				}
-				if ty := typingIn(t, e, "c1"); len(ty) != 0 {
+				if ty := typingIn(t, e.eng, "c1"); len(ty) != 0 {
 					t.Errorf("typing %v", ty)
 				}
 			},
@@ -795,7 +796,7 @@ func TestEventTyping(t *testing.T) {
 	stop := `{"conversationId":"c1","userId":"u1","typing":false,"ttlMs":5000}`
 	isTyping := func(want bool) func(t *testing.T, e *tblEnv) {
 		return func(t *testing.T, e *tblEnv) {
-			if got := slices.Contains(typingIn(t, e, "c1"), "u1"); got != want {
+			if got := slices.Contains(typingIn(t, e.eng, "c1"), "u1"); got != want {
 				t.Errorf("u1 typing %v, want %v", got, want)
 			}
 		}

@@ -261,20 +261,10 @@ func FuzzHeartbeat(f *testing.F) {
 	})
 }
 
-// typingOf is the typing list of c1.
-func typingOf(t *testing.T, e *fuzzEnv, conv string) []string {
-	t.Helper()
-	r, err := e.eng.Roster(context.Background(), conv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r.Typing
-}
-
 func FuzzTypingStart(f *testing.F) {
 	fuzzEvent(f, "typing:start", convSeeds, func(t *testing.T, e *fuzzEnv, p, _ map[string]any) {
 		conv := validConv(t, p)
-		if !slices.Contains(typingOf(t, e, conv), "u1") {
+		if !slices.Contains(typingIn(t, e.eng, conv), "u1") {
 			t.Fatalf("typing:start in %q accepted, u1 not typing", conv)
 		}
 	})
@@ -288,7 +278,7 @@ func FuzzTypingStop(f *testing.F) {
 		if r, ok := p["reason"]; ok && r != nil && r != "sent" && r != "cleared" {
 			t.Fatalf("reason %#v accepted", r)
 		}
-		if slices.Contains(typingOf(t, e, conv), "u1") {
+		if slices.Contains(typingIn(t, e.eng, conv), "u1") {
 			t.Fatalf("typing:stop in %q accepted, u1 still typing", conv)
 		}
 	})
