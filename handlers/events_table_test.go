@@ -13,6 +13,7 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
@@ -83,19 +84,6 @@ func (tblViewers) PresencesFor(_ context.Context, up presence.UserPresence, view
 	return out, nil
 }
 
-// tblClock is the engine's and the handlers' clock.
-type tblClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *tblClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *tblClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 var tblStart = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // tblEnv: sockets s1 (user u1), s2 (user u2) and s3 (user u1 again),
@@ -105,7 +93,7 @@ type tblEnv struct {
 	mem      *presence.Memory // the backend, to attach other nodes
 	rooms    *Rooms
 	eng      *presence.MemoryEngine
-	clock    *tblClock
+	clock    *fakeclock.Clock
 	conns    map[string]*Conn
 	mu       sync.Mutex
 	emits    []tblEmit
@@ -122,7 +110,7 @@ type tblOptions struct {
 func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	e := &tblEnv{clock: &tblClock{t: tblStart}, conns: map[string]*Conn{}}
+	e := &tblEnv{clock: fakeclock.New(tblStart), conns: map[string]*Conn{}}
 	rooms := NewRooms(0, log)
 	rooms.send = func(room socket.Room, except, event string, payload any) {
 		e.record(t, tblEmit{Room: string(room), Except: except, Event: event}, payload)
@@ -132,7 +120,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 	})
 	e.mem, e.rooms = presence.NewMemory(), rooms
 	e.eng = presence.NewMemoryEngine(e.mem, presence.Config{
-		NodeID: "n1", Now: e.clock.now, MaxConversations: 3, Sink: presence.HeldForReply(rooms.Sink()), // as cmd/presenced wires it
+		NodeID: "n1", Now: e.clock.Now, MaxConversations: 3, Sink: presence.HeldForReply(rooms.Sink()), // as cmd/presenced wires it
 	})
 	members := tblMembers{}
 	for _, conv := range []string{"c1", "c2", "c3", "c4", "c5"} {
@@ -170,7 +158,7 @@ func newTblEnv(t *testing.T, o tblOptions) *tblEnv {
 		NodeID: "n1", Limits: limits, HeartbeatInterval: 15 * time.Second, HeartbeatJitter: jitter,
 		StateInterval: time.Hour, OpTimeout: o.opTimeout,
 	}, deps)
-	e.h.now = e.clock.now
+	e.h.now = e.clock.Now
 	for _, s := range [][2]string{{"s1", "u1"}, {"s2", "u2"}, {"s3", "u1"}} {
 		e.conns[s[0]] = newTestConn(t, e.eng, s[0], s[1])
 	}
@@ -547,7 +535,7 @@ func TestEventConversationJoin(t *testing.T) {
 		},
 		{
 			name: "roster of others, typing included", setup: []tblStep{join("s2", "c1"), {"s2", "typing:start", conv("c1")}},
-			prepare: func(_ *testing.T, e *tblEnv) { e.clock.add(time.Second) },
+			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(time.Second) },
 			event:   "conversation:join", payload: conv("c1"), code: "ok",
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "presence:join", Payload: `{"conversationId":"c1","userId":"u1","at":null}`}},
 			ack: func(t *testing.T, ack map[string]any) {
@@ -725,7 +713,7 @@ func TestEventHeartbeat(t *testing.T) {
 	// goAway makes u1 away: no activity for AwayAfter, then the engine's
 	// timers run.
 	goAway := func(t *testing.T, e *tblEnv) {
-		e.clock.add(6 * time.Minute)
+		e.clock.Advance(6 * time.Minute)
 		if err := e.eng.Tick(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -812,16 +800,16 @@ func TestEventTyping(t *testing.T) {
 		},
 		{
 			name: "start again within the TTL: silent", setup: typing,
-			prepare: func(_ *testing.T, e *tblEnv) { e.clock.add(4 * time.Second) },
+			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(4 * time.Second) },
 			event:   "typing:start", payload: conv("c1"), code: "ok",
 			after: func(t *testing.T, e *tblEnv) {
-				e.clock.add(4 * time.Second) // 8s after the first start, 4s after the refresh
+				e.clock.Advance(4 * time.Second) // 8s after the first start, 4s after the refresh
 				isTyping(true)(t, e)
 			},
 		},
 		{
 			name: "start after the TTL: broadcast again", setup: typing,
-			prepare: func(_ *testing.T, e *tblEnv) { e.clock.add(6 * time.Second) },
+			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(6 * time.Second) },
 			event:   "typing:start", payload: conv("c1"), code: "ok",
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "typing", Payload: start}},
 		},
@@ -848,7 +836,7 @@ func TestEventTyping(t *testing.T) {
 		{name: "stop not typing: silent", setup: joined, event: "typing:stop", payload: conv("c1"), code: "ok"},
 		{
 			name: "stop after the TTL: silent", setup: typing,
-			prepare: func(_ *testing.T, e *tblEnv) { e.clock.add(6 * time.Second) },
+			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(6 * time.Second) },
 			event:   "typing:stop", payload: conv("c1"), code: "ok",
 		},
 		{name: "stop reason bogus", setup: typing, event: "typing:stop", payload: stopWith("bogus"),
@@ -946,7 +934,7 @@ func TestEventPresenceQuery(t *testing.T) {
 		},
 		{
 			name: "counts as activity", prepare: func(t *testing.T, e *tblEnv) {
-				e.clock.add(6 * time.Minute)
+				e.clock.Advance(6 * time.Minute)
 				if err := e.eng.Tick(context.Background()); err != nil {
 					t.Fatal(err)
 				}
@@ -1045,7 +1033,7 @@ func TestEventPresenceSubscribe(t *testing.T) {
 				if err := e.eng.Tick(context.Background()); err != nil {
 					t.Fatal(err)
 				}
-				e.clock.add(4 * time.Second) // past the flap grace
+				e.clock.Advance(4 * time.Second) // past the flap grace
 				if err := e.eng.Tick(context.Background()); err != nil {
 					t.Fatal(err)
 				}
@@ -1206,8 +1194,8 @@ var lossModes = []struct {
 // engine, with leaves and offlines of reason timeout.
 func reapNode(t *testing.T, e *tblEnv) {
 	t.Helper()
-	e.clock.add(6 * time.Second) // past the 5s lease
-	n2 := presence.NewMemoryEngine(e.mem, presence.Config{NodeID: "n2", Now: e.clock.now, Sink: e.rooms.Sink()})
+	e.clock.Advance(6 * time.Second) // past the 5s lease
+	n2 := presence.NewMemoryEngine(e.mem, presence.Config{NodeID: "n2", Now: e.clock.Now, Sink: e.rooms.Sink()})
 	if err := n2.Tick(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -31,14 +32,6 @@ const svcToken = "service-token-for-tests-0123456789"
 
 // now is the tests' fixed clock (engine and reader).
 var now = time.Date(2026, 11, 9, 12, 0, 30, 500_000_000, time.UTC)
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 type evictCall struct {
 	Conv  string
@@ -50,7 +43,7 @@ type env struct {
 	url    string
 	st     *store.SQLite
 	eng    *presence.MemoryEngine
-	clock  *clock
+	clock  *fakeclock.Clock
 	secret []byte
 
 	mu     sync.Mutex
@@ -79,7 +72,7 @@ func newSQLite(tb testing.TB) *store.SQLite {
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	st := newSQLite(t)
-	clk := &clock{t: now}
+	clk := fakeclock.New(now)
 	eng := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Now: clk.Now})
 	t.Cleanup(func() { eng.Close() })
 	secret := []byte("0123456789abcdef0123456789abcdef")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
@@ -317,31 +318,9 @@ func buffers(t *testing.T, fn func(t *testing.T, newBuffer func(t *testing.T) la
 
 // ---- clock and status ----
 
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = fakeclock.Clock
 
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+func newClock(t time.Time) *clock { return fakeclock.New(t) }
 
 // fakeStatus is a StatusReader over enginetest.Statuses (users absent are
 // offline and unknown to the engine) that counts its calls.

@@ -8,24 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/presence"
 )
 
-// clock is a settable time source.
-type clock struct{ ns atomic.Int64 }
-
-func newClock() *clock {
-	c := &clock{}
-	c.ns.Store(time.Now().UnixNano())
-	return c
-}
-func (c *clock) now() time.Time                 { return time.Unix(0, c.ns.Load()) }
-func (c *clock) add(d time.Duration)            { c.ns.Add(int64(d)) }
 func nopSink(context.Context, []presence.Event) {}
 
 // admissionSuite checks one backend's cap on a user's sockets; n1 and n2
 // are two nodes' engines on the same backend, adm its Admission.
-func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission, clk *clock) {
+func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission, clk *fakeclock.Clock) {
 	ctx := context.Background()
 	const max = 3
 	admit := func(user, sid string) bool {
@@ -86,7 +77,7 @@ func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission
 		t.Fatal("a5 admitted: a4's reservation not counted")
 	}
 	// A reservation whose socket never connects lapses.
-	clk.add(presence.ReservationTTL + time.Second)
+	clk.Advance(presence.ReservationTTL + time.Second)
 	if !admit("u", "a5") {
 		t.Fatal("a5 refused after a4's reservation lapsed")
 	}
@@ -121,20 +112,20 @@ func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission
 }
 
 func TestMemoryAdmission(t *testing.T) {
-	clk := newClock()
+	clk := fakeclock.New(time.Now())
 	m := presence.NewMemory()
 	cfg := func(node string) presence.Config {
-		return presence.Config{NodeID: node, Now: clk.now, Sink: nopSink}
+		return presence.Config{NodeID: node, Now: clk.Now, Sink: nopSink}
 	}
-	admissionSuite(t, presence.NewMemoryEngine(m, cfg("n1")), presence.NewMemoryEngine(m, cfg("n2")), presence.NewMemoryAdmission(m, clk.now), clk)
+	admissionSuite(t, presence.NewMemoryEngine(m, cfg("n1")), presence.NewMemoryEngine(m, cfg("n2")), presence.NewMemoryAdmission(m, clk.Now), clk)
 }
 
 func TestRedisAdmission(t *testing.T) {
 	rdb := testRedis(t)
 	prefix := uniquePrefix(t, rdb)
-	clk := newClock()
+	clk := fakeclock.New(time.Now())
 	cfg := func(node string) presence.Config {
-		return presence.Config{NodeID: node, Now: clk.now, Sink: nopSink}
+		return presence.Config{NodeID: node, Now: clk.Now, Sink: nopSink}
 	}
 	n1 := presence.NewRedisEngine(rdb, cfg("n1"), presence.RedisConfig{Prefix: prefix})
 	n2 := presence.NewRedisEngine(rdb, cfg("n2"), presence.RedisConfig{Prefix: prefix})

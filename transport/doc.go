@@ -7,7 +7,7 @@
 // instance for the process (poller_linux.go). Everything a websocket is sent
 // goes through one ordered queue of whole frames (wsout.go), and broadcasts
 // are encoded once for all their recipients (broadcast.go: Frame,
-// LocalAdapter). Beside it: the bound on what a client leaves unread
+// LocalAdapter), from a room index of its own (rooms.go). Beside it: the bound on what a client leaves unread
 // (outbound.go), the library's ping-race guard (pingrace.go), the release of
 // buffers the upgrade left (release.go), and the socket.io-msgpack-parser
 // format (msgpackparser.go). It knows nothing of the handlers, presence or

@@ -43,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/store"
 )
@@ -248,9 +249,9 @@ func bench(ctx context.Context, o options, out io.Writer) error {
 	}
 	defer closeBuf()
 
-	clk := &clock{t: start}
+	clk := fakeclock.New(start)
 	p := lastseen.NewPipeline(buf, st, lastseen.Config{
-		Coarse: o.coarse, FlushInterval: o.flushInterval, FlushBatch: o.flushBatch, Now: clk.now,
+		Coarse: o.coarse, FlushInterval: o.flushInterval, FlushBatch: o.flushBatch, Now: clk.Now,
 	})
 	l := newLoad(o, start)
 	realStart := time.Now()
@@ -269,7 +270,7 @@ func bench(ctx context.Context, o options, out io.Writer) error {
 		if emitErr != nil {
 			return emitErr
 		}
-		clk.set(now)
+		clk.Set(now)
 		if !now.Before(nextFlush) {
 			nextFlush = nextFlush.Add(o.flushInterval)
 			if err := p.Flush(ctx); err != nil {
@@ -306,7 +307,7 @@ func bench(ctx context.Context, o options, out io.Writer) error {
 			return err
 		}
 	}
-	clk.set(end.Add(5 * time.Second))
+	clk.Set(end.Add(5 * time.Second))
 	if err := p.Flush(ctx); err != nil {
 		return err
 	}
@@ -414,23 +415,6 @@ func openBuffer(ctx context.Context, o options) (lastseen.Buffer, func(), error)
 		c.Del(context.Background(), t, d, cl)
 		c.Close()
 	}, nil
-}
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
 }
 
 func randHex(n int) string {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -22,28 +23,11 @@ import (
 type Factory func(t *testing.T) func(cfg presence.Config) presence.Engine
 
 // Clock is a fake clock safe for concurrent use.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type Clock = fakeclock.Clock
 
 // NewClock starts at a fixed instant.
 func NewClock() *Clock {
-	return &Clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-}
-
-// Now returns the current fake time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+	return fakeclock.New(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 }
 
 // Recorder is a Sink that keeps events.
