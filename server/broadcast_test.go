@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"encoding/json"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -230,4 +231,46 @@ func TestBroadcastFollowsRoomChanges(t *testing.T) {
 	emit(userA, "probe a")
 	want(b, "b", `42["m","b again"]`)
 	want(a, "a", `42["m","probe a"]`)
+}
+
+// A broadcast to a room large enough to be written in parts side by side
+// (transport.inParts) reaches every member once, and each member gets a
+// run of broadcasts in the order they were emitted.
+func TestLargeRoomFanOutInOrder(t *testing.T) {
+	prev := runtime.GOMAXPROCS(4) // four parts whatever the machine
+	defer runtime.GOMAXPROCS(prev)
+	ts := newTestServer(t, server.Config{})
+	io := ts.Server.IO()
+	const members, runs = 140, 30
+	const room = "large-room"
+	clients := make([]*wsClient, members)
+	for i := range clients {
+		user := "fan" + strconv.Itoa(i)
+		clients[i] = dialWS(t, ts.URL, mint(t, user))
+		defer clients[i].conn.Close()
+		io.In(handlers.UserRoom(user)).SocketsJoin(room)
+	}
+	for r := range runs {
+		if err := io.To(room).Emit("m", r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range clients {
+		for r := range runs {
+			_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if m, want := c.next(t), `42["m",`+strconv.Itoa(r)+`]`; m != want {
+				t.Fatalf("member %d: got %q, want %q", i, m, want)
+			}
+		}
+	}
+	// none twice: a probe to each member's own room comes next
+	for i, c := range clients {
+		if err := io.To(handlers.UserRoom("fan" + strconv.Itoa(i))).Emit("probe"); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if m := c.next(t); m != `42["probe"]` {
+			t.Fatalf("member %d: got %q after the run, want the probe", i, m)
+		}
+	}
 }

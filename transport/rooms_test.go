@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
@@ -98,7 +99,7 @@ func TestRoomIndexMatchesLibrary(t *testing.T) {
 			lib.DelAll(id)
 			ours.DelAll(id)
 		}
-		if step%97 == 0 || step > 39900 {
+		if step%397 == 0 || step > 39950 {
 			if want, got := snapshot(lib.Rooms(), lib.Sids()), snapshot(ours.Rooms(), ours.Sids()); got != want {
 				t.Fatalf("after step %d (%s):\n got %s\nwant %s", step, op, got, want)
 			}
@@ -190,5 +191,33 @@ func TestRoomIndexQuietWithoutListeners(t *testing.T) {
 	// rooms.Keys() copies the set
 	if allocs > 2 {
 		t.Fatalf("%.1f allocations per join and leave", allocs)
+	}
+}
+
+// inParts visits every id once, whatever the split, and a broadcast is
+// split only past fanOutChunk recipients a part.
+func TestInParts(t *testing.T) {
+	for _, n := range []int{1, 2, 31, 64, 65, 100, 257} {
+		ids := make([]socket.SocketId, n)
+		for i := range ids {
+			ids[i] = socket.SocketId(fmt.Sprint("s", i))
+		}
+		for parts := 1; parts <= 5; parts++ {
+			var mu sync.Mutex
+			seen := map[socket.SocketId]int{}
+			inParts(ids, parts, func(id socket.SocketId) {
+				mu.Lock()
+				seen[id]++
+				mu.Unlock()
+			})
+			for _, id := range ids {
+				if seen[id] != 1 {
+					t.Fatalf("%d ids in %d parts: %s visited %d times", n, parts, id, seen[id])
+				}
+			}
+		}
+	}
+	if p := fanOutParts(fanOutChunk*2 - 1); p > 1 {
+		t.Fatalf("%d recipients in %d parts", fanOutChunk*2-1, p)
 	}
 }
