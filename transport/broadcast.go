@@ -345,6 +345,9 @@ const fanOutChunk = 16
 // fanOutParts is how many parts a broadcast to n sockets is written in:
 // one per processor the runtime uses, each of at least fanOutChunk.
 func fanOutParts(n int) int {
+	if n < 2*fanOutChunk {
+		return 1 // (without asking the runtime, which takes a global lock)
+	}
 	return max(1, min(runtime.GOMAXPROCS(0), n/fanOutChunk))
 }
 
