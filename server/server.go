@@ -235,6 +235,10 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		s.log.Warn("slow consumer disconnected", "user_id", user, "sid", string(sock.Id()), "why", why, "unread_bytes", pending)
 		conn.Close(true)
 	})
+	// The handshake is copied into sock: nothing reads the connection's
+	// request any more. Released here, on the connection's reader, which
+	// would also read it for a later CONNECT.
+	transport.ReleaseRequest(conn)
 	refused = false
 	next(nil)
 }

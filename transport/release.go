@@ -1,10 +1,14 @@
 package transport
 
 import (
+	"net/http"
 	"reflect"
+	"sync"
 	"unsafe"
 
 	ws "github.com/gorilla/websocket"
+	"github.com/zishang520/socket.io/servers/engine/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 )
 
 // releaseBuffers drops the read buffer (a bufio.Reader of the engine's
@@ -33,3 +37,57 @@ func releaseBuffers(c *ws.Conn) bool {
 	}
 	return found == 2
 }
+
+// ReleaseRequest lets an engine connection on our websocket transport go of
+// its handshake's request once its Socket.IO session is accepted (call it
+// from the namespace's last middleware, on the connection's reader, which
+// is where a later CONNECT would read the request). The engine keeps the first
+// request of every connection for the connection's life, and the
+// transport's "headers" listener, which only the polling transport ever
+// fires, holds it too; after the namespace's handshake (which copies its
+// headers and query) nothing reads it. Measured: 2–3 KB of heap per
+// websocket: the library's HttpContext, with its context and parameter
+// bags, and the request our upgrade made (server.upgradeRequest).
+//
+// The connection is left a shared request with no headers and no query:
+// whatever still asks the library for it finds one (the library closes a
+// connection that sends a second CONNECT for the namespace anyway). It
+// reports whether the
+// request was released: not for a connection on another transport, nor
+// when the engine's socket has no field "request" (the library's version
+// v3.0.6 has it; TestReleaseRequest fails when an upgrade renames it).
+func ReleaseRequest(conn engine.Socket) bool {
+	w, ok := conn.Transport().(*wsTransport)
+	if !ok {
+		return false
+	}
+	v := reflect.ValueOf(conn)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	f := v.Elem().FieldByName("request")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[*types.HttpContext]() {
+		return false
+	}
+	w.RemoveAllListeners("headers")
+	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(detachedRequest()))
+	return true
+}
+
+// detachedRequest is the request a released connection is left with.
+var detachedRequest = sync.OnceValue(func() *types.HttpContext {
+	r, err := http.NewRequest(http.MethodGet, "/socket.io/", http.NoBody)
+	if err != nil {
+		panic(err) // a constant URL
+	}
+	r.RequestURI = r.URL.RequestURI()
+	return types.NewHttpContext(refusingWriter{}, r)
+})
+
+// refusingWriter is the detached request's response: nothing can be
+// written to it.
+type refusingWriter struct{}
+
+func (refusingWriter) Header() http.Header       { return http.Header{} }
+func (refusingWriter) Write([]byte) (int, error) { return 0, http.ErrHijacked }
+func (refusingWriter) WriteHeader(int)           {}
