@@ -250,5 +250,20 @@ func FuzzPresenceListJSON(f *testing.F) {
 		if err := jsontext.SameAsMarshal(l.AppendJSON, []lastseen.Presence(l), l); err != nil {
 			t.Fatal(err)
 		}
+		// the room grown up front is the JSON's length, or (an escape
+		// needed) less
+		if got, want := len(l.AppendJSON(nil)), lastseen.PresenceListJSONLen(l); l != nil && (got < want || got > want && !needsEscape(id+status+seen+bucket+display)) {
+			t.Fatalf("jsonLen %d, JSON %d bytes", want, got)
+		}
 	})
+}
+
+// needsEscape: s has a byte encoding/json escapes or replaces.
+func needsEscape(s string) bool {
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return true
+		}
+	}
+	return false
 }
