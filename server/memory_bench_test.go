@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	ws "github.com/gorilla/websocket"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/handlers"
@@ -130,5 +132,38 @@ func TestReleaseRequest(t *testing.T) {
 	}
 	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
 		t.Fatalf("heartbeat ack after the release: %s", got)
+	}
+	// gorilla's Conn is gone too: the transport answers a PING and a
+	// CLOSE itself, and the socket goes
+	pong := make(chan string, 1)
+	c.conn.SetPongHandler(func(s string) error { pong <- s; return nil })
+	if err := c.conn.WriteControl(ws.PingMessage, []byte("hi"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.conn.WriteControl(ws.CloseMessage, ws.FormatCloseMessage(ws.CloseNormalClosure, ""), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var err error
+	for err == nil {
+		_, _, err = c.conn.ReadMessage()
+	}
+	if !ws.IsCloseError(err, ws.CloseNormalClosure) {
+		t.Errorf("after the client's CLOSE: %v, want the server's CLOSE 1000", err)
+	}
+	select {
+	case s := <-pong:
+		if s != "hi" {
+			t.Errorf("PONG %q, want hi", s)
+		}
+	default:
+		t.Error("no PONG before the CLOSE")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for ts.Sockets.Open() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ts.Sockets.Open(); n != 1 {
+		t.Errorf("open sockets after the CLOSE: %d, want 1 (polly's)", n)
 	}
 }

@@ -9,7 +9,8 @@
 // are encoded once for all their recipients (broadcast.go: Frame,
 // LocalAdapter), from a room index of its own (rooms.go). Beside it: the bound on what a client leaves unread
 // (outbound.go), the library's ping-race guard (pingrace.go), the release of
-// buffers the upgrade left (release.go), and the socket.io-msgpack-parser
+// what the upgrade left (release.go: gorilla's buffers and Conn, the
+// handshake's request), and the socket.io-msgpack-parser
 // format (msgpackparser.go). It knows nothing of the handlers, presence or
 // HTTP routing.
 package transport

@@ -14,8 +14,8 @@ import (
 // releaseBuffers drops the read buffer (a bufio.Reader of the engine's
 // 1 KiB ReadBufferSize) and the write buffer (1 KiB and a frame header)
 // that gorilla's Upgrader gives every connection: our transport reads and
-// writes the hijacked connection itself (wsframes.go, wsout.go) and uses
-// gorilla only for WriteControl and Close, which use neither. The library
+// writes the hijacked connection itself (wsframes.go, wsout.go), control
+// frames included, and keeps gorilla's Conn only until ReleaseRequest. The library
 // builds the Upgrader, so the buffers cannot be declined there; they are
 // cleared here, through reflection, as fields of the gorilla version this
 // module pins (v1.5.3: Conn.br and Conn.writeBuf). It reports whether both
@@ -47,7 +47,8 @@ func releaseBuffers(c *ws.Conn) bool {
 // fires, holds it too; after the namespace's handshake (which copies its
 // headers and query) nothing reads it. Measured: 2–3 KB of heap per
 // websocket: the library's HttpContext, with its context and parameter
-// bags, and the request our upgrade made (server.upgradeRequest).
+// bags, and the request our upgrade made (server.upgradeRequest). Also
+// released: gorilla's Conn from the engine's upgrade (about 0.5 KB).
 //
 // The connection is left a shared request with no headers and no query:
 // whatever still asks the library for it finds one (the library closes a
@@ -71,6 +72,11 @@ func ReleaseRequest(conn engine.Socket) bool {
 	}
 	w.RemoveAllListeners("headers")
 	reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(detachedRequest()))
+	// gorilla's Conn too: our transport writes its control frames and
+	// closes the connection itself (writeControl, closeConn), and the
+	// engine's handshake, the last user of it, is over (the CONNECT this
+	// follows was read only once the engine let the reader start).
+	w.conn.Conn = nil
 	return true
 }
 

@@ -40,9 +40,9 @@ import (
 // reader does not allocate once its buffer has grown to the messages' size,
 // so the marking stays with the GC's own workers (see directPool).
 //
-// The replies to PING and CLOSE frames are gorilla's (WriteControl),
-// written under the transport's frame lock (wsout.go) so that they never
-// land inside another frame. Compression is never negotiated (the engine's
+// The replies to PING and CLOSE frames are written by the transport
+// (writeControl, wsout.go) under its frame lock, so that they never land
+// inside another frame. Compression is never negotiated (the engine's
 // perMessageDeflate is off), so a frame with a reserved bit set is an
 // error, as it is for gorilla.
 type frameReader struct {
@@ -56,8 +56,8 @@ type frameReader struct {
 	frag []byte // a fragmented message so far
 }
 
-// controlWriter writes PONG and CLOSE frames (gorilla's Conn, under the
-// frame lock: frameLocked).
+// controlWriter writes PONG and CLOSE frames (the transport's
+// writeControl: frameLocked).
 type controlWriter interface {
 	WriteControl(messageType int, data []byte, deadline time.Time) error
 }

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	ws "github.com/gorilla/websocket"
 )
 
 // The websocket's outbound side. Everything a socket is sent on our
@@ -195,7 +197,7 @@ func (w *wsTransport) writerDoneLocked() {
 	}
 	o.mu.Unlock()
 	if closing {
-		_ = w.conn.Close()
+		w.closeConn()
 	}
 }
 
@@ -233,14 +235,43 @@ func (w *wsTransport) lockFrames() {
 	w.frameMu.Lock()
 }
 
-// frameLocked is the frame reader's control writer: gorilla's, under the
-// frame lock, so that a PONG or CLOSE never lands inside a frame.
+// frameLocked is the frame reader's control writer (writeControl).
 type frameLocked struct{ w *wsTransport }
 
 func (c frameLocked) WriteControl(messageType int, data []byte, deadline time.Time) error {
-	c.w.frameMu.Lock()
-	defer c.w.frameMu.Unlock()
-	return c.w.conn.Conn.WriteControl(messageType, data, deadline)
+	return c.w.writeControl(messageType, data, deadline)
+}
+
+// errControlTooLong: a control frame carries at most 125 bytes.
+var errControlTooLong = errors.New("transport: control frame payload over 125 bytes")
+
+// writeControl writes a PONG or CLOSE frame as gorilla's WriteControl
+// does (unmasked: we are the server; nothing more once a CLOSE is sent),
+// under the frame lock, so that it never lands inside another frame.
+func (w *wsTransport) writeControl(op int, data []byte, deadline time.Time) error {
+	if len(data) > 125 {
+		return errControlTooLong
+	}
+	var frame [2 + 125]byte
+	frame[0], frame[1] = 0x80|byte(op), byte(len(data))
+	n := 2 + copy(frame[2:], data)
+	w.frameMu.Lock()
+	defer w.frameMu.Unlock()
+	if w.closeSent {
+		return ws.ErrCloseSent
+	}
+	w.closeSent = op == ws.CloseMessage
+	_ = w.netConn.SetWriteDeadline(deadline)
+	_, err := w.netConn.Write(frame[:n])
+	return err
+}
+
+// closeConn closes the connection and tells the transport's listeners, as
+// the library's WebSocketConn.Close does (gorilla's Close only closes the
+// network connection).
+func (w *wsTransport) closeConn() {
+	_ = w.netConn.Close()
+	w.conn.Emit("close")
 }
 
 // writeNow writes frame at once on the calling goroutine when nothing is
@@ -318,7 +349,7 @@ func (w *wsTransport) drain(first []byte) {
 			if err != nil {
 				w.dropLocked()
 				o.mu.Unlock()
-				_ = w.conn.Close()
+				w.closeConn()
 				w.fail(err)
 				return
 			}
@@ -492,7 +523,7 @@ func (w *wsTransport) closeOut() {
 	}
 	o.dead = true
 	o.mu.Unlock()
-	_ = w.conn.Close()
+	w.closeConn()
 }
 
 // abandonOut drops the queue: the connection failed or the peer closed it.
@@ -501,7 +532,7 @@ func (w *wsTransport) abandonOut() {
 	o.mu.Lock()
 	w.dropLocked()
 	o.mu.Unlock()
-	_ = w.conn.Close()
+	w.closeConn()
 }
 
 // busy reports whether frames wait or are being written (a volatile

@@ -147,6 +147,7 @@ type wsTransport struct {
 	// that no control frame lands in the middle.
 	frameMu     sync.Mutex
 	frameMuHeld bool      // the writer goroutine owns frameMu already (set by tryWrite)
+	closeSent   bool      // a CLOSE frame is written (writeControl; under frameMu)
 	one         [1][]byte // a coalesced batch, as net.Buffers (under frameMu)
 	// rawCall is rawWrite's call, made once per connection so that a write
 	// allocates nothing; it belongs to the holder of frameMu.
