@@ -2,12 +2,14 @@ package server_test
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	ws "github.com/gorilla/websocket"
 
@@ -71,6 +73,30 @@ func (c *wsClient) nextBytes(tb testing.TB) []byte {
 		}
 		return c.buf.Bytes()
 	}
+}
+
+// pingThenClose sends a PING ("hi") and a CLOSE (1000), then reads until
+// the connection ends; it returns the PONGs read meanwhile and the code of
+// the server's CLOSE (0: none).
+func (c *wsClient) pingThenClose(tb testing.TB) (pongs []string, code int) {
+	tb.Helper()
+	c.conn.SetPongHandler(func(s string) error { pongs = append(pongs, s); return nil })
+	if err := c.conn.WriteControl(ws.PingMessage, []byte("hi"), time.Now().Add(time.Second)); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.conn.WriteControl(ws.CloseMessage, ws.FormatCloseMessage(ws.CloseNormalClosure, ""), time.Now().Add(time.Second)); err != nil {
+		tb.Fatal(err)
+	}
+	_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	var err error
+	for err == nil {
+		_, _, err = c.conn.ReadMessage()
+	}
+	var ce *ws.CloseError
+	if errors.As(err, &ce) {
+		code = ce.Code
+	}
+	return pongs, code
 }
 
 // emit sends an event with an ack id and returns the ACK packet prefix

@@ -7,12 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	ws "github.com/gorilla/websocket"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
-	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/server"
 )
 
@@ -95,75 +92,5 @@ func TestUpgradeKeepsWhatTheEngineReads(t *testing.T) {
 	}
 	if !hs.Xdomain {
 		t.Error("the handshake lost the origin (xdomain)")
-	}
-}
-
-// Once a websocket's Socket.IO session has begun, the engine no longer
-// holds the upgrade's request (transport.ReleaseRequest): the handshake
-// keeps its copy and events still flow. A polling connection keeps its
-// request.
-func TestReleaseRequest(t *testing.T) {
-	ts := newTestServer(t, server.Config{})
-	connectPolling(t, ts.URL, `{"token":"`+mint(t, "polly")+`"}`)
-	c := dialWSWith(t, ts.URL, mint(t, "wes"), "", http.Header{"Origin": {ts.URL}})
-	defer c.conn.Close()
-	if n := ts.Sockets.Open(); n != 2 { // after this, the released request is seen
-		t.Fatalf("open sockets: %d", n)
-	}
-	conns := map[string]*socket.Socket{}
-	ts.IO().Of("/", nil).Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
-		if hc, _ := s.Data().(*handlers.Conn); hc != nil {
-			conns[hc.UserID] = s
-		}
-		return true
-	})
-	wes, polly := conns["wes"], conns["polly"]
-	if wes == nil || polly == nil {
-		t.Fatalf("sockets on the server: %v", conns)
-	}
-	if o := wes.Conn().Request().Headers().Peek("Origin"); o != "" {
-		t.Errorf("the websocket's engine connection still holds its request (Origin %q)", o)
-	}
-	if !wes.Handshake().Xdomain || wes.Handshake().Query["EIO"] == nil {
-		t.Errorf("the handshake lost what it copied: %+v", wes.Handshake())
-	}
-	if polly.Conn().Request().Query().Peek("EIO") != "4" {
-		t.Errorf("the polling connection lost its request")
-	}
-	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
-		t.Fatalf("heartbeat ack after the release: %s", got)
-	}
-	// gorilla's Conn is gone too: the transport answers a PING and a
-	// CLOSE itself, and the socket goes
-	pong := make(chan string, 1)
-	c.conn.SetPongHandler(func(s string) error { pong <- s; return nil })
-	if err := c.conn.WriteControl(ws.PingMessage, []byte("hi"), time.Now().Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.conn.WriteControl(ws.CloseMessage, ws.FormatCloseMessage(ws.CloseNormalClosure, ""), time.Now().Add(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
-	var err error
-	for err == nil {
-		_, _, err = c.conn.ReadMessage()
-	}
-	if !ws.IsCloseError(err, ws.CloseNormalClosure) {
-		t.Errorf("after the client's CLOSE: %v, want the server's CLOSE 1000", err)
-	}
-	select {
-	case s := <-pong:
-		if s != "hi" {
-			t.Errorf("PONG %q, want hi", s)
-		}
-	default:
-		t.Error("no PONG before the CLOSE")
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for ts.Sockets.Open() != 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := ts.Sockets.Open(); n != 1 {
-		t.Errorf("open sockets after the CLOSE: %d, want 1 (polly's)", n)
 	}
 }

@@ -170,6 +170,55 @@ func TestHandshakeDropsToken(t *testing.T) {
 	}
 }
 
+// Once a websocket's Socket.IO session has begun, the engine no longer
+// holds the upgrade's request (transport.ReleaseRequest): the handshake
+// keeps its copy and events still flow. A polling connection keeps its
+// request.
+func TestReleaseRequest(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	connectPolling(t, ts.URL, `{"token":"`+mint(t, "polly")+`"}`)
+	c := dialWSWith(t, ts.URL, mint(t, "wes"), "", http.Header{"Origin": {ts.URL}})
+	defer c.conn.Close()
+	if n := ts.Sockets.Open(); n != 2 { // after this, the released request is seen
+		t.Fatalf("open sockets: %d", n)
+	}
+	conns := map[string]*socket.Socket{}
+	ts.IO().Of("/", nil).Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+		if hc, _ := s.Data().(*handlers.Conn); hc != nil {
+			conns[hc.UserID] = s
+		}
+		return true
+	})
+	wes, polly := conns["wes"], conns["polly"]
+	if wes == nil || polly == nil {
+		t.Fatalf("sockets on the server: %v", conns)
+	}
+	if o := wes.Conn().Request().Headers().Peek("Origin"); o != "" {
+		t.Errorf("the websocket's engine connection still holds its request (Origin %q)", o)
+	}
+	if !wes.Handshake().Xdomain || wes.Handshake().Query["EIO"] == nil {
+		t.Errorf("the handshake lost what it copied: %+v", wes.Handshake())
+	}
+	if polly.Conn().Request().Query().Peek("EIO") != "4" {
+		t.Errorf("the polling connection lost its request")
+	}
+	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
+		t.Fatalf("heartbeat ack after the release: %s", got)
+	}
+	// gorilla's Conn is gone too: the transport answers a PING and a
+	// CLOSE itself, and the socket goes
+	if pongs, code := c.pingThenClose(t); len(pongs) != 1 || pongs[0] != "hi" || code != 1000 {
+		t.Errorf("PONGs %q and CLOSE %d after the client's PING and CLOSE; want [hi] and 1000", pongs, code)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for ts.Sockets.Open() != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ts.Sockets.Open(); n != 1 {
+		t.Errorf("open sockets after the CLOSE: %d, want 1 (polly's)", n)
+	}
+}
+
 func TestSocketIORefusesBadTokens(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	tests := []struct{ name, auth, reason string }{
