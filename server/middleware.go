@@ -182,10 +182,11 @@ func releaseOnHijack(next http.Handler) http.Handler {
 
 // upgradeHeaders are the request headers a websocket upgrade hands the
 // engine: those the upgrade and the engine read. The engine keeps each
-// connection's request for the connection's life, and the Socket.IO
-// handshake copies its headers and query into maps of its own; nothing
+// connection's request until the namespace accepts it
+// (transport.ReleaseRequest), and the Socket.IO handshake copies its
+// headers and query into maps of its own for the socket's life; nothing
 // here reads the rest. A browser's other headers (cookies, user agent,
-// languages, cache directives) would be kept twice per socket.
+// languages, cache directives) would be kept per socket.
 var upgradeHeaders = [...]string{"Connection", "Upgrade", "Sec-Websocket-Key", "Sec-Websocket-Version",
 	"Sec-Websocket-Extensions", "Sec-Websocket-Protocol", "Origin", "X-Forwarded-Proto"}
 

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+
+	"github.com/presenced/presenced/internal/jsontext"
 )
 
 // JSON for the websocket's direct events (wstransport.go). encoding/json
@@ -28,7 +30,7 @@ func appendJSON(dst []byte, v any) ([]byte, error) {
 	case bool:
 		return strconv.AppendBool(dst, v), nil
 	case string:
-		if plainString(v) {
+		if jsontext.Plain(v) {
 			dst = append(dst, '"')
 			dst = append(dst, v...)
 			return append(dst, '"'), nil
@@ -64,7 +66,7 @@ func appendJSON(dst []byte, v any) ([]byte, error) {
 		var arr [16]string
 		keys := arr[:0]
 		for k := range v {
-			if !plainString(k) {
+			if !jsontext.Plain(k) {
 				return appendMarshal(dst, v)
 			}
 			keys = append(keys, k)
@@ -94,18 +96,6 @@ func appendMarshal(dst []byte, v any) ([]byte, error) {
 		return dst, err
 	}
 	return append(dst, b...), nil
-}
-
-// plainString reports whether s is encoded as itself between quotes:
-// printable ASCII without the characters encoding/json escapes.
-func plainString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		}
-	}
-	return true
 }
 
 // maxDepthFast bounds the nesting decodeArgs reads itself; deeper input

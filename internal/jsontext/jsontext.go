@@ -13,15 +13,25 @@ import (
 // printable ASCII that needs no escape (ids, statuses, times), else by
 // encoding/json.
 func String(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string always encodes
-			return append(dst, b...)
-		}
+	if !Plain(s) {
+		b, _ := json.Marshal(s) // a string always encodes
+		return append(dst, b...)
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// Plain reports whether encoding/json encodes s as itself between quotes:
+// printable ASCII without a quote, a backslash, or one of the HTML
+// characters it escapes.
+func Plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // StringPtr appends *s as String does, or null.
