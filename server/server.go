@@ -145,6 +145,8 @@ func (s *Server) newSocketIO() *socket.Server {
 		// hands them all to the library (it takes only text EVENTs of the
 		// JSON parser directly).
 		opts.SetParser(transport.MsgpackParser{})
+	} else {
+		opts.SetParser(transport.NewJSONParser()) // the library's, on lean emitters
 	}
 	// The origin allow-list is enforced by our middleware in front of the
 	// engine, for every transport (middleware.go: a refused origin never
@@ -182,6 +184,9 @@ const verifyTimeout = 5 * time.Second
 // handshake token (CONTRACT §1). A refusal reaches the client as
 // connect_error with message "unauthorized" and data {code, reason}.
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
+	// Nothing else has this socket yet (the namespace adds it once the
+	// middlewares are done): its emitter can still be ours.
+	transport.SetSocketEmitter(sock)
 	leave := s.gate.enter()
 	sid := string(sock.Id())
 	s.gate.hold(sid, leave)

@@ -202,6 +202,12 @@ func TestReleaseRequest(t *testing.T) {
 	if polly.Conn().Request().Query().Peek("EIO") != "4" {
 		t.Errorf("the polling connection lost its request")
 	}
+	// both sockets got our lean emitter before anything listened on them
+	for _, s := range []*socket.Socket{wes, polly} {
+		if got := fmt.Sprintf("%T", s.StrictEventEmitter.EventEmitter); got != "*transport.emitter" {
+			t.Errorf("socket %s's emitter is a %s, want ours", s.Id(), got)
+		}
+	}
 	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
 		t.Fatalf("heartbeat ack after the release: %s", got)
 	}

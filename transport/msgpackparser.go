@@ -46,7 +46,7 @@ func (MsgpackParser) NewEncoder() parser.Encoder { return msgpackEncoder{} }
 
 // NewDecoder implements parser.Parser.
 func (MsgpackParser) NewDecoder() parser.Decoder {
-	return &msgpackDecoder{EventEmitter: types.NewEventEmitter()}
+	return &msgpackDecoder{EventEmitter: NewEmitter()}
 }
 
 type msgpackEncoder struct{}

@@ -104,7 +104,9 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 }
 
 func (b *Websocket) New(ctx *types.HttpContext) transports.Transport {
-	w := &wsTransport{Transport: transports.MakeTransport(), direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
+	t := transports.MakeTransport()
+	SetEmitter(t) // nothing has seen it yet
+	w := &wsTransport{Transport: t, direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)

@@ -1,0 +1,186 @@
+package transport
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
+	"github.com/zishang520/socket.io/servers/engine/v3/transports"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
+)
+
+// emitterOps runs the operations ops describes on e and returns what was
+// seen: each listener run (by its number) and each answer. Listeners are
+// closures of distinct functions, so that RemoveListener can tell them
+// apart (both emitters match by code pointer). A function is added either
+// with On or with Once, never both: there the library's Once removes the
+// On listener (see emitter).
+func emitterOps(e types.EventEmitter, ops []byte) string {
+	var out strings.Builder
+	fns := [...]types.EventListener{
+		func(...any) { out.WriteString("0 ") },
+		func(...any) { out.WriteString("1 ") },
+		func(...any) { out.WriteString("2 ") },
+		func(...any) { out.WriteString("3 ") },
+	}
+	evts := [...]types.EventName{"a", "b", "c"}
+	for i := 0; i+1 < len(ops); i += 2 {
+		op, arg := ops[i]%6, ops[i+1]
+		evt, fn := evts[int(arg)%len(evts)], fns[int(arg/3)%len(fns)]
+		switch op {
+		case 0: // listeners 0 and 1 are added with On
+			_ = e.On(evt, fns[int(arg/3)%2])
+		case 1: // 2 and 3 with Once (see emitter on the two together)
+			_ = e.Once(evt, fns[2+int(arg/3)%2])
+		case 2:
+			fmt.Fprintf(&out, "emit %s: ", evt)
+			e.Emit(evt)
+			out.WriteString("| ")
+		case 3:
+			fmt.Fprintf(&out, "remove %s %t | ", evt, e.RemoveListener(evt, fn))
+		case 4:
+			e.RemoveAllListeners(evt)
+		case 5:
+			fmt.Fprintf(&out, "count %s %d | ", evt, e.ListenerCount(evt))
+		}
+	}
+	return out.String()
+}
+
+// FuzzEmitter runs the same operations on our emitter and on the
+// library's: the listeners that run, in their order, and the answers of
+// RemoveListener and ListenerCount are the same.
+func FuzzEmitter(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 2, 0, 2, 0})
+	f.Add([]byte{1, 3, 1, 3, 3, 3, 2, 3, 5, 3})
+	f.Add([]byte{0, 1, 0, 4, 1, 7, 3, 4, 2, 1, 4, 1, 2, 1, 5, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 400 {
+			return
+		}
+		ours, theirs := emitterOps(NewEmitter(), ops), emitterOps(types.NewEventEmitter(), ops)
+		if ours != theirs {
+			t.Fatalf("ops %v:\nours   %s\ntheirs %s", ops, ours, theirs)
+		}
+	})
+}
+
+func TestEmitterBookkeeping(t *testing.T) {
+	e := NewEmitter()
+	var got []string
+	_ = e.On("x", func(...any) { got = append(got, "on") })
+	_ = e.Once("y", func(a ...any) { got = append(got, fmt.Sprint("once ", a)) })
+	_ = e.On("x", func(...any) { panic("boom") }, nil, func(...any) { got = append(got, "after the panic") })
+	if n := e.ListenerCount("x"); n != 3 { // nil is not added
+		t.Fatalf("ListenerCount(x) = %d, want 3", n)
+	}
+	if names := fmt.Sprint(e.EventNames()); names != "[x y]" || e.Len() != 2 {
+		t.Fatalf("EventNames = %s, Len = %d; want [x y], 2", names, e.Len())
+	}
+	e.Emit("x")
+	e.Emit("y", 1, 2)
+	e.Emit("y", 3)
+	if want := "[on after the panic once [1 2]]"; fmt.Sprint(got) != want {
+		t.Fatalf("ran %v, want %s", got, want)
+	}
+	if e.ListenerCount("y") != 0 || len(e.Listeners("x")) != 3 || e.Len() != 1 {
+		t.Fatalf("after the emits: y has %d, x has %d, Len %d", e.ListenerCount("y"), len(e.Listeners("x")), e.Len())
+	}
+	if !e.RemoveAllListeners("x") || e.RemoveAllListeners("x") || e.Len() != 0 {
+		t.Fatal("RemoveAllListeners(x) twice: want true, then false, and nothing left")
+	}
+	_ = e.On("z", func(...any) {})
+	e.Clear()
+	if e.Len() != 0 {
+		t.Fatal("Clear left listeners")
+	}
+}
+
+// A listener may add, remove and emit on its own emitter (no lock is held
+// while it runs), and a Once listener runs once however many goroutines
+// emit at the same time.
+func TestEmitterReentrantAndConcurrent(t *testing.T) {
+	e := NewEmitter()
+	var inner atomic.Int32
+	_ = e.On("outer", func(...any) {
+		_ = e.On("inner", func(...any) { inner.Add(1) })
+		e.Emit("inner")
+	})
+	e.Emit("outer")
+	if inner.Load() != 1 {
+		t.Fatalf("inner ran %d times, want 1", inner.Load())
+	}
+	var once atomic.Int32
+	_ = e.Once("close", func(...any) { once.Add(1) })
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { e.Emit("close") })
+	}
+	wg.Wait()
+	if once.Load() != 1 {
+		t.Fatalf("the Once listener ran %d times, want 1", once.Load())
+	}
+}
+
+func TestEmitterEmitAllocatesNothing(t *testing.T) {
+	e := NewEmitter()
+	for range emitInline {
+		_ = e.On("packet", func(...any) {})
+	}
+	if n := testing.AllocsPerRun(100, func() { e.Emit("packet", 1) }); n > 1 { // the variadic argument's box
+		t.Fatalf("Emit allocated %v times, want at most 1", n)
+	}
+}
+
+// SetEmitter takes the library's objects that a connection owns, and
+// nothing that already has listeners.
+func TestSetEmitter(t *testing.T) {
+	tr := transports.MakeTransport()
+	if !SetEmitter(tr) {
+		t.Fatal("SetEmitter refused a new transport")
+	}
+	if !isOurs(tr) {
+		t.Fatal("the transport is not on our emitter")
+	}
+	d := NewJSONParser().NewDecoder()
+	got := make(chan any, 1)
+	_ = d.On("decoded", func(a ...any) { got <- a[0] })
+	if err := d.Add(`2["hello",1]`); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := (<-got).(*parser.Packet); !ok || p.Type != parser.EVENT {
+		t.Fatalf("decoded %#v", p)
+	}
+	if !isOurs(d) {
+		t.Fatal("NewJSONParser's decoder is not on our emitter")
+	}
+	busy := transports.MakeTransport()
+	_ = busy.On("packet", func(...any) {})
+	if SetEmitter(busy) || isOurs(busy) {
+		t.Fatal("SetEmitter replaced an emitter that has listeners")
+	}
+	s := socket.MakeSocket()
+	_ = s.On("error", func(...any) {}) // what the library's constructor adds
+	if !SetSocketEmitter(s) || !isOurs(s.StrictEventEmitter) || s.ListenerCount("error") != 1 {
+		t.Fatal("SetSocketEmitter refused a new socket, or lost its error listener")
+	}
+	_ = s.On("message", func(...any) {})
+	if SetSocketEmitter(s) || s.ListenerCount("message") != 1 {
+		t.Fatal("SetSocketEmitter replaced the emitter of a socket with listeners")
+	}
+	if SetEmitter(struct{ types.EventEmitter }{}) || SetEmitter(nil) {
+		t.Fatal("SetEmitter took what is not a pointer to a struct")
+	}
+}
+
+// isOurs reports whether v (a pointer to a struct that embeds an
+// emitter) is on our emitter.
+func isOurs(v any) bool {
+	f := reflect.ValueOf(v).Elem().FieldByName("EventEmitter")
+	return f.IsValid() && !f.IsNil() && f.Elem().Type() == reflect.TypeFor[*emitter]()
+}
