@@ -133,27 +133,26 @@ func (e *emitter) seenBefore(i int, evt types.EventName) bool {
 }
 
 func (e *emitter) ListenerCount(evt types.EventName) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	n := 0
-	for _, l := range e.ls {
-		if l.evt == evt {
-			n++
-		}
-	}
+	e.each(evt, func(listener) { n++ })
 	return n
 }
 
 func (e *emitter) Listeners(evt types.EventName) []types.EventListener {
+	var fns []types.EventListener
+	e.each(evt, func(l listener) { fns = append(fns, l.fn) })
+	return fns
+}
+
+// each calls f with each listener of evt, in order, under the lock.
+func (e *emitter) each(evt types.EventName, f func(listener)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var fns []types.EventListener
 	for _, l := range e.ls {
 		if l.evt == evt {
-			fns = append(fns, l.fn)
+			f(l)
 		}
 	}
-	return fns
 }
 
 func (e *emitter) RemoveListener(evt types.EventName, fn types.EventListener) bool {
