@@ -189,9 +189,9 @@ func (e *emitter) Clear() {
 func (e *emitter) Len() int { return len(e.EventNames()) }
 
 // SetEmitter gives v (a pointer to a struct that embeds types.EventEmitter,
-// made by the library) an emitter of ours. Only for an object that nobody
-// else has seen yet and that has no listeners: it reports false, and
-// changes nothing, otherwise, or when the field is not there.
+// made by the library) an emitter of ours. The caller makes sure that no
+// other goroutine has v yet; SetEmitter reports false, and changes
+// nothing, when v already has listeners or has no such field.
 func SetEmitter(v any) bool {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
