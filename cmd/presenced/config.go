@@ -63,6 +63,7 @@ type Config struct {
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
 	DebugAddr         string // pprof listener; empty: off
+	GCHeadroom        int    // percent of the live heap (gc.go); 0: off
 
 	// DevMode: none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL,
 	// DATABASE_URL set (CONTRACT §4).
@@ -340,6 +341,13 @@ var settings = []setting{
 		oneOf(func(c *Config) *string { return &c.LogFormat }, "", "text", "json")},
 	{"PRESENCE_LOG_LEVEL", "info", "debug, info, warn or error",
 		oneOf(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
+	{"PRESENCE_GC_HEADROOM", "25", "how far the Go heap may grow past its live part before a collection, in percent, once the live heap passes 32MB (below, Go's default 100); lower saves memory per connection and costs GC CPU; off, or GOGC set: GOGC decides", func(c *Config, v string) error {
+		if v == "off" {
+			c.GCHeadroom = 0
+			return nil
+		}
+		return whole(func(c *Config) *int { return &c.GCHeadroom }, 10, 100, "must be a whole number from 10 to 100, or off")(c, strings.TrimSuffix(v, "%"))
+	}},
 	{"PRESENCE_DEBUG_ADDR", "", "address of a listener serving Go's profiler at /debug/pprof/ (empty: off; keep it on loopback)", str(func(c *Config) *string { return &c.DebugAddr })},
 }
 

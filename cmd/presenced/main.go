@@ -111,6 +111,13 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
 	}
 	log := newLogger(cfg, stderr).With("node", cfg.NodeID)
+	// GOGC, where the operator set it, is the runtime's own setting.
+	_, gogcSet := os.LookupEnv("GOGC")
+	stopGC, _ := startGCTuner(cfg.GCHeadroom, gcHeadroomFloor, gogcSet)
+	defer stopGC()
+	if gogcSet && cfg.GCHeadroom > 0 {
+		log.Debug("GOGC is set: PRESENCE_GC_HEADROOM does not apply")
+	}
 
 	a, err := build(ctx, cfg, log)
 	if err != nil {
