@@ -62,6 +62,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"handshake window", c.HandshakeWindow, 10 * time.Second},
 		{"shutdown timeout", c.ShutdownTimeout, 20 * time.Second},
 		{"log level", c.LogLevel, "info"},
+		{"gc headroom", c.GCHeadroom, 25},
 		{"dev origins", slices.Contains(c.CORSOrigins, "http://localhost:5173"), true},
 		{"node id set", c.NodeID != "", true},
 	}
@@ -117,6 +118,12 @@ func TestParseConfigValues(t *testing.T) {
 	if err != nil || c.HandshakeLimit != 0 {
 		t.Errorf("handshake limit 0: %v %d", err, c.HandshakeLimit)
 	}
+	for v, want := range map[string]int{"off": 0, "40": 40, "10%": 10, "100": 100} {
+		c, _, err = parseConfig("serve", []string{"--gc-headroom", v}, env(), &bytes.Buffer{}, nil)
+		if err != nil || c.GCHeadroom != want {
+			t.Errorf("gc headroom %q: %v %d, want %d", v, err, c.GCHeadroom, want)
+		}
+	}
 }
 
 func TestParseConfigErrors(t *testing.T) {
@@ -138,6 +145,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad origin", []string{"--cors-origins", "example.com"}, nil, "PRESENCE_CORS_ORIGINS"},
 		{"origin with path", []string{"--cors-origins", "https://a.example/app"}, nil, "PRESENCE_CORS_ORIGINS"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "PRESENCE_LOG_LEVEL"},
+		{"gc headroom too small", []string{"--gc-headroom", "5"}, nil, "PRESENCE_GC_HEADROOM"},
+		{"gc headroom not a number", nil, []string{"PRESENCE_GC_HEADROOM", "half"}, "PRESENCE_GC_HEADROOM"},
 		{"bad log format", nil, []string{"PRESENCE_LOG_FORMAT", "xml"}, "PRESENCE_LOG_FORMAT"},
 		{"short secret", []string{"--jwt-secret", "short"}, nil, "PRESENCE_JWT_SECRET"},
 		{"secret and jwks", []string{"--jwt-secret", "0123456789abcdef", "--jwks-url", "https://idp.example/jwks"}, nil, "PRESENCE_JWT_SECRET"},
