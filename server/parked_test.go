@@ -13,7 +13,7 @@ import (
 )
 
 // An idle websocket's reader parks on the poller (transport/poller_linux.go)
-// after transport.ParkAfter: no goroutine of ours per idle socket, a reader
+// after transport.ParkAfter (ParkAfterConnect right after the CONNECT): no goroutine of ours per idle socket, a reader
 // again for each message, and every way a parked connection ends is
 // reported (its registration goes).
 func TestIdleReadersPark(t *testing.T) {
@@ -24,17 +24,7 @@ func TestIdleReadersPark(t *testing.T) {
 	base, _ := transport.PolledConnections()
 	waitPolled := func(want, wantParked int, what string) {
 		t.Helper()
-		deadline := time.Now().Add(transport.ParkAfter + 3*time.Second)
-		for {
-			n, parked := transport.PolledConnections()
-			if n == base+want && parked >= wantParked {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d connections polled, %d parked; want %d, %d", what, n-base, parked, want, wantParked)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		waitPolledWithin(t, base, want, wantParked, transport.ParkAfter+3*time.Second, what)
 	}
 	runtime.GC()
 	g0 := runtime.NumGoroutine()
@@ -43,7 +33,9 @@ func TestIdleReadersPark(t *testing.T) {
 	for i := range cs {
 		cs[i] = dialWS(t, ts.URL, mint(t, "park-"+strconv.Itoa(i)))
 	}
-	waitPolled(n, n, "after connecting")
+	// The wait after the CONNECT is the short one (ParkAfterConnect): the
+	// sockets park well before ParkAfter.
+	waitPolledWithin(t, base, n, n, transport.ParkAfter*3/4, "after connecting")
 	// No goroutine stays per idle socket: a blocked reader, or the library's
 	// ping timer (the heartbeat runs on the transport's wheel,
 	// transport/heartbeat.go), would make it n or more.
@@ -59,6 +51,11 @@ func TestIdleReadersPark(t *testing.T) {
 		if _, parked := transport.PolledConnections(); parked == n {
 			t.Fatalf("round %d: all connections parked right after their heartbeats", round)
 		}
+		// Past the connect, the wait is ParkAfter.
+		time.Sleep(2 * transport.ParkAfterConnect)
+		if _, parked := transport.PolledConnections(); parked == n {
+			t.Fatalf("round %d: all connections parked %v after their heartbeats", round, 2*transport.ParkAfterConnect)
+		}
 		waitPolled(n, n, "after the heartbeats")
 	}
 	// The client leaves: the reader wakes on the end of the stream.
@@ -71,4 +68,21 @@ func TestIdleReadersPark(t *testing.T) {
 		_ = c.conn.Close()
 	}
 	waitPolled(0, 0, "after all closed")
+}
+
+// waitPolledWithin waits until want connections (over base) are polled and
+// wantParked of them parked, or fails after d.
+func waitPolledWithin(t *testing.T, base, want, wantParked int, d time.Duration, what string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		n, parked := transport.PolledConnections()
+		if n == base+want && parked >= wantParked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d connections polled, %d parked; want %d, %d", what, n-base, parked, want, wantParked)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

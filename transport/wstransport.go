@@ -170,6 +170,7 @@ type wsTransport struct {
 	poll   *poller
 	pollID uint64 // guarded by poll.mu
 	noPark bool
+	reads  uint8 // messages read, counted up to 2 (ParkAfterConnect; the reader's)
 	parked atomic.Bool
 }
 
@@ -230,7 +231,11 @@ func (w *wsTransport) read() {
 func (w *wsTransport) readMessages() (parked bool) {
 	for {
 		if w.poll != nil && !w.noPark {
-			ok, err := w.frames.await(ParkAfter)
+			wait := ParkAfter
+			if w.reads == 1 {
+				wait = ParkAfterConnect
+			}
+			ok, err := w.frames.await(wait)
 			if err != nil {
 				w.fail(err)
 				return false
@@ -243,6 +248,9 @@ func (w *wsTransport) readMessages() (parked bool) {
 		if err != nil {
 			w.fail(err)
 			return false
+		}
+		if w.reads < 2 {
+			w.reads++
 		}
 		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.takePong(msg) || w.holdPong(msg)) {
 			continue
@@ -272,6 +280,19 @@ func (w *wsTransport) readMessages() (parked bool) {
 // deadline (the engine's idle timeout): the heartbeat (heartbeat.go, or
 // the engine's) closes one whose client has gone silent.
 const ParkAfter = 2 * time.Second
+
+// ParkAfterConnect is ParkAfter for the wait after a connection's first
+// message: on a connection that starts on this transport, the Socket.IO
+// CONNECT. Its reader ran the library's connect path, deep enough to grow
+// its stack to several KB, and a burst of connects (a node's clients
+// coming back after a deploy) would keep every one connected in the last
+// 2 s on such a reader, stack and read buffer, and the heap's peak with
+// them. Measured at 10,000 idle sockets connected at once, 500 in flight:
+// RSS per socket 15.1-15.8 KiB, against 17.7-17.9 with 2 s for this wait
+// too (docs/benchmarks/presence-load.md). A client that sends its first
+// events right after its session (joins, a first heartbeat) sends them
+// within this wait, or wakes its connection through the poller once.
+const ParkAfterConnect = 200 * time.Millisecond
 
 // park hands a connection with nothing to read to the poller, which starts
 // a reader again when bytes (or the end) arrive: an idle socket holds no
