@@ -283,16 +283,19 @@ const ParkAfter = 2 * time.Second
 
 // ParkAfterConnect is ParkAfter for the wait after a connection's first
 // message: on a connection that starts on this transport, the Socket.IO
-// CONNECT. Its reader ran the library's connect path, deep enough to grow
-// its stack to several KB, and a burst of connects (a node's clients
-// coming back after a deploy) would keep every one connected in the last
-// 2 s on such a reader, stack and read buffer, and the heap's peak with
-// them. Measured at 10,000 idle sockets connected at once, 500 in flight:
-// RSS per socket 15.1-15.8 KiB, against 17.7-17.9 with 2 s for this wait
-// too (docs/benchmarks/presence-load.md). A client that sends its first
-// events right after its session (joins, a first heartbeat) sends them
-// within this wait, or wakes its connection through the poller once.
-const ParkAfterConnect = 200 * time.Millisecond
+// CONNECT. Its reader ran the library's connect path, which is deep (a
+// reader's stack grows on it), and a burst of connects (a node's clients
+// coming back after a deploy) would keep every socket connected in the
+// last 2 s on such a reader, and the process's peak with them. Measured at
+// 10,000 idle sockets connected at once, 500 in flight: RSS per socket
+// 16.4-16.5 KiB at 500 ms and 15.8 at 200 ms, against 17.3-17.9 with 2 s
+// for this wait too. At 200 ms the join ack p99 of a burst that joins
+// right after connecting rose from 112-185 to 167-208 ms (sockets parked
+// before their joins came, and woken through the poller); at 500 ms it did
+// not move (docs/benchmarks/presence-load.md). A client that sends its
+// first events right after its session sends them within this wait, or
+// wakes its connection through the poller once.
+const ParkAfterConnect = 500 * time.Millisecond
 
 // park hands a connection with nothing to read to the poller, which starts
 // a reader again when bytes (or the end) arrive: an idle socket holds no
