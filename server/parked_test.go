@@ -13,9 +13,9 @@ import (
 )
 
 // An idle websocket's reader parks on the poller (transport/poller_linux.go)
-// after transport.ParkAfter (ParkAfterConnect right after the CONNECT): no goroutine of ours per idle socket, a reader
-// again for each message, and every way a parked connection ends is
-// reported (its registration goes).
+// after transport.ParkAfter (ParkAfterConnect right after the CONNECT): no
+// goroutine of ours per idle socket, a reader again for each message, and
+// every way a parked connection ends is reported (its registration goes).
 func TestIdleReadersPark(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the poller is epoll")

@@ -12,11 +12,12 @@ import (
 // With Go's default GOGC=100 the heap grows to twice the live heap before a
 // collection, and the runtime keeps what it freed (up to about 10 % over that
 // goal) instead of giving it back to the OS. A presence node's live heap is
-// mostly its connections' long-lived state, so its RSS settles near 2.2× that
-// state: at 10,000 idle sockets, about 9.8 KB of live heap per socket gave
-// 25–26 KiB of RSS per socket. Growing by a share of the live heap instead
-// (25 %: 16–17 KiB) costs collections: each collection marks the whole live
-// heap, so its CPU per byte allocated grows as the headroom shrinks.
+// mostly its connections' long-lived state, so its RSS settles at 2.2× that
+// state or more: at 10,000 idle sockets, about 9.8 KB of live heap per
+// socket gave 25–28 KiB of RSS per socket. Growing by a share of the live
+// heap instead (GOGC=25: 16–17 KiB) costs collections: each collection
+// marks the whole live heap, so its CPU per byte allocated grows as the
+// headroom shrinks (docs/benchmarks/presence-load.md).
 //
 // Below gcHeadroomFloor of live heap the tuner leaves GOGC at 100: a small
 // heap costs little memory and a node handling bursts of events with a small
@@ -36,7 +37,7 @@ func gcPercentFor(live, floor uint64, pct int) int {
 }
 
 // gcTuner sets the GC percent after each collection from the live heap it
-// found. A value of 0 for pct means off: GOGC decides.
+// found (startGCTuner makes one only when it is on).
 type gcTuner struct {
 	pct   int
 	floor uint64
