@@ -33,6 +33,9 @@ func TestNoRedis(t *testing.T) {
 				PublishTimeout: 200 * time.Millisecond, MaxPendingPublishes: 8, RequestsTimeout: 2 * time.Second,
 			})
 			c := dialClient(t, n.url, "c", clientOpts{auth: auth("a", "r"), ackReply: ackWith("c")})
+			// The library answers the CONNECT before its connection handler
+			// has joined the socket to its rooms.
+			waitMembers(t, n, map[string][]*wsClient{"r": {c}})
 
 			start := time.Now()
 			const burst = 100

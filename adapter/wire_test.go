@@ -339,7 +339,8 @@ func testWireResponses(t *testing.T, sharded bool) {
 	waitCluster(t, g, asker)
 	ns.waitServerCount(t, 3)
 	dialClient(t, ns.url, "cn", clientOpts{auth: auth("n", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
-	dialClient(t, g.url, "cg", clientOpts{auth: auth("g", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
+	cg := dialClient(t, g.url, "cg", clientOpts{auth: auth("g", "rr"), ackReply: ackWith(map[string]any{"same": []any{1, "a"}})})
+	waitMembers(t, g, map[string][]*wsClient{"rr": {cg}})
 
 	// Where the answers to the asker go.
 	ctx := context.Background()
