@@ -147,7 +147,7 @@ type Conn struct {
 	rooms    roomSet // the socket's rooms: sock, or a fake in tests
 
 	ready     chan struct{} // closed once Connect's work is done
-	reserved  bool          // holds an Admission reservation until Connect
+	reserved  bool          // Admit reserved its place, until Connect (or the close before it) ends that
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
 
@@ -272,10 +272,9 @@ func (h *Sockets) admit(c *Conn) error {
 	return nil
 }
 
-// release ends the socket's reservation: the engine counts it now, or it
-// is gone. Connect calls it, or the close hook of a socket closed before
-// Connect; should both run, the second call does nothing (Release is
-// idempotent).
+// release ends the reservation of a socket the engine did not count: it
+// closed before Connect (the close hook), or the engine's Connect failed.
+// Should both run, the second call does nothing (Release is idempotent).
 func (h *Sockets) release(c *Conn) {
 	if !c.reserved {
 		return
@@ -334,17 +333,19 @@ func (h *Sockets) Connect(s *socket.Socket) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
 	defer cancel()
-	if err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
+	// The engine ends the socket's reservation as it counts the socket.
+	err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID, Reserved: c.reserved})
+	if err != nil {
 		h.log.Warn("presence connect failed", "sid", c.sid, "user_id", c.UserID, "err", err)
 	} else {
 		c.connected.Store(true)
 	}
 	close(c.ready)
-	// After ready: the socket's first events (a join sent the moment the
-	// client saw CONNECT) need not wait for this round trip. Until it is
-	// done the socket is both counted and reserved, which Admit counts
-	// once.
-	h.release(c)
+	if err != nil {
+		// After ready: the socket's first events (a join sent the moment
+		// the client saw CONNECT) need not wait for this round trip.
+		h.release(c)
+	}
 	// The socket may have closed meanwhile; its disconnect work then runs
 	// here (once), after the engine knew it.
 	if s.Disconnected() {
@@ -352,7 +353,7 @@ func (h *Sockets) Connect(s *socket.Socket) {
 		return
 	}
 	s.Join(UserRoom(c.UserID))
-	err := s.Emit("session", SessionPayload{
+	err = s.Emit("session", SessionPayload{
 		UserID:     c.UserID,
 		SocketID:   c.sid,
 		Node:       h.cfg.NodeID,

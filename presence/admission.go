@@ -10,8 +10,10 @@ import (
 // exists for the engine, so the place is reserved first and counted with
 // the engine's own socket set:
 //
-//	Admit (handshake) → Engine.Connect → Release (the engine counts it now)
+//	Admit (handshake) → Engine.Connect with Socket.Reserved (the engine
+//	counts the socket and ends the reservation in one step)
 //
+// Release ends the reservation of a socket that closed before Connect.
 // A reservation whose socket never connects (the client went away in
 // between) lapses after ReservationTTL, so a place is never lost for good.
 type Admission interface {
@@ -30,9 +32,6 @@ const ReservationTTL = 30 * time.Second
 type MemoryAdmission struct {
 	m   *Memory
 	now func() time.Time
-	// reserved: user → sid → reservation deadline; guarded by m.mu, so that
-	// counting the user's sockets and reserving are one step.
-	reserved map[string]map[string]time.Time
 }
 
 var _ Admission = (*MemoryAdmission)(nil)
@@ -42,7 +41,7 @@ func NewMemoryAdmission(m *Memory, now func() time.Time) *MemoryAdmission {
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryAdmission{m: m, now: now, reserved: map[string]map[string]time.Time{}}
+	return &MemoryAdmission{m: m, now: now}
 }
 
 // Admit implements Admission.
@@ -57,7 +56,7 @@ func (a *MemoryAdmission) Admit(_ context.Context, user, sid string, max int) (b
 	if _, ok := live[sid]; ok {
 		return true, nil
 	}
-	res := a.reserved[user]
+	res := a.m.reserved[user]
 	n := len(live)
 	for s, until := range res {
 		if !until.After(now) {
@@ -73,13 +72,13 @@ func (a *MemoryAdmission) Admit(_ context.Context, user, sid string, max int) (b
 	}
 	if n >= max {
 		if len(res) == 0 {
-			delete(a.reserved, user)
+			delete(a.m.reserved, user)
 		}
 		return false, nil
 	}
 	if res == nil {
 		res = map[string]time.Time{}
-		a.reserved[user] = res
+		a.m.reserved[user] = res
 	}
 	res[sid] = now.Add(ReservationTTL)
 	return true, nil
@@ -89,11 +88,16 @@ func (a *MemoryAdmission) Admit(_ context.Context, user, sid string, max int) (b
 func (a *MemoryAdmission) Release(_ context.Context, user, sid string) error {
 	a.m.mu.Lock()
 	defer a.m.mu.Unlock()
-	if res := a.reserved[user]; res != nil {
+	a.m.release(user, sid)
+	return nil
+}
+
+// release ends sid's reservation, if any. Called with m.mu held.
+func (m *Memory) release(user, sid string) {
+	if res := m.reserved[user]; res != nil {
 		delete(res, sid)
 		if len(res) == 0 {
-			delete(a.reserved, user)
+			delete(m.reserved, user)
 		}
 	}
-	return nil
 }

@@ -17,6 +17,9 @@ type Memory struct {
 	convs   map[string]*mConv
 	users   map[string]*mUser
 	leases  map[string]time.Time // node → last lease renewal
+	// reserved: user → sid → deadline of an admitted socket's reservation
+	// (MemoryAdmission), ended by the engine's Connect.
+	reserved map[string]map[string]time.Time
 
 	// pending timers, so that a tick visits only what may be due
 	typingConvs map[string]struct{}
@@ -64,6 +67,7 @@ func NewMemory() *Memory {
 		users:   map[string]*mUser{},
 		leases:  map[string]time.Time{},
 
+		reserved:    map[string]map[string]time.Time{},
 		typingConvs: map[string]struct{}{},
 		graceConvs:  map[string]struct{}{},
 		graceUsers:  map[string]struct{}{},
@@ -121,6 +125,9 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 			u.status = Online
 			b = append(b, Event{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online})
 		}
+	}
+	if s.Reserved {
+		m.release(s.UserID, s.ID)
 	}
 	m.mu.Unlock()
 	e.emit(ctx, b)

@@ -124,6 +124,11 @@ type Sink func(ctx context.Context, events []Event)
 type Socket struct {
 	ID     string
 	UserID string
+	// Reserved: Admit reserved the socket's place (Admission). Connect then
+	// ends the reservation once the engine counts the socket, in the same
+	// step (for Redis, the same round trip), so the caller does not call
+	// Release.
+	Reserved bool
 }
 
 // Member is a user present in a conversation.

@@ -41,6 +41,9 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, e.kNode, s.ID, reg)
 	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk())
+	if s.Reserved { // counted by the script above: the reservation ends
+		pipe.ZRem(ctx, e.userReserved(s.UserID), s.ID)
+	}
 	if err := e.exec(ctx, pipe); err != nil {
 		// The scripts may have run although the reply was lost: the
 		// socket is cleaned up (idempotently) by the pending retries.
