@@ -28,7 +28,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	pipe := e.rdb.Pipeline()
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
 	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
+	act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
 	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom
@@ -96,7 +96,7 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
 		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, e.clk(), "left", 0, "")
-		act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
+		act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
 		if err := e.exec(ctx, pipe); err != nil {
 			return unavailable("leave", err)
 		}

@@ -47,7 +47,7 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 	} else {
 		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su, k.m}, socketID, s.user, e.clk())
 	}
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers, e.kDue}, s.user, e.clk(), e.cfg.AwayAfter.Milliseconds())
+	act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
 	if err := e.exec(ctx, pipe); err != nil {
 		return unavailable("typing", err)
 	}
