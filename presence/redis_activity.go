@@ -38,15 +38,29 @@ type activityBatcher struct {
 
 // recordActivity records user's activity with the next batch (at Redis's
 // time of the batch) and waits for its result: whether the user came back
-// from away.
+// from away. With no batch in flight the caller sends its record itself,
+// on its own goroutine and under its own context (a heartbeat on a quiet
+// node wakes no other goroutine for it); records that arrive meanwhile
+// gather for a flusher goroutine.
 func (e *RedisEngine) recordActivity(ctx context.Context, user string) (bool, error) {
 	r := &activityReq{user: user, done: make(chan struct{})}
 	b := &e.act
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
 	if !b.busy {
+		// Nothing in flight, so the queue held nothing before r.
 		b.busy = true
-		go e.flushActivity()
+		batch := b.take()
+		b.mu.Unlock()
+		sctx, cancel := context.WithTimeout(ctx, activityFlushTimeout)
+		e.sendActivity(sctx, batch)
+		cancel()
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go e.flushActivity() // busy stays set
+		} else {
+			b.busy = false
+		}
 	}
 	b.mu.Unlock()
 	select {
@@ -57,30 +71,36 @@ func (e *RedisEngine) recordActivity(ctx context.Context, user string) (bool, er
 	}
 }
 
+// take removes the next batch from the queue. Called with mu held.
+func (b *activityBatcher) take() []*activityReq {
+	batch := b.queue
+	if len(batch) > activityBatchMax {
+		batch, b.queue = batch[:activityBatchMax], batch[activityBatchMax:]
+	} else {
+		b.queue = nil
+	}
+	return batch
+}
+
 // flushActivity sends queued records until the queue is empty.
 func (e *RedisEngine) flushActivity() {
 	b := &e.act
 	for {
 		b.mu.Lock()
-		batch := b.queue
-		if len(batch) > activityBatchMax {
-			batch, b.queue = batch[:activityBatchMax], batch[activityBatchMax:]
-		} else {
-			b.queue = nil
-		}
+		batch := b.take()
 		if len(batch) == 0 {
 			b.busy = false
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
-		e.sendActivity(batch)
+		ctx, cancel := context.WithTimeout(context.Background(), activityFlushTimeout)
+		e.sendActivity(ctx, batch)
+		cancel()
 	}
 }
 
-func (e *RedisEngine) sendActivity(batch []*activityReq) {
-	ctx, cancel := context.WithTimeout(context.Background(), activityFlushTimeout)
-	defer cancel()
+func (e *RedisEngine) sendActivity(ctx context.Context, batch []*activityReq) {
 	pipe := e.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, r := range batch {
