@@ -14,16 +14,16 @@ import (
 // node and checks that the node watching those users gets each of them,
 // intact.
 func TestRedisBusBurst(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
-	pub := presence.NewRedisBus(rdb, prefix, nil)
-	sub := presence.NewRedisBus(rdb, prefix, nil)
 	const n = 300
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprint("u", i)
 	}
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	sub := presence.NewRedisBus(rdb, prefix, nil) // the node watching the users
 	sub.Watch(ids...)
+	pub := presence.NewRedisBus(rdb, prefix, nil) // the node where they connect
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan presence.Event, n)
