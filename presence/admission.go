@@ -13,7 +13,8 @@ import (
 //	Admit (handshake) → Engine.Connect with Socket.Reserved (the engine
 //	counts the socket and ends the reservation in one step)
 //
-// Release ends the reservation of a socket that closed before Connect.
+// Release ends the reservation of a socket that closed before Connect, or
+// whose Connect failed.
 // A reservation whose socket never connects (the client went away in
 // between) lapses after ReservationTTL, so a place is never lost for good.
 type Admission interface {

@@ -28,6 +28,9 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	e.mu.Lock()
 	if _, ok := e.local[s.ID]; ok {
 		e.mu.Unlock()
+		if s.Reserved { // counted already: the reservation still ends
+			return e.Release(ctx, s.UserID, s.ID)
+		}
 		return nil
 	}
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
