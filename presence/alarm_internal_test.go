@@ -21,6 +21,11 @@ func TestAlarmRingsAtTheMoment(t *testing.T) {
 		t.Fatalf("%d moments pending, want 2", n)
 	}
 	for _, moment := range []time.Duration{30 * time.Millisecond, 60 * time.Millisecond} {
+		if moment > 30*time.Millisecond && a.pending() == 0 {
+			// Both moments had come by the first wake (a loaded
+			// machine): one wake covers them, by design.
+			break
+		}
 		select {
 		case <-a.C:
 		case <-time.After(5 * time.Second):
