@@ -88,6 +88,26 @@ func admissionSuite(t *testing.T, n1, n2 presence.Engine, adm presence.Admission
 		t.Fatal("Release is idempotent:", err)
 	}
 
+	// A Connect with Reserved of a socket already counted (connected
+	// before without it) still ends the reservation: after the socket
+	// disconnects, all max places are free.
+	if !admit("x", "x1") {
+		t.Fatal("x1 refused")
+	}
+	for _, reserved := range []bool{false, true} {
+		if err := n1.Connect(ctx, presence.Socket{ID: "x1", UserID: "x", Reserved: reserved}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.Disconnect(ctx, "x1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= max+1; i++ {
+		if !admit("x", fmt.Sprint("x", i)) {
+			t.Fatalf("x%d refused: x1's reservation outlived its second Connect", i)
+		}
+	}
+
 	// Concurrent handshakes of one user: exactly max admitted.
 	var wg sync.WaitGroup
 	var admitted atomic.Int64

@@ -29,10 +29,11 @@ func TestRedisBusBurst(t *testing.T) {
 	got := make(chan presence.Event, n)
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx, func(_ context.Context, e presence.Event) { got <- e }) }()
+	first, last := prefix+":status:"+ids[0], prefix+":status:"+ids[n-1]
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		counts, err := rdb.PubSubNumSub(ctx, prefix+":status:u0", prefix+fmt.Sprintf(":status:u%d", n-1)).Result()
-		if err == nil && counts[prefix+":status:u0"] == 1 && counts[prefix+fmt.Sprintf(":status:u%d", n-1)] == 1 {
+		counts, err := rdb.PubSubNumSub(ctx, first, last).Result()
+		if err == nil && counts[first] == 1 && counts[last] == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
