@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,13 @@ func TestNoRedis(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+	var dials atomic.Int64
+	var d net.Dialer
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}})
 	t.Cleanup(func() { rdb.Close() })
 
 	for _, m := range modes() {
@@ -89,6 +96,14 @@ func TestNoRedis(t *testing.T) {
 			}
 			if n.adapter().Subscribed("") {
 				t.Error("subscribed without Redis")
+			}
+
+			// The subscriber keeps retrying, with a growing pause
+			// (at most 2 s): not a dial loop.
+			before := dials.Load()
+			time.Sleep(2 * time.Second)
+			if got := dials.Load() - before; got > 10 {
+				t.Errorf("%d dials to the unreachable Redis in 2 s of an idle node", got)
 			}
 		})
 	}

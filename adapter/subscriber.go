@@ -166,6 +166,13 @@ func (s *subscriber) run() {
 		case <-s.ctx.Done():
 			return
 		case <-s.kick:
+			if pause != 0 {
+				// A retry is due (retry): a failed connection or a new
+				// channel waits for it. Acting on each kick would redial
+				// at once, and each failure kicks again: with Redis
+				// refusing connections, that spun a core dialing.
+				continue
+			}
 		case <-retry.C:
 		case <-health.C:
 			s.checkHealth(conns)

@@ -213,6 +213,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		// connections than the default 10 per CPU keep them from queueing
 		// for one.
 		opts.PoolSize = max(opts.PoolSize, 64)
+		redis.SetLogger(newRedisLogger(log.With("component", "redis")))
 		a.rdb = redis.NewUniversalClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)

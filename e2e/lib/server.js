@@ -221,3 +221,11 @@ export function runCli(args, { env = {}, timeoutMs = 15000 } = {}) {
     });
   });
 }
+
+/** CPU seconds (user + system) the process has used so far (Linux: /proc). */
+export function cpuSeconds(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime
+  return ticks / 100; // USER_HZ is 100 on Linux
+}

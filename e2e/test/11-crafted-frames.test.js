@@ -7,10 +7,9 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import crypto from 'node:crypto';
-import fs from 'node:fs';
 import os from 'node:os';
 
-import { startServer, SECRET } from '../lib/server.js';
+import { startServer, SECRET, cpuSeconds } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
 import { connect, sleep } from '../lib/client.js';
 import { upgradeHeaders } from '../lib/http.js';
@@ -37,14 +36,6 @@ function head64(b0, len) {
   b.writeBigUInt64BE(len, 2);
   b.set([1, 2, 3, 4], 10);
   return b;
-}
-
-/** CPU seconds (user + system) the process has used so far. */
-function cpuSeconds(pid) {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime
-  return ticks / 100; // USER_HZ is 100 on Linux
 }
 
 describe('crafted frames', { timeout: 60000, skip: os.platform() !== 'linux' && 'needs /proc' }, () => {

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { startServer, SECRET } from '../lib/server.js';
+import { startServer, SECRET, cpuSeconds } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
 import { connect, closeClient, sleep, waitUntil } from '../lib/client.js';
 import { request } from '../lib/http.js';
@@ -38,6 +38,13 @@ describe('faults', { timeout: 300000 }, () => {
     assert.equal(before.status, 503, before.body);
     assert.match(before.body, /"redis":"unavailable"/);
     assert.doesNotMatch(before.body, new RegExp(String(redis.port)), '/readyz names no address');
+    if (os.platform() === 'linux') {
+      // Waiting for Redis is not a dial loop: it once spun a core.
+      const cpu0 = cpuSeconds(server.pid);
+      await sleep(3000);
+      const used = cpuSeconds(server.pid) - cpu0;
+      assert.ok(used < 0.5, `the idle node used ${used.toFixed(2)} CPU-seconds in 3 s while Redis was down`);
+    }
 
     await redis.start();
     await waitUntil(async () => (await readyz(server.url)).status === 200, { timeoutMs: 20000, message: '/readyz 200 once Redis is up' });
