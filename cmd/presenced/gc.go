@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // The Go heap's headroom (PRESENCE_GC_HEADROOM).
@@ -36,16 +37,52 @@ func gcPercentFor(live, floor uint64, pct int) int {
 	return min(100, max(p, pct))
 }
 
+// A connect burst (thousands of sockets arriving at once: a deploy, a
+// reconnect storm) grows the live heap by each socket's state while it
+// allocates several times that in garbage (the handshakes). With the tight
+// headroom, collections come every floor's worth of allocation and each
+// marks the whole live heap: marking costs several times what was allocated
+// (measured: 16 % of the CPU per connect against GOGC=100). So while
+// collections find that more than 1/gcGrowthShare of the bytes allocated
+// since the one before stayed live (the live heap grows with the traffic,
+// not only churns), two in a row to begin with, the tuner leaves Go's
+// default 100. The share, unlike
+// the growth per collection, does not depend on how far apart collections
+// are, so the percent it sets does not make it flap. The burst ends at the
+// second collection in a row that finds no such growth, gcQuiet or more
+// after the last that did, or,
+// between collections, when a gcQuiet passes with no collection and little
+// allocation; the tuner then sets the tight percent again and hands the
+// memory freed back to the OS at once (debug.FreeOSMemory), so that RSS
+// after the burst is what the tight headroom gives. During it, the heap may
+// reach twice the live heap.
+const (
+	gcGrowthShare = 32
+	gcQuiet       = time.Second
+)
+
 // gcTuner sets the GC percent after each collection from the live heap it
 // found (startGCTuner makes one only when it is on).
 type gcTuner struct {
-	pct   int
-	floor uint64
+	pct     int
+	floor   uint64
+	quiet   time.Duration
+	release func() // hands freed memory to the OS: debug.FreeOSMemory
 
-	mu      sync.Mutex
-	last    int
-	stopped bool
-	sample  []metrics.Sample
+	mu       sync.Mutex
+	last     int
+	stopped  bool
+	sample   []metrics.Sample // live heap, collections, bytes allocated
+	prevLive uint64           // live heap found by the collection before
+	prevAllc uint64           // bytes allocated until then
+	burst    bool
+	grewAt   time.Time // the last collection that found the heap growing
+	grew     int       // collections in a row that found it growing
+	flat     int       // collections since the last of them that did not
+	now      func() time.Time
+	timer    *time.Timer // while burst: looks for its end between collections
+	// at the timer's last look
+	seenCycles, seenAllocs uint64
 }
 
 // gcSentinel is allocated once per collection; its cleanup runs after the
@@ -64,11 +101,15 @@ func startGCTuner(pct int, floor uint64, gogcSet bool) (stop func(), percent int
 	if pct <= 0 || gogcSet {
 		return func() {}, 0
 	}
-	t := &gcTuner{pct: pct, floor: floor, last: 100,
-		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	t := newGCTuner(pct, floor)
 	t.tune()
 	t.arm()
 	return t.stop, t.current()
+}
+
+func newGCTuner(pct int, floor uint64) *gcTuner {
+	return &gcTuner{pct: pct, floor: floor, last: 100, quiet: gcQuiet, release: debug.FreeOSMemory, now: time.Now,
+		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}}
 }
 
 func (t *gcTuner) arm() {
@@ -84,6 +125,17 @@ func (t *gcTuner) arm() {
 	}, t)
 }
 
+// read reads the runtime's figures: ok false if the live heap is not known.
+func (t *gcTuner) read() (live, cycles, allocs uint64, ok bool) {
+	metrics.Read(t.sample)
+	for _, s := range t.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return 0, 0, 0, false
+		}
+	}
+	return t.sample[0].Value.Uint64(), t.sample[1].Value.Uint64(), t.sample[2].Value.Uint64(), true
+}
+
 // tune reads the live heap marked by the last collection and sets the GC
 // percent it calls for, if that changed.
 func (t *gcTuner) tune() {
@@ -92,11 +144,88 @@ func (t *gcTuner) tune() {
 	if t.stopped {
 		return
 	}
-	metrics.Read(t.sample)
-	if t.sample[0].Value.Kind() != metrics.KindUint64 {
+	live, cycles, allocs, ok := t.read()
+	if !ok {
 		return
 	}
-	p := gcPercentFor(t.sample[0].Value.Uint64(), t.floor, t.pct)
+	was := t.burst
+	p, ended := t.observe(live, allocs)
+	t.set(p)
+	switch {
+	case t.burst && !was:
+		t.seenCycles, t.seenAllocs = cycles, allocs
+		t.timer = time.AfterFunc(t.quiet, t.look)
+	case ended:
+		t.timer.Stop()
+		go t.release()
+	}
+}
+
+// observe takes the live heap a collection found and the bytes allocated
+// until then; it returns the GC percent to set and whether a burst ended
+// with it.
+func (t *gcTuner) observe(live, allocs uint64) (percent int, ended bool) {
+	grew := t.prevAllc > 0 && live > t.prevLive && live-t.prevLive > (allocs-t.prevAllc)/gcGrowthShare
+	t.prevLive, t.prevAllc = live, allocs
+	p := gcPercentFor(live, t.floor, t.pct)
+	now := t.now()
+	switch {
+	case grew:
+		t.grew++
+		t.grewAt, t.flat = now, 0
+		// Two in a row: one may only follow a collection that came at
+		// a low (what is live at a mark varies with what is under way).
+		if p < 100 && (t.burst || t.grew >= 2) {
+			t.burst = true
+			return 100, false
+		}
+		return p, false
+	case t.burst:
+		// One collection may find the heap flat in the middle of a
+		// burst: two in a row, and gcQuiet after the last growth, end
+		// it.
+		t.grew = 0
+		if t.flat++; t.flat < 2 || now.Sub(t.grewAt) < t.quiet {
+			return 100, false
+		}
+		t.burst = false
+		return p, true
+	}
+	t.grew = 0
+	return p, false
+}
+
+// idle takes the runtime's counts at a look of the timer; it reports
+// whether the burst ended: no collection since the last look, and less
+// than 1/16 of the live heap allocated (no collection would come soon to
+// tell).
+func (t *gcTuner) idle(cycles, allocs uint64) (ended bool) {
+	quiet := cycles == t.seenCycles && allocs-t.seenAllocs < t.prevLive/16
+	t.seenCycles, t.seenAllocs = cycles, allocs
+	if t.burst && quiet {
+		t.burst = false
+		return true
+	}
+	return false
+}
+
+// look is the timer's look for a burst's end between collections.
+func (t *gcTuner) look() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped || !t.burst {
+		return
+	}
+	_, cycles, allocs, ok := t.read()
+	if ok && t.idle(cycles, allocs) {
+		t.set(gcPercentFor(t.prevLive, t.floor, t.pct))
+		go t.release()
+		return
+	}
+	t.timer.Reset(t.quiet)
+}
+
+func (t *gcTuner) set(p int) {
 	if p != t.last {
 		debug.SetGCPercent(p)
 		t.last = p
@@ -115,6 +244,9 @@ func (t *gcTuner) stop() {
 	defer t.mu.Unlock()
 	if !t.stopped {
 		t.stopped = true
+		if t.timer != nil {
+			t.timer.Stop()
+		}
 		debug.SetGCPercent(100)
 	}
 }

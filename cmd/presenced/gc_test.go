@@ -91,3 +91,88 @@ func TestGCTunerOff(t *testing.T) {
 		}
 	}
 }
+
+// TestGCTunerBurst: collections that find the live heap growing with what
+// was allocated (two in a row) give Go's default percent; two flat ones,
+// gcQuiet after the last growth, end the burst. A single growth (after a
+// low, maybe) or churn without growth changes nothing.
+func TestGCTunerBurst(t *testing.T) {
+	const mib = 1 << 20
+	tu := newGCTuner(25, 32*mib)
+	clock := time.Unix(1000, 0)
+	tu.now = func() time.Time { return clock }
+	var live, allocs uint64 = 200 * mib, 1000 * mib
+	step := func(what string, grow uint64, wantP int, wantEnded bool) {
+		t.Helper()
+		clock = clock.Add(300 * time.Millisecond) // between collections
+		live, allocs = live+grow, allocs+50*mib
+		if p, ended := tu.observe(live, allocs); p != wantP || ended != wantEnded {
+			t.Fatalf("%s: percent %d, ended %v; want %d, %v", what, p, ended, wantP, wantEnded)
+		}
+	}
+	step("the first look", 0, 25, false)
+	step("churn", 0, 25, false)
+	step("one growth", 10*mib, 25, false)
+	step("flat", 0, 25, false)
+	step("growth", 10*mib, 25, false)
+	step("growth again: a burst", 10*mib, 100, false)
+	step("2 MiB of 50 allocated stayed: growth", 2*mib, 100, false)
+	step("flat once", 0, 100, false)
+	step("growth", 10*mib, 100, false)
+	step("flat", 0, 100, false)
+	step("flat twice, 600 ms after the growth", 0, 100, false)
+	step("900 ms", 0, 100, false)
+	step("1.2 s: the burst ends", 0, 25, true)
+	step("after it", 0, 25, false)
+
+	// Between collections: a look with no collection since the last and
+	// little allocated ends a burst; one after a collection does not.
+	step("growth", 10*mib, 25, false)
+	step("growth: a burst", 10*mib, 100, false)
+	tu.seenCycles, tu.seenAllocs = 7, allocs
+	if tu.idle(8, allocs+mib) {
+		t.Error("a look after a collection ended the burst")
+	}
+	if tu.idle(8, allocs+100*mib) {
+		t.Error("a look after 100 MiB allocated ended the burst")
+	}
+	if !tu.idle(8, allocs+101*mib) {
+		t.Error("a look with no collection and 1 MiB allocated did not end the burst")
+	}
+	if tu.idle(8, allocs+101*mib) {
+		t.Error("a look ended a burst already over")
+	}
+}
+
+// TestGCTunerReleasesAfterBurst: a live heap growing through collections
+// gives GOGC 100 until it stops; then the tight percent is set again and
+// the memory freed is handed back.
+func TestGCTunerReleasesAfterBurst(t *testing.T) {
+	stop, _ := startGCTuner(30, 8<<20, false)
+	defer func() {
+		stop()
+		gcTestLive = nil
+		runtime.GC() // the next test starts with a small live heap
+	}()
+	for range 64 { // 64 MiB live: past the floor, pct applies
+		gcTestLive = append(gcTestLive, make([]byte, 1<<20))
+	}
+	waitGOGC(t, 30)
+	sawBurst := false
+	for range 40 { // growing, collection after collection
+		for range 4 {
+			gcTestLive = append(gcTestLive, make([]byte, 1<<20))
+		}
+		runtime.GC()
+		if gogc() == 100 {
+			sawBurst = true
+			break
+		}
+	}
+	if !sawBurst {
+		t.Fatal("GOGC never 100 while the live heap grew")
+	}
+	// Growth stops: the burst ends (the tuner's timer, or collections
+	// finding the heap flat) and the tight percent comes back.
+	waitGOGC(t, 30)
+}
