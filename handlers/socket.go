@@ -16,6 +16,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/internal/defaults"
+	"github.com/presenced/presenced/internal/stack"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/timestamp"
@@ -322,6 +323,9 @@ func (c *Conn) stopExpiry() {
 // Connect is called for every socket that passed authentication, after the
 // library sent the CONNECT packet.
 func (h *Sockets) Connect(s *socket.Socket) {
+	// The library runs this on a goroutine it has just started, and the
+	// session's encoding (encoding/json) is deep.
+	stack.Grow()
 	c, ok := s.Data().(*Conn)
 	if !ok || c == nil {
 		h.log.Error("socket without auth state", "sid", s.Id())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/presenced/presenced/internal/boundedmap"
 	"github.com/presenced/presenced/internal/coalesce"
+	"github.com/presenced/presenced/internal/stack"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
 )
@@ -187,6 +188,7 @@ func (s *Settings) startLoadLocked(ids []string) chan struct{} {
 // one is newer than what the store said); done is closed at the end.
 // startSeq is s.seq when the lookup began.
 func (s *Settings) load(ids []string, done chan struct{}, startSeq uint64) {
+	stack.Grow() // a new goroutine, into pgx
 	ctx, cancel := context.WithTimeout(context.Background(), settingsReadTimeout)
 	got, err := s.reads.Get(ctx, ids)
 	cancel()

@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/httprate"
 
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/stack"
 	"github.com/presenced/presenced/metrics"
 )
 
@@ -176,6 +177,7 @@ func releaseOnHijack(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		stack.Grow() // the engine's upgrade and handshake are deep
 		next.ServeHTTP(&hijackWriter{ResponseWriter: w}, upgradeRequest(r))
 	})
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/zishang520/socket.io/servers/engine/v3/transports"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/internal/stack"
 )
 
 // The websocket transport. It replaces the library's (servers/engine
@@ -229,6 +231,7 @@ func (w *wsTransport) read() {
 // readMessages reads until the connection fails (false) or is parked
 // (true).
 func (w *wsTransport) readMessages() (parked bool) {
+	grown := false
 	for {
 		if w.poll != nil && !w.noPark {
 			wait := ParkAfter
@@ -256,6 +259,12 @@ func (w *wsTransport) readMessages() (parked bool) {
 			continue
 		}
 		// The library's path: the engine keeps what it is given.
+		if !grown {
+			// Deep, above all the Socket.IO CONNECT: grow the stack
+			// in one step while it holds only the reader's frames.
+			grown = true
+			stack.Grow()
+		}
 		data := append([]byte(nil), msg...)
 		if mt == ws.TextMessage {
 			w.OnData(types.NewStringBuffer(data))
