@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/timestamp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -270,7 +271,7 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer e.alarm.stop()
-	var failing outage
+	failing := throttle.Log{Every: outageLogEvery}
 	tick := func(ctx context.Context) error {
 		err := e.Tick(ctx)
 		switch {
@@ -279,11 +280,11 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 			cancel()
 		case err != nil && ctx.Err() == nil:
 			// every 50 ms while Redis is down: one line per outageLogEvery
-			if n, ok := failing.fail(time.Now()); ok {
+			if n, ok := failing.Fail(time.Now()); ok {
 				e.log.Warn("presence tick failed", "err", err, "failed_ticks", n)
 			}
 		case err == nil:
-			if n, ok := failing.recover(); ok {
+			if n, ok := failing.Recover(); ok {
 				e.log.Info("presence tick recovered", "failed_ticks", n)
 			}
 		}
@@ -303,39 +304,6 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 
 // outageLogEvery is how often a failure that repeats every tick is logged.
 const outageLogEvery = 10 * time.Second
-
-// outage throttles the log of a failure that repeats: the first failure is
-// logged, then one line per outageLogEvery with the failures counted
-// meanwhile, and one when it ends.
-type outage struct {
-	last   time.Time // the last line; zero: no failure since the last success
-	missed int       // failures since the last line
-	total  int       // failures since the last success
-}
-
-// fail counts a failure; it reports whether to log it, with the failures
-// since the last line (this one included).
-func (o *outage) fail(now time.Time) (int, bool) {
-	o.missed++
-	o.total++
-	if !o.last.IsZero() && now.Sub(o.last) < outageLogEvery {
-		return 0, false
-	}
-	n := o.missed
-	o.last, o.missed = now, 0
-	return n, true
-}
-
-// recover ends an outage; it reports whether one was under way, with the
-// number of failures it counted.
-func (o *outage) recover() (int, bool) {
-	if o.last.IsZero() {
-		return 0, false
-	}
-	n := o.total
-	*o = outage{}
-	return n, true
-}
 
 // Close implements Engine: the node gives its id up so that survivors do
 // not reap it (its sockets were disconnected by the shutdown) and it can

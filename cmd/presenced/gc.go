@@ -42,20 +42,20 @@ func gcPercentFor(live, floor uint64, pct int) int {
 // allocates several times that in garbage (the handshakes). With the tight
 // headroom, collections come every floor's worth of allocation and each
 // marks the whole live heap: marking costs several times what was allocated
-// (measured: 16 % of the CPU per connect against GOGC=100). So while
-// collections find that more than 1/gcGrowthShare of the bytes allocated
-// since the one before stayed live (the live heap grows with the traffic,
-// not only churns), two in a row to begin with, the tuner leaves Go's
-// default 100. The share, unlike
-// the growth per collection, does not depend on how far apart collections
-// are, so the percent it sets does not make it flap. The burst ends at the
-// second collection in a row that finds no such growth, gcQuiet or more
-// after the last that did, or,
-// between collections, when a gcQuiet passes with no collection and little
-// allocation; the tuner then sets the tight percent again and hands the
+// (measured: 16 % of the CPU per connect against GOGC=100).
+//
+// So while collections find that more than 1/gcGrowthShare of the bytes
+// allocated since the one before stayed live (the live heap grows with the
+// traffic, not only churns), two in a row to begin with, the tuner leaves
+// Go's default 100. That share, unlike the growth per collection, does not
+// depend on how far apart collections are, so the percent it sets does not
+// make it flap. The burst ends at the second collection in a row that finds
+// no such growth, gcQuiet or more after the last that did, or, between
+// collections, when a gcQuiet passes with no collection and little
+// allocation. The tuner then sets the tight percent again and hands the
 // memory freed back to the OS at once (debug.FreeOSMemory), so that RSS
-// after the burst is what the tight headroom gives. During it, the heap may
-// reach twice the live heap.
+// after the burst is what the tight headroom gives. During a burst the heap
+// may reach twice the live heap.
 const (
 	gcGrowthShare = 32
 	gcQuiet       = time.Second

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/presenced/presenced/internal/throttle"
 )
 
 // redisLogEvery is how often one kind of go-redis message is logged.
@@ -23,16 +25,11 @@ type redisLogger struct {
 	now func() time.Time
 
 	mu    sync.Mutex
-	kinds map[string]*redisLogKind // by format: a bounded set of constants
-}
-
-type redisLogKind struct {
-	last   time.Time
-	missed int
+	kinds map[string]*throttle.Log // by format: a bounded set of constants
 }
 
 func newRedisLogger(log *slog.Logger) *redisLogger {
-	return &redisLogger{log: log, now: time.Now, kinds: map[string]*redisLogKind{}}
+	return &redisLogger{log: log, now: time.Now, kinds: map[string]*throttle.Log{}}
 }
 
 // Printf implements go-redis's Logging.
@@ -41,17 +38,14 @@ func (l *redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.mu.Lock()
 	k := l.kinds[format]
 	if k == nil {
-		k = &redisLogKind{}
+		k = &throttle.Log{Every: redisLogEvery}
 		l.kinds[format] = k
 	}
-	k.missed++
-	if !k.last.IsZero() && now.Sub(k.last) < redisLogEvery {
-		l.mu.Unlock()
+	n, ok := k.Fail(now)
+	l.mu.Unlock()
+	if !ok {
 		return
 	}
-	n := k.missed
-	k.last, k.missed = now, 0
-	l.mu.Unlock()
 	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
 	l.log.WarnContext(ctx, msg, "count", n)
 }

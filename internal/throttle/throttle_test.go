@@ -1,25 +1,25 @@
-package presence
+package throttle
 
 import (
 	"testing"
 	"time"
 )
 
-// TestOutageLogThrottled: a failure repeated every tick gives its first
-// line at once, then one per outageLogEvery with the failures counted
+// TestLogThrottled: a failure repeated every tick gives its first
+// line at once, then one per Every with the failures counted
 // since, and one line when it ends.
-func TestOutageLogThrottled(t *testing.T) {
-	var o outage
-	if _, ok := o.recover(); ok {
+func TestLogThrottled(t *testing.T) {
+	o := Log{Every: 10 * time.Second}
+	if _, ok := o.Recover(); ok {
 		t.Fatal("a recovery logged without a failure")
 	}
 	t0 := time.Unix(1000, 0)
-	if n, ok := o.fail(t0); !ok || n != 1 {
+	if n, ok := o.Fail(t0); !ok || n != 1 {
 		t.Fatalf("first failure: %d, %v", n, ok)
 	}
 	logged := 0
 	for i := 1; i < 400; i++ { // 50 ms apart: 20 s
-		if n, ok := o.fail(t0.Add(time.Duration(i) * 50 * time.Millisecond)); ok {
+		if n, ok := o.Fail(t0.Add(time.Duration(i) * 50 * time.Millisecond)); ok {
 			logged++
 			if n != 200 {
 				t.Errorf("line %d counts %d failures, want 200", logged, n)
@@ -29,13 +29,13 @@ func TestOutageLogThrottled(t *testing.T) {
 	if logged != 1 {
 		t.Errorf("%d lines in the 20 s after the first, want 1", logged)
 	}
-	if n, ok := o.recover(); !ok || n != 400 {
+	if n, ok := o.Recover(); !ok || n != 400 {
 		t.Errorf("recovery: %d, %v; want 400, true", n, ok)
 	}
-	if _, ok := o.recover(); ok {
+	if _, ok := o.Recover(); ok {
 		t.Error("a second recovery logged")
 	}
-	if n, ok := o.fail(t0.Add(21 * time.Second)); !ok || n != 1 {
+	if n, ok := o.Fail(t0.Add(21 * time.Second)); !ok || n != 1 {
 		t.Errorf("the next outage's first failure: %d, %v", n, ok)
 	}
 }
