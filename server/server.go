@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Log == nil || deps.Metrics == nil || deps.Verifier == nil || deps.Sockets == nil {
 		return nil, errors.New("server: Log, Metrics, Verifier and Sockets are required")
 	}
-	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server"), gate: newConnectGate()}
+	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server")}
 	s.io = s.newSocketIO()
 	s.router = s.routes()
 	return s, nil
@@ -163,6 +164,12 @@ func (s *Server) newSocketIO() *socket.Server {
 		opts.SetTransports(types.NewSet[engine.TransportCtor](engine.Polling, ws))
 	}
 	io := socket.NewServer(nil, opts)
+	var busy func() bool
+	if ws != nil {
+		procs := runtime.GOMAXPROCS(0)
+		busy = func() bool { return ws.EventsInFlight() >= procs }
+	}
+	s.gate = newConnectGate(busy)
 	if ws != nil {
 		io.ServeHandler(nil) // creates the engine (routes reuses it)
 		ws.Attach(io.Engine())

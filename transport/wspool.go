@@ -31,6 +31,7 @@ type directPool struct {
 	workers  atomic.Int64
 	waiting  atomic.Int64 // workers waiting for a job
 	finished atomic.Int64 // jobs done
+	inFlight atomic.Int64 // jobs queued or running
 	watching atomic.Bool
 }
 
@@ -57,6 +58,8 @@ func (p *directPool) run(w *wsTransport, msg []byte) bool {
 	if !p.watching.Load() && p.watching.CompareAndSwap(false, true) {
 		go p.watch()
 	}
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
 	p.jobs <- w
 	return <-w.jobDone
 }

@@ -77,11 +77,20 @@ func TestDirectPool(t *testing.T) {
 			}
 		}
 	}
+	for deadline := time.Now().Add(2 * time.Second); p.inFlight.Load() != stuckN && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := p.inFlight.Load(); n != stuckN {
+		t.Fatalf("%d events in flight with %d stuck, want %d (the connect gate narrows on it)", n, stuckN, stuckN)
+	}
 	close(d.block)
 	for range stuckN {
 		if !<-stuckDone {
 			t.Fatal("a stuck event's result was lost")
 		}
+	}
+	if n := p.inFlight.Load(); n != 0 {
+		t.Fatalf("%d events in flight after all ran, want 0", n)
 	}
 	// workers beyond the spare ones leave as they finish
 	deadline := time.Now().Add(2 * time.Second)

@@ -80,6 +80,10 @@ func NewWebsocket(cfg WebsocketConfig) *Websocket {
 	return b
 }
 
+// EventsInFlight is the number of events of this transport's sockets
+// waiting for a worker or being handled (the direct path's).
+func (b *Websocket) EventsInFlight() int { return int(b.pool.inFlight.Load()) }
+
 // Attach lets the transport run the heartbeat of the engine's connections
 // that start on it (heartbeat.go); without it the engine runs them.
 func (b *Websocket) Attach(e engine.BaseServer) {
