@@ -151,3 +151,40 @@ func userSockets(t *testing.T, eng *presence.RedisEngine, user string) []string 
 	}
 	return ids
 }
+
+// Typing records the user's activity as a heartbeat does: at most once
+// per activityEvery from a node (5 s with AwayAfter 1 min), not with
+// every change.
+func TestRedisTypingActivityThrottled(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second, AwayAfter: time.Minute})
+	connectJoin(t, eng, "a1", "alice", "c1")
+	act := func() string {
+		return strings.Split(f.rdb.HGet(ctx, f.prefix+":{g}:users", "alice").Val(), "|")[1]
+	}
+	want := strconv.FormatInt(f.clock.Advance(10*time.Second).UnixMilli(), 10)
+	if err := eng.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := act(); got != want {
+		t.Fatalf("activity after the first typing %s, want %s", got, want)
+	}
+	f.clock.Advance(2 * time.Second)
+	if err := eng.TypingStop(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := act(); got != want {
+		t.Fatalf("activity 2 s later %s, want still %s (not due)", got, want)
+	}
+	want = strconv.FormatInt(f.clock.Advance(5*time.Second).UnixMilli(), 10)
+	if err := eng.TypingStop(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := act(); got != want {
+		t.Fatalf("activity 7 s after the first %s, want %s (due again)", got, want)
+	}
+}

@@ -29,8 +29,8 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 	return e.typing(ctx, socketID, conv, false)
 }
 
-// typing runs typingStart or typingStop with the user's activity in one
-// round trip; the script answers -1 (not joined), 1 (announce) or 0.
+// typing runs typingStart or typingStop, with the user's activity when
+// due, in one round trip; the script answers -1 (not joined), 1 (announce) or 0.
 func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
@@ -47,8 +47,16 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 	} else {
 		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su, k.m}, socketID, s.user, e.clk())
 	}
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
+	// the user's activity goes along when due, as a heartbeat's does
+	// (activityDue): a user typing in bursts records it once in a while
+	var act *redis.Cmd
+	if e.activityDue(s.user, now) {
+		act = userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
+	}
 	if err := e.exec(ctx, pipe); err != nil {
+		if act != nil {
+			e.forgetActivity(s.user)
+		}
 		return unavailable("typing", err)
 	}
 	var b batch
@@ -58,8 +66,10 @@ func (e *RedisEngine) typing(ctx context.Context, socketID, conv string, start b
 	case 1:
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID})
 	}
-	if n, _ := act.Int(); n == 1 {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
+	if act != nil {
+		if n, _ := act.Int(); n == 1 {
+			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
+		}
 	}
 	e.emit(ctx, b)
 	return nil
