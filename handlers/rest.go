@@ -81,6 +81,12 @@ type RESTDeps struct {
 	// Settings gives rosters the users' last-seen settings (times only for
 	// everyone, CONTRACT §1); nil: a cache over Store.
 	Settings Settings
+	// SettingSaved, when set, is called once a user's new setting is
+	// saved, before anything else learns it: the presence readers' caches
+	// of settings read it again (lastseen.Reader.SettingChanged). Its
+	// error fails the request (503), which the client retries; the setting
+	// stays saved.
+	SettingSaved func(ctx context.Context, userID string) error
 	// PrivacyChanged, when set, is told of a user's new setting once it is
 	// saved (and Settings updated): the other nodes' caches learn it.
 	PrivacyChanged func(ctx context.Context, userID string, v store.Visibility)

@@ -45,13 +45,22 @@ func (a *REST) putPrivacy(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	ctx, cancel := writeContext(r)
+	defer cancel()
+	var told error
+	if a.d.SettingSaved != nil {
+		told = a.d.SettingSaved(ctx, user)
+	}
 	if a.d.Settings != nil {
 		a.d.Settings.Set(user, v)
 	}
 	if a.d.PrivacyChanged != nil {
-		ctx, cancel := writeContext(r)
 		a.d.PrivacyChanged(ctx, user, v)
-		cancel()
+	}
+	if told != nil {
+		a.log.Warn("privacy setting saved, but the presence readers were not told", "user_id", user, "err", told)
+		a.fail(w, r, errorf(CodeUnavailable, "the setting is saved, but not every node has learnt it yet; retry"))
+		return
 	}
 	WriteJSON(w, http.StatusOK, map[string]any{"lastSeen": v})
 }

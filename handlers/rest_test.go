@@ -55,6 +55,8 @@ type envOpts struct {
 	rateLimit  int
 	presences  handlers.PresenceReader // nil: the real reader
 	membership presence.Membership     // nil: store membership through a cache
+	// settingSaved replaces the real reader's SettingChanged
+	settingSaved func(ctx context.Context, userID string) error
 }
 
 // newSQLite is an embedded store in the test's temporary directory, closed
@@ -82,9 +84,14 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	e := &env{t: t, st: st, eng: eng, clock: clk, secret: secret}
 
-	var presences handlers.PresenceReader = lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Store: st, Now: clk.Now})
+	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Store: st, Now: clk.Now, Versions: lastseen.NewLocalVersions()})
+	var presences handlers.PresenceReader = reader
 	if o.presences != nil {
 		presences = o.presences
+	}
+	settingSaved := reader.SettingChanged
+	if o.settingSaved != nil {
+		settingSaved = o.settingSaved
 	}
 	membership := o.membership
 	if membership == nil {
@@ -101,6 +108,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		Rosters:      eng,
 		Store:        st,
 		Membership:   membership,
+		SettingSaved: settingSaved,
 		Evict: func(_ context.Context, conv string, users []string) error {
 			e.mu.Lock()
 			defer e.mu.Unlock()
@@ -456,6 +464,15 @@ func TestMyPrivacy(t *testing.T) {
 	// and the setting takes effect at once
 	e.lastSeen("alice", now.Add(-time.Hour))
 	wantJSON(t, e.as("bob", "GET", "/v1/users/alice/presence", ""), 200, hiddenAs("alice", "recently"))
+}
+
+// A setting saved whose readers could not be told answers 503, which the
+// client retries; the setting is saved all the same.
+func TestMyPrivacySavedButNotTold(t *testing.T) {
+	e := newEnv(t, envOpts{settingSaved: func(context.Context, string) error { return errors.New("redis down") }})
+	r := e.as("alice", "PUT", "/v1/me/privacy", `{"lastSeen":"nobody"}`)
+	wantJSON(t, r, 503, `{"error":{"code":"unavailable","message":"the setting is saved, but not every node has learnt it yet; retry"}}`)
+	wantJSON(t, e.as("alice", "GET", "/v1/me/privacy", ""), 200, `{"lastSeen":"nobody"}`)
 }
 
 func TestConversationPresence(t *testing.T) {

@@ -36,6 +36,13 @@ type ReaderDeps struct {
 	// shown in place of a newer time. Set it well under the retention
 	// (the server uses min(30s, retention/4)), and only with a buffer.
 	StoredMaxAge time.Duration
+	// Versions, when set, lets the reader keep the privacy settings it
+	// reads from the store, each for as long as its bucket's version is
+	// the one it was read under (privacyCache): a lookup reads the
+	// versions along with the presence facts, in the same round trip when
+	// both are on Redis, and the store only for the settings it does not
+	// hold. nil: the settings are read from the store every time.
+	Versions PrivacyVersions
 }
 
 // Reader answers presence queries: status from the presence engine,
@@ -46,6 +53,8 @@ type Reader struct {
 
 	mu     sync.Mutex
 	stored map[string]storedEntry // user → the store's answer (StoredMaxAge)
+
+	privacy *privacyCache // nil without Versions
 }
 
 type storedEntry struct {
@@ -65,7 +74,27 @@ func NewReader(d ReaderDeps) *Reader {
 	if d.Buffer == nil {
 		d.StoredMaxAge = 0 // nothing would shadow a stale answer
 	}
-	return &Reader{d: d}
+	r := &Reader{d: d}
+	if d.Versions != nil {
+		r.privacy = &privacyCache{v: d.Versions, maxAge: privacyCacheMaxAge,
+			maxEntries: privacyCacheMaxEntries / PrivacyBuckets, now: d.Now}
+	}
+	return r
+}
+
+// SettingChanged is told that userID's privacy setting was saved in the
+// store: every node's reader reads it again (Versions.Changed). Without
+// Versions it does nothing.
+func (r *Reader) SettingChanged(ctx context.Context, userID string) error {
+	if r.d.Versions == nil {
+		return nil
+	}
+	return r.d.Versions.Changed(ctx, userID)
+}
+
+// settings starts the lookup of ids' privacy settings (see privacyRead).
+func (r *Reader) settings(ctx context.Context, ids []string) *privacyRead {
+	return r.privacy.begin(ctx, r.d.Store.Privacy, ids)
 }
 
 // Presence is Presences for one user.
@@ -82,7 +111,9 @@ func (r *Reader) Presence(ctx context.Context, viewerID, userID string) (Presenc
 // most: one StatusReader.Users; one Buffer.Get (one ZMSCORE) for the
 // offline users; one store.LastSeen for those the engine and the buffer do
 // not know; one store.Privacy for the targets and the viewer (none when
-// the viewer asks only about themself); one store.ContactOf for the
+// the viewer asks only about themself; with Versions, only for the
+// settings the reader does not hold, and the versions read along with the
+// status); one store.ContactOf for the
 // targets whose setting is contacts (none if there are none, or the viewer's
 // own setting hides everything anyway). The callers validate the ids.
 func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []string) ([]Presence, error) {
@@ -97,27 +128,18 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 		}
 	}
 	// The settings do not depend on the facts: both are read at once.
-	type privacy struct {
-		settings map[string]store.Visibility
-		err      error
-	}
-	var read chan privacy
+	var read *privacyRead
 	if len(others) > 0 {
-		read = make(chan privacy, 1)
-		go func() {
-			settings, err := r.d.Store.Privacy(ctx, append(others, viewerID))
-			read <- privacy{settings, err}
-		}()
+		read = r.settings(ctx, append(others, viewerID))
 	}
-	targets, err := r.facts(ctx, users)
+	targets, err := r.facts(ctx, users, read)
 	if err != nil {
 		return nil, err
 	}
 
 	viewerSetting := store.DefaultVisibility
 	if read != nil {
-		got := <-read
-		settings, err := got.settings, got.err
+		settings, err := read.finish(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
 		}
@@ -153,7 +175,9 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 // presence is already known (a status change to announce to subscribers),
 // in the order of viewerIDs. up.LastSeen is used when set; otherwise the
 // buffer and then the store are asked. It costs one store.Privacy for the
-// target and all viewers and, only when the target's setting is contacts,
+// target and all viewers (with Versions: for the settings the reader does
+// not hold, and one read of their versions) and, only when the target's
+// setting is contacts,
 // one store.ContactsAmong.
 func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, viewerIDs []string) ([]Presence, error) {
 	t := &Target{UserID: up.UserID, Status: up.Status, LastSeen: up.LastSeen}
@@ -176,7 +200,7 @@ func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, vie
 	isContact := map[string]bool{}
 	if len(others) > 0 {
 		var err error
-		settings, err = r.d.Store.Privacy(ctx, append(others, up.UserID))
+		settings, err = r.settings(ctx, append(others, up.UserID)).finish(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
 		}
@@ -222,12 +246,14 @@ type PipelinedBuffer interface {
 // facts gathers the true status and last-seen of ids (unique). When the
 // status and the buffer live on the same Redis (both pipelined), they are
 // read in ONE round trip whatever the number of ids; the buffer is then
-// asked about every id, which costs less than a second round trip.
-func (r *Reader) facts(ctx context.Context, ids []string) (map[string]*Target, error) {
+// asked about every id, which costs less than a second round trip. The
+// versions of settings' buckets (nil: none) go in that round trip too when
+// they are on that Redis.
+func (r *Reader) facts(ctx context.Context, ids []string, settings *privacyRead) (map[string]*Target, error) {
 	ps, okS := r.d.Status.(PipelinedStatus)
 	pb, okB := r.d.Buffer.(PipelinedBuffer)
 	if okS && okB {
-		return r.factsPipelined(ctx, ids, ps, pb)
+		return r.factsPipelined(ctx, ids, ps, pb, settings)
 	}
 	ups, err := r.d.Status.Users(ctx, ids)
 	if err != nil {
@@ -236,10 +262,13 @@ func (r *Reader) facts(ctx context.Context, ids []string) (map[string]*Target, e
 	return r.factsFrom(ctx, ids, ups, nil)
 }
 
-func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedStatus, pb PipelinedBuffer) (map[string]*Target, error) {
+func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedStatus, pb PipelinedBuffer, settings *privacyRead) (map[string]*Target, error) {
 	pipe := pb.Pipeline()
 	users := ps.QueueUsers(ctx, pipe, ids)
 	times := pb.QueueGet(ctx, pipe, ids)
+	if settings != nil {
+		settings.queue(ctx, pipe) // the settings' versions, when on this Redis
+	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below
 	ups, err := users()
 	if err != nil {

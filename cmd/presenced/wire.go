@@ -267,8 +267,22 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		membership = presence.NewCachedMembership(st, 5*time.Second, 0)
 	}
 
+	var versions lastseen.PrivacyVersions = lastseen.NewLocalVersions()
+	if a.rdb != nil {
+		rv := lastseen.NewRedisVersions(a.rdb, cfg.RedisPrefix)
+		// the versions a new deployment lacks, made early (lookups cannot
+		// keep the settings of buckets without one); in the background: a
+		// node starts while Redis is unreachable, and lookups create them
+		// then
+		go func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = rv.Create(cctx, lastseen.AllPrivacyBuckets())
+		}()
+		versions = rv
+	}
 	reader := lastseen.NewReader(lastseen.ReaderDeps{Status: a.engine, Buffer: buf, Store: store.Coalesced(st),
-		StoredMaxAge: min(30*time.Second, cfg.LastSeenRetention/4)})
+		StoredMaxAge: min(30*time.Second, cfg.LastSeenRetention/4), Versions: versions})
 	settings := lastseen.NewSettings(st, lastseen.SettingsConfig{})
 	a.rooms.UseSettings(settings)
 	if a.rdb != nil {
@@ -328,6 +342,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Store:        st,
 		Membership:   membership,
 		Settings:     settings,
+		SettingSaved: reader.SettingChanged,
 		PrivacyChanged: func(ctx context.Context, user string, v store.Visibility) {
 			a.sockets.PrivacyChanged(ctx, user, v)
 		},
