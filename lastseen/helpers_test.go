@@ -352,3 +352,19 @@ func storedTimes(tb testing.TB, s store.Store, ids []string) map[string]time.Tim
 	}
 	return m
 }
+
+// redisEngineEnv is a Redis buffer and a Redis engine (node n1) on the test
+// Redis under a fresh prefix, whose keys are deleted when tb ends.
+func redisEngineEnv(tb testing.TB, hooks ...redis.Hook) (*lastseen.Redis, *redis.Client, string, *presence.RedisEngine) {
+	tb.Helper()
+	buf, c := redisBuffer(tb, hooks...)
+	prefix := "lsreader:" + randHex(6)
+	tb.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+	})
+	return buf, c, prefix, presence.NewRedisEngine(c, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
+}

@@ -126,15 +126,7 @@ func TestReaderKeepsSettingsWhileTheirVersionHolds(t *testing.T) {
 func TestReaderVersionsInTheFactsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	hook := &countHook{}
-	buf, c := redisBuffer(t, hook)
-	prefix := "lsreader:" + randHex(6)
-	t.Cleanup(func() {
-		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-	})
-	eng := presence.NewRedisEngine(c, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
+	buf, c, prefix, eng := redisEngineEnv(t, hook)
 	st := &wrapStore{Store: newFakeStore()}
 	vers := lastseen.NewRedisVersions(c, prefix)
 	r := lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st, Versions: vers})

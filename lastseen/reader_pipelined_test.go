@@ -17,15 +17,7 @@ import (
 func TestReaderOneRoundTripOnRedis(t *testing.T) {
 	ctx := context.Background()
 	hook := &countHook{}
-	buf, c := redisBuffer(t, hook)
-	prefix := "lsreader:" + randHex(6)
-	t.Cleanup(func() {
-		iter := c.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-	})
-	eng := presence.NewRedisEngine(c, presence.Config{NodeID: "n1"}, presence.RedisConfig{Prefix: prefix})
+	buf, _, _, eng := redisEngineEnv(t, hook)
 	fs := newFakeStore()
 	st := &wrapStore{Store: fs}
 	for _, u := range []string{"on1", "on2"} {
