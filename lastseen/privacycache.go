@@ -300,8 +300,8 @@ func (p *privacyRead) finish(ctx context.Context) (map[string]store.Visibility, 
 		err  error
 	}
 	var asked chan versionsResult
-	if c != nil && p.versions == nil {
-		// not queued with the facts: asked now, alongside the store read
+	if c != nil && p.versions == nil && p.answer != nil {
+		// not queued with the facts: asked alongside the store read
 		asked = make(chan versionsResult, 1)
 		go func() {
 			vers, err := c.v.Versions(ctx, p.buckets)
@@ -319,6 +319,8 @@ func (p *privacyRead) finish(ctx context.Context) (map[string]store.Visibility, 
 		vers, err = r.vers, r.err
 	} else if p.versions != nil {
 		vers, err = p.versions()
+	} else if c != nil {
+		vers, err = c.v.Versions(ctx, p.buckets) // no store read to overlap
 	}
 	if got.err != nil {
 		return nil, got.err

@@ -219,3 +219,41 @@ func TestPrivacyBucketIsFNV1a(t *testing.T) {
 		}
 	}
 }
+
+// A status change's fan-out (PresencesFor) keeps the settings of the
+// target and its viewers too, and sees a change told on another node.
+func TestPresencesForKeepsSettingsWhileTheirVersionHolds(t *testing.T) {
+	versionsKinds(t, func(t *testing.T, newVersions func() lastseen.PrivacyVersions) {
+		ctx := context.Background()
+		fs := newFakeStore()
+		st := &wrapStore{Store: fs}
+		a := lastseen.NewReader(lastseen.ReaderDeps{Status: &fakeStatus{}, Store: st, Versions: newVersions()})
+		b := lastseen.NewReader(lastseen.ReaderDeps{Status: &fakeStatus{}, Store: st, Versions: newVersions()})
+		up := presence.UserPresence{UserID: "u1", Status: presence.Online}
+		viewers := []string{"v1", "v2", "v3"}
+		fanout := func() []string {
+			ps, err := a.PresencesFor(ctx, up, viewers)
+			must(t, err)
+			out := make([]string, len(ps))
+			for i, p := range ps {
+				out[i] = p.Status
+			}
+			return out
+		}
+		for range 3 { // versions created, learnt, settings kept
+			fanout()
+		}
+		st.resetCounts()
+		if got := fanout(); got[0] != "online" {
+			t.Fatalf("v1 sees u1 as %v", got)
+		}
+		if n := st.privacy.Load(); n != 0 {
+			t.Errorf("%d store privacy reads once the settings are held, want 0", n)
+		}
+		must(t, fs.SetPrivacy(ctx, "u1", store.Nobody))
+		must(t, b.SettingChanged(ctx, "u1"))
+		if got := fanout(); got[0] != "hidden" || got[2] != "hidden" {
+			t.Errorf("after u1 hid (told on the other node), the viewers see %v, want hidden", got)
+		}
+	})
+}
