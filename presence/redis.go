@@ -77,10 +77,11 @@ type RedisEngine struct {
 	leaving map[string]struct{}  // disconnected sockets whose removal is under way
 	lastRec time.Time            // the last reconciliation
 
-	act   activityBatcher // group commit of activity records (redis_activity.go)
-	pipes pipes           // every pipeline goes through it (redis_batch.go)
-	alarm *alarm          // wakes Run when a flap grace of this node ends
-	away  *awayWatch      // the users this node checks for away (redis_away.go)
+	act    activityBatcher // group commit of activity records (redis_activity.go)
+	pipes  pipes           // every pipeline goes through it (redis_batch.go)
+	alarm  *alarm          // wakes Run when a flap grace of this node ends
+	away   *awayWatch      // the users this node checks for away (redis_away.go)
+	typing typingTimers    // the typing expiries this node fires (redis_typing.go)
 	// crossSlot: rdb is one Redis server, not a cluster, so a script may
 	// read keys of several slots (queueStatuses).
 	crossSlot bool
@@ -256,6 +257,9 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := e.runDue(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
+	if err := e.runTyping(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	if err := e.runAway(ctx, now); err != nil {

@@ -15,10 +15,12 @@ import "github.com/redis/go-redis/v9"
 //   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt|sockets"
 //                (sockets: the user's n socket ids, joined by ","; see userLib)
 //   P:{g}:usk:U  SET of U's sockets, in records of releases before 2026-12-02
-//   P:{g}:due    ZSET timer → due ms   ("t\tC" typing expiry, "g\tC\tU" grace
-//                of U in C, "u\tU" grace of U, "a\tU" away check of U: only
-//                for a user handed over by a disconnect; nodes watch their
-//                own users in memory, redis_away.go)
+//   P:{g}:due    ZSET timer → due ms   ("g\tC\tU" grace of U in C, "u\tU"
+//                grace of U, "a\tU" away check of U: only for a user handed
+//                over by a disconnect; nodes watch their own users in
+//                memory, redis_away.go; "t\tC" typing expiry, scheduled by
+//                releases before 2026-12-04 and still fired: now the node
+//                that recorded a typing start fires its expiry, redis_typing.go)
 //   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
 //   P:{g}:lease  ZSET node → lease expiry ms
 //   P:{g}:holder HASH node → "token|since|last": the instance holding the
@@ -57,16 +59,16 @@ end
 
 // userLeftLib removes a user from a conversation's members (m, and on of
 // earlier releases) and its typing (ty, tyo); userLeft is true if the user
-// was still typing at now.
+// was still typing at now, or had an entry at all if late (see convLeave).
 const userLeftLib = `
-local function userLeft(on, m, ty, tyo, user, now)
+local function userLeft(on, m, ty, tyo, user, now, late)
   redis.call('HDEL', m, user)
   redis.call('ZREM', on, user)
   local exp = redis.call('ZSCORE', ty, user)
   if not exp then return false end
   redis.call('ZREM', ty, user)
   redis.call('HDEL', tyo, user)
-  return tonumber(exp) > now
+  return late or tonumber(exp) > now
 end
 `
 
@@ -209,6 +211,10 @@ end
 // The keys on and sk of releases before 2026-12-02 are cleared here too
 // (and on in userLeft), so that what such a release left in Redis goes
 // with its sockets.
+// A typing entry this removes is announced stopped if it had not expired,
+// or, in mode "timeout" (a dead node's reap, a ghost's removal), if it was
+// there at all: its expiry was the dead node's to fire (typingTimers), so
+// nobody announced it.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
 // → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
@@ -216,6 +222,7 @@ local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
+local late = mode == 'timeout'
 local r = mget(m, user)
 if not mfind(r, su, sid, user) then
   if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
@@ -228,7 +235,7 @@ if redis.call('HGET', tyo, user) == sid then
   redis.call('HDEL', tyo, user)
   local exp = redis.call('ZSCORE', ty, user)
   redis.call('ZREM', ty, user)
-  if exp and tonumber(exp) > now then stopped = 1 end
+  if exp and (late or tonumber(exp) > now) then stopped = 1 end
 end
 if r.n > 0 then
   r.grace, r.left = 0, 0
@@ -240,7 +247,7 @@ if mode == 'grace' then
   mset(m, user, r)
   return {stopped, 0, 0}
 end
-if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
+if userLeft(on, m, ty, tyo, user, now, late) then stopped = 1 end
 return {stopped, 1, at}
 `)
 
@@ -257,7 +264,7 @@ local deadline = tonumber(r.grace)
 if r.n > 0 or deadline == 0 then return {0, 0, 0, 0} end
 if deadline > now then return {0, 0, 0, deadline - now} end
 local stopped = 0
-if userLeft(on, m, ty, tyo, user, now) then stopped = 1 end
+if userLeft(on, m, ty, tyo, user, now, false) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}
 `)
 

@@ -9,8 +9,9 @@ import (
 	"github.com/presenced/presenced/timestamp"
 )
 
-// runDue runs the timers that are due: typing expiry, grace ends, and the
-// away checks handed over by a disconnect (redis_away.go).
+// runDue runs the timers that are due: grace ends, the away checks handed
+// over by a disconnect (redis_away.go), and typing expiries scheduled by
+// earlier releases (this node's own are in memory: runTyping).
 // Timers are claimed, fired, then acknowledged: a node that dies (or loses
 // a reply) between the two leaves them claimed, and they fire again, on
 // any node, once the claim runs out. Firing is idempotent: each script
@@ -60,7 +61,7 @@ func (e *RedisEngine) runDue(ctx context.Context, now time.Time) error {
 func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b batch, wait int64, err error) {
 	f := strings.Split(item, "\t")
 	switch {
-	case f[0] == "t" && len(f) == 2:
+	case f[0] == "t" && len(f) == 2: // scheduled by a release before 2026-12-04 (runTyping now)
 		k := e.conv(f[1])
 		raw, err := typingExpire.Run(ctx, e.rdb, []string{k.ty, k.tyo}, e.clk()).Slice()
 		if err != nil || len(raw) != 2 {

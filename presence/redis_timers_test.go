@@ -113,3 +113,86 @@ func TestRedisDisconnectReplyLost(t *testing.T) {
 		t.Fatalf("roster %v after the grace", got)
 	}
 }
+
+// A typing entry's expiry is fired by the node that recorded the start,
+// from memory: nothing is scheduled in Redis's timers, another node does
+// not fire it, and a check rung before a later entry expires is set again
+// for it.
+func TestRedisTypingExpiryFiredByItsNode(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "k1", "carol", "c1")
+	connectJoin(t, n2, "b1", "bob", "c1")
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(3 * time.Second)
+	if err := n1.TypingStart(ctx, "k1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if due := f.rdb.ZRange(ctx, f.prefix+":{g}:due", 0, -1).Val(); len(due) != 0 {
+		t.Fatalf("timers in Redis %q, want none (typing expiries are the node's)", due)
+	}
+	f.rec.Take()
+	tick := func(eng *presence.RedisEngine) []string {
+		t.Helper()
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return f.rec.Take()
+	}
+	f.clock.Advance(2 * time.Second) // alice's entry expired
+	if got := tick(n2); len(got) != 0 {
+		t.Fatalf("events of the other node's tick %q, want none", got)
+	}
+	if got := tick(n1); !slices.Equal(got, []string{"typing c1 alice false"}) {
+		t.Fatalf("events at alice's expiry %q", got)
+	}
+	f.clock.Advance(2 * time.Second)
+	if got := tick(n1); len(got) != 0 {
+		t.Fatalf("events 1 s before carol's expiry %q", got)
+	}
+	f.clock.Advance(time.Second)
+	if got := tick(n1); !slices.Equal(got, []string{"typing c1 carol false"}) {
+		t.Fatalf("events at carol's expiry %q", got)
+	}
+	if got := tick(n1); len(got) != 0 {
+		t.Fatalf("events of a later tick %q", got)
+	}
+}
+
+// The typing entry of a node that dies goes with its socket when the node
+// is reaped, and its stop is announced then, although the entry expired
+// before: its expiry was the dead node's to fire.
+func TestRedisTypingOfADeadNodeEnds(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "a2", "alice", "c1") // alice stays a member through n2
+	for _, eng := range []*presence.RedisEngine{n1, n2} {
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.Take()
+	// n1 dies; n2 ticks on, through the lapse of n1's lease and the reap
+	var got []string
+	for range 60 {
+		f.clock.Advance(500 * time.Millisecond)
+		if err := n2.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got = append(got, f.rec.Take()...); slices.Contains(got, "typing c1 alice false") {
+			break
+		}
+	}
+	if !slices.Equal(got, []string{"typing c1 alice false"}) {
+		t.Fatalf("events after n1 died %q, want alice's typing stopped (and no leave: she is on n2)", got)
+	}
+}
