@@ -34,7 +34,7 @@ const awayBatch = 500
 type awayWatch struct {
 	mu    sync.Mutex
 	users map[string]*awayUser
-	q     awayHeap
+	q     momentHeap[awayEntry]
 	gen   uint64
 }
 
@@ -51,19 +51,7 @@ type awayEntry struct {
 	gen  uint64
 }
 
-type awayHeap []awayEntry
-
-func (h awayHeap) Len() int           { return len(h) }
-func (h awayHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h awayHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *awayHeap) Push(x any)        { *h = append(*h, x.(awayEntry)) }
-func (h *awayHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = awayEntry{}
-	*h = old[:len(old)-1]
-	return x
-}
+func (x awayEntry) moment() int64 { return x.at }
 
 func newAwayWatch() *awayWatch { return &awayWatch{users: map[string]*awayUser{}} }
 

@@ -96,8 +96,8 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 // next expiry and sets the moment again.
 type typingTimers struct {
 	mu    sync.Mutex
-	at    map[string]time.Time // conversation → earliest moment (node clock)
-	queue typingQueue          // the moments in order; an entry at doesn't hold any more is skipped
+	at    map[string]time.Time     // conversation → earliest moment (node clock)
+	queue momentHeap[typingMoment] // the moments in order; an entry at doesn't hold any more is skipped
 }
 
 // set asks for the conversation's entries to be checked at t (or earlier,
@@ -135,19 +135,7 @@ type typingMoment struct {
 	at   time.Time
 }
 
-// typingQueue is a min-heap of moments (container/heap).
-type typingQueue []typingMoment
-
-func (q typingQueue) Len() int           { return len(q) }
-func (q typingQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
-func (q typingQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *typingQueue) Push(x any)        { *q = append(*q, x.(typingMoment)) }
-func (q *typingQueue) Pop() any {
-	old := *q
-	m := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return m
-}
+func (m typingMoment) moment() int64 { return m.at.UnixNano() }
 
 // typingBatch is how many conversations' expiries go in one round trip.
 const typingBatch = 500
