@@ -430,13 +430,13 @@ func maxSockets(n int) int {
 
 // eventSinks returns the engine's Sink (see build): room events go to
 // rooms on the caller's path, right after the operation's ack
-// (presence.AfterReply); status events go to rooms, and every event to
-// records, through the returned AsyncSink.
+// (presence.AfterReply); status events go to rooms and to records (the
+// last-seen pipeline, which reads nothing else) through the returned
+// AsyncSink. Room events don't visit the workers: a typing change or a
+// join woke one for nothing, a goroutine switch on every event's path.
 func eventSinks(rooms, records presence.Sink) (presence.Sink, *presence.AsyncSink) {
 	events := presence.NewAsyncSink(func(ctx context.Context, ev []presence.Event) {
-		if status := statusEvents(ev); len(status) > 0 {
-			rooms(ctx, status)
-		}
+		rooms(ctx, ev)
 		records(ctx, ev)
 	}, 0, 0)
 	deferred := events.Sink()
@@ -445,7 +445,9 @@ func eventSinks(rooms, records presence.Sink) (presence.Sink, *presence.AsyncSin
 		if room := roomEvents(ev); len(room) > 0 {
 			roomsAfterAck(ctx, room)
 		}
-		deferred(ctx, ev)
+		if status := statusEvents(ev); len(status) > 0 {
+			deferred(ctx, status)
+		}
 	}, events
 }
 
