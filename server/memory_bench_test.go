@@ -82,10 +82,14 @@ func TestUpgradeKeepsWhatTheEngineReads(t *testing.T) {
 			t.Errorf("the handshake kept header %s: %s", gone, headers)
 		}
 	}
-	for _, kept := range []string{"origin", "sec-websocket-key"} {
+	for _, kept := range []string{"origin", "sec-websocket-version"} {
 		if !strings.Contains(headers, kept) {
 			t.Errorf("the handshake lost header %s: %s", kept, headers)
 		}
+	}
+	// the upgrade's key, one per connection, is not kept (compactHandshake)
+	if strings.Contains(headers, "sec-websocket-key") {
+		t.Errorf("the handshake kept the upgrade's key: %s", headers)
 	}
 	if q := fmt.Sprint(hs.Query); strings.Contains(q, "custom") || !strings.Contains(q, "EIO") {
 		t.Errorf("handshake query %s, want EIO and not custom", q)

@@ -240,6 +240,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		if len(h.Auth) == 0 {
 			h.Auth = nil
 		}
+		compactHandshake(h)
 	}
 	conn, user := sock.Conn(), claims.UserID
 	transport.WatchConn(conn, s.cfg.MaxUnread, s.cfg.MaxUnreadAge, func(why string, pending int64) {

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/zishang520/socket.io/servers/socket/v3"
+)
+
+func handshakeOf(key, origin string) *socket.Handshake {
+	return &socket.Handshake{
+		Headers: map[string]any{
+			"Connection": []string{"Upgrade"}, "Upgrade": []string{"websocket"},
+			"Sec-Websocket-Key": []string{key}, "Origin": []string{origin},
+		},
+		Query: map[string]any{"EIO": []string{"4"}, "transport": []string{"websocket"}},
+		Url:   "/socket.io/?EIO=4&transport=websocket",
+		Time:  "2026-12-04T05:00:00Z",
+		Auth:  map[string]any{"room": key},
+	}
+}
+
+func sameMap(a, b map[string]any) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+// Alike handshakes share their maps; the upgrade's key is not kept; what
+// differs is not shared, and the content is what it was.
+func TestCompactHandshakeShares(t *testing.T) {
+	a, b, c := handshakeOf("k1", "https://a.example"), handshakeOf("k2", "https://a.example"), handshakeOf("k3", "https://b.example")
+	for _, h := range []*socket.Handshake{a, b, c} {
+		compactHandshake(h)
+	}
+	if _, kept := a.Headers["Sec-Websocket-Key"]; kept {
+		t.Fatalf("Sec-Websocket-Key kept: %v", a.Headers)
+	}
+	if !sameMap(a.Headers, b.Headers) || !sameMap(a.Query, b.Query) || !sameMap(a.Query, c.Query) {
+		t.Fatal("alike headers or queries not shared")
+	}
+	if sameMap(a.Headers, c.Headers) {
+		t.Fatal("headers of another origin shared")
+	}
+	if got := c.Headers["Origin"].([]string); len(got) != 1 || got[0] != "https://b.example" {
+		t.Fatalf("c's origin: %v", got)
+	}
+	if want := (map[string]any{"Connection": []string{"Upgrade"}, "Upgrade": []string{"websocket"}, "Origin": []string{"https://a.example"}}); !reflect.DeepEqual(map[string]any(b.Headers), want) {
+		t.Fatalf("b's headers %#v, want %#v", b.Headers, want)
+	}
+	if sameMap(a.Auth, b.Auth) || b.Auth["room"] != "k2" {
+		t.Fatalf("auth is the socket's own: %v", b.Auth)
+	}
+}
+
+// A value the library would not have built (not a list of strings), or
+// one that would make two contents look alike, is left alone.
+func TestCompactHandshakeLeavesOddValues(t *testing.T) {
+	h := handshakeOf("k", "o")
+	h.Query["x"] = 1
+	q := h.Query
+	compactHandshake(h)
+	if !sameMap(h.Query, q) {
+		t.Fatal("a query with a non-list value was replaced")
+	}
+	// "a" = ["b\x01c"] and "a" = ["b", "c"] must not be taken for each other
+	x := map[string]any{"a": []string{"b\x01c"}}
+	y := map[string]any{"a": []string{"b", "c"}}
+	if got := internValues(x); !sameMap(got, x) {
+		t.Fatal("a value holding the separator was interned")
+	}
+	if got := internValues(y); !reflect.DeepEqual(got, y) {
+		t.Fatalf("got %v, want %v", got, y)
+	}
+}
+
+// The tables stay bounded: past handshakeInternMax distinct values they
+// start over, and what was handed out stays as it was.
+func TestCompactHandshakeTablesBounded(t *testing.T) {
+	first := internValues(map[string]any{"Origin": []string{"o-first"}})
+	for i := range handshakeInternMax + 10 {
+		internValues(map[string]any{"Origin": []string{fmt.Sprint("o-", i)}})
+		internString(fmt.Sprint("t-", i))
+	}
+	internedValues.mu.Lock()
+	n := len(internedValues.m)
+	internedValues.mu.Unlock()
+	if n > handshakeInternMax {
+		t.Fatalf("%d interned values, want at most %d", n, handshakeInternMax)
+	}
+	if got := first["Origin"].([]string)[0]; got != "o-first" {
+		t.Fatalf("a shared map changed: %v", first)
+	}
+}
