@@ -16,7 +16,8 @@ const alarmMax = 4096
 
 // alarm wakes an engine's timer loop when a flap grace this node started
 // ends, so that the leaves and the offline update go out then, not at the
-// next tick (up to tickEvery later: 25 ms at the median). It only hurries
+// next tick (up to tickEvery later: 25 ms at the median). The Redis engine
+// has a second one for the expiries of its typing entries. It only hurries
 // the loop: the timers themselves stay where they are (in Redis, or in
 // the memory backend), and a moment missed or rung early costs nothing but
 // the wait for the next tick. Timers another node started still wait for

@@ -87,6 +87,37 @@ func TestRedisDisconnectSetsAlarm(t *testing.T) {
 	}
 }
 
+// A typing start sets the Redis engine's typing alarm for the entry's
+// expiry, so that the stop goes out then rather than with the expiries
+// of a whole tick.
+func TestRedisTypingStartSetsAlarm(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "alarm")
+	ctx := context.Background()
+	e := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: time.Minute}, RedisConfig{Prefix: prefix})
+	defer e.alarm.stop()
+	defer e.typingAlarm.stop()
+	if err := e.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Join(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := e.TypingStart(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	e.typingAlarm.mu.Lock()
+	at := append([]time.Time(nil), e.typingAlarm.at...)
+	e.typingAlarm.mu.Unlock()
+	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+alarmStep)) {
+		t.Fatalf("typing alarm moments %v, want one at the expiry (%v + 1m)", at, before)
+	}
+	if n := e.alarm.pending(); n != 0 {
+		t.Fatalf("%d grace moments after a typing start, want none", n)
+	}
+}
+
 func (a *alarm) pending() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -596,7 +596,7 @@ func (e *MemoryEngine) Drain(ctx context.Context) error {
 // Run implements Engine.
 func (e *MemoryEngine) Run(ctx context.Context) error {
 	defer e.alarm.stop()
-	return runTicker(ctx, e.cfg, e.alarm.C, e.Tick, e.Tick)
+	return runTicker(ctx, e.cfg, e.Tick, alarmWake{e.alarm.C, e.Tick})
 }
 
 // Close implements Engine.
@@ -611,9 +611,20 @@ func tickEvery(cfg Config) time.Duration {
 	return min(max(cfg.TypingTTL/100, 10*time.Millisecond), 50*time.Millisecond)
 }
 
-// runTicker runs tick every tickEvery, and woken when a moment an alarm
-// holds has come (between ticks, never at once with one).
-func runTicker(ctx context.Context, cfg Config, wake <-chan struct{}, tick, woken func(context.Context) error) error {
+// alarmWake is what runTicker runs when an alarm rings.
+type alarmWake struct {
+	C   <-chan struct{}
+	run func(context.Context) error
+}
+
+// runTicker runs tick every tickEvery, and the run of one of wakes (at most
+// two) when a moment its alarm holds has come (between ticks, never at once
+// with one).
+func runTicker(ctx context.Context, cfg Config, tick func(context.Context) error, wakes ...alarmWake) error {
+	var w [2]alarmWake // a missing one's nil channel never receives
+	if copy(w[:], wakes) < len(wakes) {
+		panic("presence: runTicker takes at most two alarms")
+	}
 	t := time.NewTicker(tickEvery(cfg))
 	defer t.Stop()
 	for {
@@ -622,8 +633,10 @@ func runTicker(ctx context.Context, cfg Config, wake <-chan struct{}, tick, woke
 			return nil
 		case <-t.C:
 			_ = tick(ctx) // errors are counted and logged by the engine
-		case <-wake:
-			_ = woken(ctx)
+		case <-w[0].C:
+			_ = w[0].run(ctx)
+		case <-w[1].C:
+			_ = w[1].run(ctx)
 		}
 	}
 }

@@ -77,11 +77,14 @@ type RedisEngine struct {
 	leaving map[string]struct{}  // disconnected sockets whose removal is under way
 	lastRec time.Time            // the last reconciliation
 
-	act    activityBatcher // group commit of activity records (redis_activity.go)
-	pipes  pipes           // every pipeline goes through it (redis_batch.go)
-	alarm  *alarm          // wakes Run when a flap grace of this node ends
-	away   *awayWatch      // the users this node checks for away (redis_away.go)
-	typing typingTimers    // the typing expiries this node fires (redis_typing.go)
+	act   activityBatcher // group commit of activity records (redis_activity.go)
+	pipes pipes           // every pipeline goes through it (redis_batch.go)
+	alarm *alarm          // wakes Run when a flap grace of this node ends
+	// typingAlarm wakes Run when a typing entry this node wrote expires
+	// (typingTimers), so that each stop goes out near its moment.
+	typingAlarm *alarm
+	away        *awayWatch   // the users this node checks for away (redis_away.go)
+	typing      typingTimers // the typing expiries this node fires (redis_typing.go)
 	// crossSlot: rdb is one Redis server, not a cluster, so a script may
 	// read keys of several slots (queueStatuses).
 	crossSlot bool
@@ -116,9 +119,10 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
-		leaving: map[string]struct{}{},
-		alarm:   newAlarm(),
-		away:    newAwayWatch(),
+		leaving:     map[string]struct{}{},
+		alarm:       newAlarm(),
+		typingAlarm: newAlarm(),
+		away:        newAwayWatch(),
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",
 			Help: "Dead node instances (lease lapsed) whose presence entries this node removed.",
@@ -275,6 +279,7 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer e.alarm.stop()
+	defer e.typingAlarm.stop()
 	failing := throttle.Log{Every: outageLogEvery}
 	tick := func(ctx context.Context) error {
 		err := e.Tick(ctx)
@@ -294,15 +299,18 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 		}
 		return nil
 	}
-	// A wake only runs the timers (the ends of this node's graces); the
-	// lease and the rest keep to the tick.
-	woken := func(ctx context.Context) error {
-		if err := e.runDue(ctx, e.cfg.Now()); err != nil && ctx.Err() == nil {
-			e.log.Warn("presence timers failed", "err", err)
+	// A wake only runs the timers it is for: the ends of this node's
+	// graces (alarm), the expiries of its typing entries (typingAlarm).
+	// The lease and the rest keep to the tick.
+	timers := func(run func(context.Context, time.Time) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			if err := run(ctx, e.cfg.Now()); err != nil && ctx.Err() == nil {
+				e.log.Warn("presence timers failed", "err", err)
+			}
+			return nil
 		}
-		return nil
 	}
-	_ = runTicker(tctx, e.cfg, e.alarm.C, tick, woken)
+	_ = runTicker(tctx, e.cfg, tick, alarmWake{e.alarm.C, timers(e.runDue)}, alarmWake{e.typingAlarm.C, timers(e.runTyping)})
 	return fatal
 }
 

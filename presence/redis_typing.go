@@ -60,8 +60,13 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	if start {
 		// the entry's expiry is this node's to fire (typingTimers), set
 		// after the write, failed or not (it may have landed): a check
-		// that ran meanwhile and missed the entry cannot have dropped it
+		// that ran meanwhile and missed the entry cannot have dropped it.
+		// The alarm wakes the timer loop then: expiries fired on the
+		// tick alone came in bursts, every 50 ms the fan-out of all those
+		// due since the last, and the changes arriving meanwhile waited
+		// behind it.
 		e.typing.set(conv, now.Add(e.cfg.TypingTTL))
+		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err != nil {
 		if act != nil {
