@@ -11,7 +11,7 @@ import (
 // An alarm wakes its loop once the moment has come, never before, and
 // keeps nothing after.
 func TestAlarmRingsAtTheMoment(t *testing.T) {
-	a := newAlarm()
+	a := newAlarm(alarmStep)
 	defer a.stop()
 	start := time.Now()
 	a.set(start.Add(30 * time.Millisecond))
@@ -43,7 +43,7 @@ func TestAlarmRingsAtTheMoment(t *testing.T) {
 // Moments are rounded to the alarm's step, and it keeps at most alarmMax:
 // a storm of disconnects costs a bounded number of wakes.
 func TestAlarmIsBounded(t *testing.T) {
-	a := newAlarm()
+	a := newAlarm(alarmStep)
 	defer a.stop()
 	base := time.Now().Add(time.Hour)
 	for i := range 1000 {
@@ -110,7 +110,7 @@ func TestRedisTypingStartSetsAlarm(t *testing.T) {
 	e.typingAlarm.mu.Lock()
 	at := append([]time.Time(nil), e.typingAlarm.at...)
 	e.typingAlarm.mu.Unlock()
-	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+alarmStep)) {
+	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+typingAlarmStep)) {
 		t.Fatalf("typing alarm moments %v, want one at the expiry (%v + 1m)", at, before)
 	}
 	if n := e.alarm.pending(); n != 0 {
