@@ -79,11 +79,18 @@ func TestRedisDisconnectSetsAlarm(t *testing.T) {
 	if err := e.Disconnect(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	e.alarm.mu.Lock()
-	at := append([]time.Time(nil), e.alarm.at...)
-	e.alarm.mu.Unlock()
-	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+alarmStep)) {
-		t.Fatalf("alarm moments %v, want one at the grace's end (%v + 1m)", at, before)
+	oneMoment(t, e.alarm, before, time.Minute)
+}
+
+// oneMoment fails unless a holds one moment, d after a time between
+// before and now, rounded up to a's step.
+func oneMoment(t *testing.T, a *alarm, before time.Time, d time.Duration) {
+	t.Helper()
+	a.mu.Lock()
+	at := append([]time.Time(nil), a.at...)
+	a.mu.Unlock()
+	if len(at) != 1 || at[0].Before(before.Add(d)) || at[0].After(time.Now().Add(d+a.step)) {
+		t.Fatalf("alarm moments %v, want one at %v + %v", at, before, d)
 	}
 }
 
@@ -107,12 +114,7 @@ func TestRedisTypingStartSetsAlarm(t *testing.T) {
 	if err := e.TypingStart(ctx, "s1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	e.typingAlarm.mu.Lock()
-	at := append([]time.Time(nil), e.typingAlarm.at...)
-	e.typingAlarm.mu.Unlock()
-	if len(at) != 1 || at[0].Before(before.Add(time.Minute)) || at[0].After(time.Now().Add(time.Minute+typingAlarmStep)) {
-		t.Fatalf("typing alarm moments %v, want one at the expiry (%v + 1m)", at, before)
-	}
+	oneMoment(t, e.typingAlarm, before, time.Minute) // the entry's expiry
 	if n := e.alarm.pending(); n != 0 {
 		t.Fatalf("%d grace moments after a typing start, want none", n)
 	}

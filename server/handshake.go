@@ -32,6 +32,12 @@ var handshakeDropped = [...]string{"Sec-Websocket-Key"}
 // new sockets share new ones.
 const handshakeInternMax = 4096
 
+// handshakeInternBytes bounds the content of an interned value: larger
+// ones (a polling connection's request keeps every header, cookies
+// included) are seldom alike, and the tables would keep up to
+// handshakeInternMax of them alive after their sockets closed.
+const handshakeInternBytes = 512
+
 // interned is a table of shared values by their content.
 type interned[V any] struct {
 	mu sync.Mutex
@@ -62,7 +68,8 @@ var (
 
 // compactHandshake drops handshakeDropped from h's headers and has h share
 // its headers, query, URL and time with alike handshakes. Maps whose
-// values are not all lists of strings (not the library's) are left alone.
+// values are not all lists of strings (not the library's), and values
+// over handshakeInternBytes, are left alone.
 func compactHandshake(h *socket.Handshake) {
 	if h == nil {
 		return
@@ -94,9 +101,8 @@ func internValues(m map[string]any) map[string]any {
 	slices.Sort(keys)
 	// key: name \x00 value \x01 value … \x00 per entry (names and values
 	// of a request hold no NUL)
-	var b []byte
-	var stack [256]byte
-	b = stack[:0]
+	var stack [handshakeInternBytes]byte
+	b := stack[:0]
 	for _, k := range keys {
 		b = append(b, k...)
 		for _, v := range m[k].([]string) {
@@ -107,15 +113,18 @@ func internValues(m map[string]any) map[string]any {
 			b = append(b, v...)
 		}
 		b = append(b, 0)
+		if len(b) > handshakeInternBytes {
+			return m
+		}
 	}
 	return internedValues.get(b, m)
 }
 
 // internString returns the shared string equal to s.
 func internString(s string) string {
-	if s == "" {
+	if s == "" || len(s) > handshakeInternBytes {
 		return s
 	}
-	var stack [64]byte
+	var stack [handshakeInternBytes]byte
 	return internedStrings.get(append(stack[:0], s...), s)
 }

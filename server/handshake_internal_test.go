@@ -3,7 +3,9 @@ package server
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 )
@@ -70,6 +72,17 @@ func TestCompactHandshakeLeavesOddValues(t *testing.T) {
 	}
 	if got := internValues(y); !reflect.DeepEqual(got, y) {
 		t.Fatalf("got %v, want %v", got, y)
+	}
+	// a large map (a polling request's cookies) is not kept by the tables
+	big := func() map[string]any {
+		return map[string]any{"Cookie": []string{strings.Repeat("c", handshakeInternBytes)}}
+	}
+	if a, b := internValues(big()), internValues(big()); sameMap(a, b) {
+		t.Fatal("a map over handshakeInternBytes was interned")
+	}
+	long := strings.Repeat("u", handshakeInternBytes+1)
+	if got := internString(long); unsafe.StringData(got) != unsafe.StringData(long) {
+		t.Fatal("a string over handshakeInternBytes was replaced")
 	}
 }
 
