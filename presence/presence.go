@@ -186,12 +186,21 @@ type Activity interface {
 	// notes the time on the socket; the Redis engine writes nothing for an
 	// inactive heartbeat.
 	Heartbeat(ctx context.Context, socketID string, active bool) error
-	// Touch records activity of the socket's user (any client event).
+	// Touch records activity of the socket's user (any client event). The
+	// Redis engine may send the record after it returns (see Settler);
+	// the status event of a user back from away follows it then.
 	Touch(ctx context.Context, socketID string) error
 	// TypingStart records typing; only the start of a typing session emits.
 	TypingStart(ctx context.Context, socketID, conversationID string) error
 	// TypingStop clears typing; emits if the user was typing.
 	TypingStop(ctx context.Context, socketID, conversationID string) error
+}
+
+// Settler is an Engine whose activity records can trail the calls that
+// made them (the Redis engine sends them in batches, redis_activity.go).
+// Settle returns once those made before the call are sent, or failed.
+type Settler interface {
+	Settle()
 }
 
 // Reader answers who is here.

@@ -80,6 +80,7 @@ func TestRedisCosts(t *testing.T) {
 		if err := eng.Heartbeat(ctx, "s1", tc.active); err != nil {
 			t.Fatal(err)
 		}
+		eng.Settle() // the record goes in the background
 		if got := counter.n.Load(); got != tc.want {
 			t.Errorf("heartbeat %d (active=%v) of a socket in %d conversations: %d round trips, want %d", i, tc.active, k, got, tc.want)
 		}
@@ -310,6 +311,7 @@ func TestRedisActivityGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	eng.Settle()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)

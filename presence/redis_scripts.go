@@ -434,13 +434,14 @@ return {1, u.disc, 0}
 `)
 
 // userActivity records activity (the recording node watches the user for
-// away, redis_away.go). KEYS users; ARGV user clock
-// → 1 if an away user came back online
+// away, redis_away.go). A user without a socket left (a record sent after
+// the last one closed: recordLater) is not touched. KEYS users; ARGV user
+// clock → 1 if an away user came back online
 var userActivity = redis.NewScript(clockLib + userLib + `
 local h = KEYS[1]
 local user, now = ARGV[1], clock(ARGV[2])
 local u = uget(h, user)
-if not u then return 0 end
+if not u or u.n == 0 then return 0 end
 local back = 0
 if u.st == 'away' then u.st = 'on'; back = 1 end
 if back == 0 and now - u.act < 1000 then return 0 end

@@ -87,6 +87,18 @@ type env struct {
 	rec    *Recorder
 	attach func(cfg presence.Config) presence.Engine
 	ctx    context.Context
+	nodes  []presence.Engine
+}
+
+// settle waits for the activity records the nodes send in the background
+// (presence.Settler), so that the clock moves, the timers run and the
+// events are read only after them, as if each Touch had waited.
+func (e *env) settle() {
+	for _, n := range e.nodes {
+		if s, ok := n.(presence.Settler); ok {
+			s.Settle()
+		}
+	}
 }
 
 func (e *env) node(id string) presence.Engine {
@@ -103,6 +115,7 @@ func (e *env) node(id string) presence.Engine {
 		Sink:             e.rec.Sink(),
 	})
 	e.t.Cleanup(func() { _ = eng.Close() })
+	e.nodes = append(e.nodes, eng)
 	return eng
 }
 
@@ -123,6 +136,7 @@ func (e *env) must(err error) {
 
 func (e *env) expect(want ...string) {
 	e.t.Helper()
+	e.settle()
 	got := e.rec.Take()
 	if want == nil {
 		want = []string{}
@@ -134,6 +148,7 @@ func (e *env) expect(want ...string) {
 
 func (e *env) roster(eng presence.Engine, conv string) string {
 	e.t.Helper()
+	e.settle()
 	r, err := eng.Roster(e.ctx, conv)
 	e.must(err)
 	var parts []string
@@ -163,6 +178,7 @@ func (e *env) socketConvs(eng presence.Engine, user, sid string) []string {
 
 func (e *env) status(eng presence.Engine, users ...string) string {
 	e.t.Helper()
+	e.settle()
 	ps, err := eng.Users(e.ctx, users)
 	e.must(err)
 	var parts []string
@@ -186,6 +202,7 @@ func (e *env) elapse(d time.Duration, engs ...presence.Engine) {
 
 func (e *env) tick(engs ...presence.Engine) {
 	e.t.Helper()
+	e.settle()
 	for _, eng := range engs {
 		e.must(eng.Tick(e.ctx))
 	}
