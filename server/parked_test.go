@@ -13,9 +13,11 @@ import (
 )
 
 // An idle websocket's reader parks on the poller (transport/poller_linux.go)
-// after transport.ParkAfter (ParkAfterConnect right after the CONNECT): no
-// goroutine of ours per idle socket, a reader again for each message, and
-// every way a parked connection ends is reported (its registration goes).
+// after transport.ParkAfter (ParkAfterConnect right after the CONNECT), or
+// at once after a message that came ParkAfter or more after the one
+// before: no goroutine of ours per idle socket, a reader again for each
+// message, and every way a parked connection ends is reported (its
+// registration goes).
 func TestIdleReadersPark(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the poller is epoll")
@@ -42,22 +44,39 @@ func TestIdleReadersPark(t *testing.T) {
 	if d := runtime.NumGoroutine() - g0; d > n/2 {
 		t.Fatalf("%d goroutines for %d idle sockets: readers are not parked, or each has a ping timer", d, n)
 	}
-	for round := range 2 { // woken by a message, parked again after ParkAfter
+	heartbeats := func(what string) {
+		t.Helper()
 		for _, c := range cs {
 			if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
-				t.Fatalf("round %d: heartbeat ack: %s", round, got)
+				t.Fatalf("%s: heartbeat ack: %s", what, got)
 			}
 		}
+	}
+	// waits checks that the connections wait ParkAfter after their last
+	// message before they park.
+	waits := func(what string) {
+		t.Helper()
 		if _, parked := transport.PolledConnections(); parked == n {
-			t.Fatalf("round %d: all connections parked right after their heartbeats", round)
+			t.Fatalf("%s: all connections parked right after their heartbeats", what)
 		}
-		// Past the connect, the wait is ParkAfter.
 		time.Sleep(2 * transport.ParkAfterConnect)
 		if _, parked := transport.PolledConnections(); parked == n {
-			t.Fatalf("round %d: all connections parked %v after their heartbeats", round, 2*transport.ParkAfterConnect)
+			t.Fatalf("%s: all connections parked %v after their heartbeats", what, 2*transport.ParkAfterConnect)
 		}
-		waitPolled(n, n, "after the heartbeats")
+		waitPolled(n, n, what)
 	}
+	// The first message past the CONNECT: woken, parked again after
+	// ParkAfter.
+	heartbeats("first heartbeats")
+	waits("first heartbeats")
+	// Each message now comes ParkAfter or more after the one before: the
+	// connection parks as soon as it is handled, as real clients' sockets
+	// do between heartbeats 15-20 s apart.
+	heartbeats("sparse heartbeats")
+	waitPolledWithin(t, base, n, n, transport.ParkAfter/2, "sparse heartbeats")
+	// A message soon after the one before: the wait again.
+	heartbeats("frequent heartbeats")
+	waits("frequent heartbeats")
 	// The client leaves: the reader wakes on the end of the stream.
 	_ = cs[0].conn.Close()
 	waitPolled(n-1, n-1, "after a client closed")

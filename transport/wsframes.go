@@ -272,6 +272,9 @@ func (f *frameReader) await(d time.Duration) (bool, error) {
 	return false, err
 }
 
+// drained reports that nothing read is left to consume.
+func (f *frameReader) drained() bool { return f.w == f.r }
+
 // parkBuffer gives back the read buffer of a connection with nothing buffered,
 // when it is the small one, to be shared while the connection is parked.
 func (f *frameReader) parkBuffer() {

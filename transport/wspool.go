@@ -113,13 +113,18 @@ func (p *directPool) watch() {
 // runJob runs the job; a panic (there is a recover in the handlers
 // already) leaves the event to the library's path rather than stopping
 // the worker with its reader waiting.
-func (w *wsTransport) runJob() (done bool) {
+func (w *wsTransport) runJob() bool {
+	msg := w.job
+	w.job = nil
+	return w.runDirect(msg)
+}
+
+// runDirect is readDirect, with a panic reported as false.
+func (w *wsTransport) runDirect(msg []byte) (done bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			done = false
 		}
 	}()
-	msg := w.job
-	w.job = nil
 	return w.readDirect(msg)
 }

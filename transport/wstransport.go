@@ -177,7 +177,13 @@ type wsTransport struct {
 	pollID uint64 // guarded by poll.mu
 	noPark bool
 	reads  uint8 // messages read, counted up to 2 (ParkAfterConnect; the reader's)
-	parked atomic.Bool
+	// sparse: the last message came ParkAfter or more after the one
+	// before it: it is handled on the reader, and the connection parks as
+	// soon as nothing is left to read (see ParkAfter). lastRead is when
+	// that message was read (unix ns). The reader's.
+	sparse   bool
+	lastRead int64
+	parked   atomic.Bool
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
@@ -238,6 +244,12 @@ func (w *wsTransport) readMessages() (parked bool) {
 	grown := false
 	for {
 		if w.poll != nil && !w.noPark {
+			if w.sparse && w.frames.drained() {
+				w.sparse = false
+				if w.park() {
+					return true
+				}
+			}
 			wait := ParkAfter
 			if w.reads == 1 {
 				wait = ParkAfterConnect
@@ -256,10 +268,15 @@ func (w *wsTransport) readMessages() (parked bool) {
 			w.fail(err)
 			return false
 		}
+		if w.poll != nil {
+			now := time.Now().UnixNano()
+			w.sparse = w.reads >= 2 && now-w.lastRead >= int64(ParkAfter)
+			w.lastRead = now
+		}
 		if w.reads < 2 {
 			w.reads++
 		}
-		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.pool.run(w, msg) || w.takePong(msg) || w.holdPong(msg)) {
+		if mt == ws.TextMessage && (w.maybeDirect(msg) && w.dispatch(msg) || w.takePong(msg) || w.holdPong(msg)) {
 			continue
 		}
 		// The library's path: the engine keeps what it is given.
@@ -283,6 +300,19 @@ func (w *wsTransport) readMessages() (parked bool) {
 	}
 }
 
+// dispatch runs a direct event: on the pool (wspool.go), or, for a sparse
+// connection's message, on this reader, which the poller started and which
+// parks the connection right after: a hand-off less on the path of nearly
+// every real client's heartbeat. The poller's readers are few (they are
+// kept and reused between wakes), so that running handlers on them keeps
+// what the pool is for: few goroutines that allocate during a GC cycle.
+func (w *wsTransport) dispatch(msg []byte) bool {
+	if w.sparse {
+		return w.runDirect(msg)
+	}
+	return w.pool.run(w, msg)
+}
+
 // ParkAfter is how long a reader waits for the next message before it
 // parks the connection: a socket that talks more often keeps its reader
 // (and the Go runtime's own poller: a wake through ours costs a handoff
@@ -292,6 +322,16 @@ func (w *wsTransport) readMessages() (parked bool) {
 // 25 s, are parked nearly all the time. A parked connection has no read
 // deadline (the engine's idle timeout): the heartbeat (heartbeat.go, or
 // the engine's) closes one whose client has gone silent.
+//
+// A connection whose message came ParkAfter or more after the one before
+// (sparse) skips the wait: it parks as soon as that message is handled,
+// on the reader the poller started (dispatch). Before, real clients'
+// heartbeats, 15-20 s apart, each woke the connection through the poller
+// and then held a reader goroutine (its stack, a timer) for ParkAfter
+// before it parked again; at 1,000 heartbeats/s from 5,000 sockets (one
+// each 5 s) the server's CPU per heartbeat was 236-267 µs, and is 130-137
+// µs now (docs/benchmarks/presence-load.md). A connection that then talks
+// more often than ParkAfter waits as above.
 const ParkAfter = 2 * time.Second
 
 // ParkAfterConnect is ParkAfter for the wait after a connection's first
