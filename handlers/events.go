@@ -531,20 +531,18 @@ func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (map[string]any
 	return map[string]any{"presences": lastseen.PresenceList(ps)}, nil
 }
 
-// touchWhile records the activity of c's user (any event is activity)
-// while read runs, rather than before it: the read does not wait for the
-// activity's round trip. The activity's error comes first (the socket is
-// lost, or the backend unavailable). Only for reads, or for changes the
-// caller undoes on an error (subscribe): another event that changes state
-// touches first, so that a refusal changes nothing.
+// touchWhile records the activity of c's user (any event is activity),
+// then runs read. The activity's error comes first (the socket is lost, or
+// the backend unavailable), and read does not run then. Touch does not
+// wait for a round trip (the Redis engine sends activity records in the
+// background), so the read is not delayed by it; touchWhile ran the two
+// side by side on two goroutines before that. Only for reads, or for
+// changes the caller undoes on an error (subscribe).
 func (h *Sockets) touchWhile(ctx context.Context, c *Conn, read func() error) error {
-	touched := make(chan error, 1)
-	go func() { touched <- h.engine.Touch(ctx, c.sid) }()
-	err := read()
-	if terr := <-touched; terr != nil {
-		return terr
+	if err := h.engine.Touch(ctx, c.sid); err != nil {
+		return err
 	}
-	return err
+	return read()
 }
 
 func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string]any, error) {
@@ -557,9 +555,9 @@ func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (map[string
 	}
 	unique := ids.Unique(asked)
 	// Subscribe first, then read: a change between the two is not missed
-	// (at worst it is sent as well as acked). The activity goes alongside
-	// the read; a refusal (the engine has lost the socket, or a backend
-	// is unavailable) puts the subscriptions back as they were.
+	// (at worst it is sent as well as acked). The activity is recorded
+	// before the read; a refusal (the engine has lost the socket, or a
+	// backend is unavailable) puts the subscriptions back as they were.
 	prev := h.subs.Replace(c, unique)
 	ps := []lastseen.Presence{}
 	err = h.touchWhile(ctx, c, func() (err error) {
