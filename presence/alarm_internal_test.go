@@ -11,7 +11,7 @@ import (
 // An alarm wakes its loop once the moment has come, never before, and
 // keeps nothing after.
 func TestAlarmRingsAtTheMoment(t *testing.T) {
-	a := newAlarm(alarmStep)
+	a := newAlarm(alarmStep, alarmGap)
 	defer a.stop()
 	start := time.Now()
 	a.set(start.Add(30 * time.Millisecond))
@@ -40,17 +40,18 @@ func TestAlarmRingsAtTheMoment(t *testing.T) {
 	}
 }
 
-// Moments are rounded to the alarm's step, and it keeps at most alarmMax:
-// a storm of disconnects costs a bounded number of wakes.
+// Moments are rounded to the alarm's step, its wakes are at least its gap
+// apart, and it keeps at most alarmMax moments: a storm of disconnects
+// costs a bounded number of wakes.
 func TestAlarmIsBounded(t *testing.T) {
-	a := newAlarm(alarmStep)
+	a := newAlarm(alarmStep, alarmGap)
 	defer a.stop()
 	base := time.Now().Add(time.Hour)
 	for i := range 1000 {
-		a.set(base.Add(time.Duration(i) * time.Millisecond)) // 1 s of moments, 1 ms apart
+		a.set(base.Add(time.Duration(i) * 100 * time.Microsecond)) // 100 ms of moments, 0.1 ms apart
 	}
-	if n, want := a.pending(), int(time.Second/alarmStep); n > want+1 {
-		t.Fatalf("%d moments for 1s of disconnects, want at most %d (one per %v)", n, want+1, alarmStep)
+	if n, want := a.pending(), int(100*time.Millisecond/alarmStep); n > want+1 {
+		t.Fatalf("%d moments for 100 ms of disconnects, want at most %d (one per %v)", n, want+1, alarmStep)
 	}
 	for i := range 2 * alarmMax {
 		a.set(base.Add(time.Duration(i) * time.Second))
@@ -61,6 +62,27 @@ func TestAlarmIsBounded(t *testing.T) {
 	a.stop()
 	if n := a.pending(); n != 0 {
 		t.Fatalf("%d moments kept after stop", n)
+	}
+
+	// 100 moments 1 ms apart, from now: at most one wake per gap.
+	b := newAlarm(alarmStep, alarmGap)
+	defer b.stop()
+	const storm = 100 * time.Millisecond
+	start := time.Now()
+	for i := range int(storm / time.Millisecond) {
+		b.set(start.Add(time.Duration(i) * time.Millisecond))
+	}
+	wakes := 0
+	for b.pending() > 0 || wakes == 0 {
+		select {
+		case <-b.C:
+			wakes++
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no wake for 5 s, %d moments pending", b.pending())
+		}
+	}
+	if elapsed, max := time.Since(start), int(time.Since(start)/alarmGap)+1; wakes > max {
+		t.Fatalf("%d wakes in %v, want at most %d (one per %v)", wakes, elapsed, max, alarmGap)
 	}
 }
 

@@ -88,7 +88,7 @@ var _ Engine = (*MemoryEngine)(nil)
 // NewMemoryEngine attaches a node to the backend.
 func NewMemoryEngine(m *Memory, cfg Config) *MemoryEngine {
 	cfg = cfg.WithDefaults()
-	e := &MemoryEngine{m: m, cfg: cfg, alarm: newAlarm(alarmStep)}
+	e := &MemoryEngine{m: m, cfg: cfg, alarm: newAlarm(alarmStep, alarmGap)}
 	m.mu.Lock()
 	m.leases[cfg.NodeID] = cfg.Now()
 	m.mu.Unlock()

@@ -120,8 +120,8 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		leaving:     map[string]struct{}{},
-		alarm:       newAlarm(alarmStep),
-		typingAlarm: newAlarm(typingAlarmStep),
+		alarm:       newAlarm(alarmStep, alarmGap),
+		typingAlarm: newAlarm(typingAlarmStep, 0),
 		away:        newAwayWatch(),
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",
