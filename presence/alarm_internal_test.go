@@ -89,19 +89,29 @@ func TestAlarmIsBounded(t *testing.T) {
 // A disconnect with a flap grace sets the Redis engine's alarm for the
 // grace's end.
 func TestRedisDisconnectSetsAlarm(t *testing.T) {
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t, rdb, "alarm")
 	ctx := context.Background()
-	e := NewRedisEngine(rdb, Config{NodeID: "n1", FlapGrace: time.Minute}, RedisConfig{Prefix: prefix})
-	defer e.alarm.stop()
-	if err := e.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
+	e := alarmEngine(t, Config{NodeID: "n1", FlapGrace: time.Minute})
 	before := time.Now()
 	if err := e.Disconnect(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	oneMoment(t, e.alarm, before, time.Minute)
+}
+
+// alarmEngine is an engine of cfg on a test prefix, with socket s1 of
+// alice connected; its alarms stop when t ends.
+func alarmEngine(t *testing.T, cfg Config) *RedisEngine {
+	t.Helper()
+	rdb := redistest.Client(t)
+	e := NewRedisEngine(rdb, cfg, RedisConfig{Prefix: redistest.Prefix(t, rdb, "alarm")})
+	t.Cleanup(func() {
+		e.alarm.stop()
+		e.typingAlarm.stop()
+	})
+	if err := e.Connect(context.Background(), Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // oneMoment fails unless a holds one moment, d after a time between
@@ -120,15 +130,8 @@ func oneMoment(t *testing.T, a *alarm, before time.Time, d time.Duration) {
 // expiry, so that the stop goes out then rather than with the expiries
 // of a whole tick.
 func TestRedisTypingStartSetsAlarm(t *testing.T) {
-	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t, rdb, "alarm")
 	ctx := context.Background()
-	e := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: time.Minute}, RedisConfig{Prefix: prefix})
-	defer e.alarm.stop()
-	defer e.typingAlarm.stop()
-	if err := e.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
+	e := alarmEngine(t, Config{NodeID: "n1", TypingTTL: time.Minute})
 	if _, err := e.Join(ctx, "s1", "c1"); err != nil {
 		t.Fatal(err)
 	}

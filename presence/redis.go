@@ -129,6 +129,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		}),
 	}
 	_, e.crossSlot = rdb.(*redis.Client) // a standalone or Sentinel client; not a ClusterClient or Ring
+	e.act.idle.L = &e.act.mu
 	e.kNode = e.registryKey(cfg.NodeID, e.token)
 	e.pipes.rdb = rdb
 	return e

@@ -52,7 +52,7 @@ type activityBatcher struct {
 	busy    bool        // a flusher runs, or window will start one
 	window  *time.Timer // non-nil while a flush waits for the window
 	failing bool        // the last round trip failed: callers wait for theirs
-	idle    sync.Cond   // on mu: broadcast when busy ends (Settle)
+	idle    sync.Cond   // on mu (NewRedisEngine): broadcast when busy ends (Settle)
 }
 
 // recordLater queues user's activity, recorded at the call's time, for
@@ -122,9 +122,7 @@ func (b *activityBatcher) take() []*activityReq {
 // done ends a busy spell. Called with mu held.
 func (b *activityBatcher) done() {
 	b.busy = false
-	if b.idle.L != nil {
-		b.idle.Broadcast()
-	}
+	b.idle.Broadcast()
 }
 
 // flushWindow is the window timer's: it flushes unless Settle took over.
@@ -167,9 +165,6 @@ func (e *RedisEngine) Settle() {
 	b := &e.act
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.idle.L == nil {
-		b.idle.L = &b.mu
-	}
 	if b.window != nil && b.window.Stop() {
 		b.window = nil
 		go e.flushActivity()
