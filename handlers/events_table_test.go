@@ -225,7 +225,7 @@ func serveEvent(h *Sockets, c *Conn, event string, payload any, withAck bool) (m
 				got = map[string]any{"badReply": reply}
 				return
 			}
-			got, _ = reply[0].(map[string]any)
+			got = ackBody(reply[0])
 		}
 	}
 	h.serve(c, event, h.handlers[event], []any{payload}, ack, time.Time{}, false)
@@ -1093,7 +1093,7 @@ func TestEventServeRefusals(t *testing.T) {
 	t.Run("waited too long in the queue", func(t *testing.T) {
 		e := newTblEnv(t, tblOptions{opTimeout: time.Second})
 		var got map[string]any
-		ack := socket.Ack(func(reply []any, _ error) { got, _ = reply[0].(map[string]any) })
+		ack := socket.Ack(func(reply []any, _ error) { got = ackBody(reply[0]) })
 		e.h.serve(e.conns["s1"], "conversation:join", e.h.handlers["conversation:join"], []any{conv("c1")}, ack, time.Now().Add(-2*time.Second), true)
 		if code(got) != CodeUnavailable || !strings.Contains(got["error"].(map[string]any)["message"].(string), "overloaded") {
 			t.Fatalf("ack %v, want unavailable: overloaded", got)
@@ -1259,7 +1259,7 @@ func TestEventRoomEventsAfterTheAck(t *testing.T) {
 func TestEventRoomEventsAfterAPanic(t *testing.T) {
 	e := newTblEnv(t, tblOptions{})
 	e.send("s2", "conversation:join", conv("c1"), true)
-	panicking := func(ctx context.Context, c *Conn, _ payload) (map[string]any, error) {
+	panicking := func(ctx context.Context, c *Conn, _ payload) (any, error) {
 		if _, err := e.eng.Join(ctx, c.sid, "c1"); err != nil {
 			return nil, err
 		}
@@ -1271,7 +1271,7 @@ func TestEventRoomEventsAfterAPanic(t *testing.T) {
 	var acks [][]any
 	ack := func(reply []any, _ error) { acks = append(acks, reply) }
 	e.h.serve(e.conns["s1"], "conversation:join", panicking, []any{conv("c1")}, ack, time.Time{}, false)
-	if len(acks) != 1 || code(acks[0][0].(map[string]any)) != CodeInternal {
+	if len(acks) != 1 || code(ackBody(acks[0][0])) != CodeInternal {
 		t.Fatalf("acks %v, want one internal error", acks)
 	}
 	e.mu.Lock()

@@ -393,3 +393,19 @@ func FuzzMemberListJSON(f *testing.F) {
 		}
 	})
 }
+
+// The heartbeat's ack body encodes itself (heartbeatReply.AppendJSON)
+// exactly as encoding/json encodes a map of its fields, which is what the
+// ack was before it had a type, and encoding/json encodes the type alike.
+func TestHeartbeatReplyJSON(t *testing.T) {
+	for _, r := range []heartbeatReply{
+		{NextInMs: 18449, OK: true, ServerTime: "2026-12-04T09:46:36.748Z"},
+		{NextInMs: 0, OK: false, ServerTime: ""},
+		{NextInMs: -1, OK: true, ServerTime: "a<b>&\"\\\u2028"},
+	} {
+		plain := map[string]any{"nextInMs": r.NextInMs, "ok": r.OK, "serverTime": r.ServerTime}
+		if err := jsontext.SameAsMarshal(r.AppendJSON, plain, r); err != nil {
+			t.Error(err)
+		}
+	}
+}

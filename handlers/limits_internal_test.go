@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -96,9 +97,30 @@ func limitedSockets(t *testing.T, limits EventLimits) (*Sockets, *Conn, presence
 // library events take) and returns its ack.
 func call(h *Sockets, c *Conn, name string, arg any) map[string]any {
 	var got map[string]any
-	ack := func(reply []any, _ error) { got, _ = reply[0].(map[string]any) }
+	ack := func(reply []any, _ error) { got = ackBody(reply[0]) }
 	h.serve(c, name, h.handlers[name], []any{arg}, ack, time.Time{}, false)
 	return got
+}
+
+// ackBody is an ack's body as a map: a map as it is, a body of its own
+// type (okReply) by its fields (TestHeartbeatReplyJSON checks they encode
+// alike), else through its JSON.
+func ackBody(v any) map[string]any {
+	switch b := v.(type) {
+	case map[string]any:
+		return b
+	case heartbeatReply:
+		return map[string]any{"nextInMs": b.NextInMs, "ok": b.OK, "serverTime": b.ServerTime}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{"marshalError": err.Error()}
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return map[string]any{"unmarshalError": err.Error()}
+	}
+	return m
 }
 
 func code(ack map[string]any) string {
