@@ -5,6 +5,7 @@ package ids
 
 import (
 	"slices"
+	"sync"
 )
 
 // Rule is the id rule, as error messages state it.
@@ -39,16 +40,34 @@ func Valid(s string) bool {
 // Unique returns ids without duplicates, in first-seen order (a new slice,
 // never nil).
 func Unique(ids []string) []string {
-	seen := make(map[string]struct{}, len(ids))
 	out := make([]string, 0, len(ids))
+	if len(ids) <= uniqueScan {
+		for _, id := range ids {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	seen := seenSets.Get().(map[string]struct{})
 	for _, id := range ids {
 		if _, ok := seen[id]; !ok {
 			seen[id] = struct{}{}
 			out = append(out, id)
 		}
 	}
+	clear(seen) // keeps its room, and no id
+	seenSets.Put(seen)
 	return out
 }
+
+// uniqueScan is the most ids Unique compares with each other rather than
+// set in a map.
+const uniqueScan = 16
+
+// seenSets are Unique's sets, used again: a set of 1,000 ids was a tenth
+// of what a presence:query of 1,000 ids allocated.
+var seenSets = sync.Pool{New: func() any { return make(map[string]struct{}) }}
 
 // Sorted returns ids sorted, without duplicates (a new slice, never nil).
 func Sorted(ids []string) []string {

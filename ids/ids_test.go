@@ -48,6 +48,14 @@ func TestUniqueAndSorted(t *testing.T) {
 	}{
 		{nil, []string{}, []string{}},
 		{[]string{"b", "a", "b", "c", "a"}, []string{"b", "a", "c"}, []string{"a", "b", "c"}},
+		// past the scan, through the map; twice, so that the second call
+		// gets the first's set again and must find it empty
+		{strings.Split("q w e r t y u i o p a s d f g h j q w e", " "),
+			strings.Split("q w e r t y u i o p a s d f g h j", " "),
+			strings.Split("a d e f g h i j o p q r s t u w y", " ")},
+		{strings.Split("q w e r t y u i o p a s d f g h j q w e", " "),
+			strings.Split("q w e r t y u i o p a s d f g h j", " "),
+			strings.Split("a d e f g h i j o p q r s t u w y", " ")},
 	}
 	for _, tt := range tests {
 		in := slices.Clone(tt.in)

@@ -13,7 +13,7 @@ func (r *Reader) Exact(ctx context.Context, userID string) (Target, error) {
 	if err != nil {
 		return Target{}, err
 	}
-	return *targets[userID], nil
+	return targets[0], nil
 }
 
 // FlushInfo describes a pipeline's last flush, for the admin panel.

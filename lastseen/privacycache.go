@@ -250,6 +250,7 @@ func (c *privacyCache) begin(ctx context.Context, read func(ctx context.Context,
 		p.misses = ids
 	} else {
 		now := c.now()
+		p.hitIDs = make([]string, 0, len(ids)) // most are hits: grown once
 		var seen [PrivacyBuckets]bool
 		c.mu.Lock()
 		for _, id := range ids {

@@ -121,7 +121,7 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 		return []Presence{}, nil
 	}
 	users := ids.Unique(userIDs)
-	var others []string
+	others := make([]string, 0, len(users)+1) // room for the viewer too (settings)
 	for _, id := range users {
 		if id != viewerID {
 			others = append(others, id)
@@ -144,29 +144,47 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 			return nil, fmt.Errorf("lastseen: read privacy: %w", err)
 		}
 		viewerSetting = settings[viewerID]
-		var owners []string
-		for _, id := range others {
-			t := targets[id]
-			t.Setting = settings[id]
+		var owners []*Target
+		for i := range targets {
+			t := &targets[i]
+			if t.UserID == viewerID {
+				continue
+			}
+			t.Setting = settings[t.UserID]
 			if normalize(t.Setting) == store.Contacts {
-				owners = append(owners, id)
+				owners = append(owners, t)
 			}
 		}
 		if len(owners) > 0 && normalize(viewerSetting) != store.Nobody {
-			isContact, err := r.d.Store.ContactOf(ctx, owners, viewerID)
+			ownerIDs := make([]string, len(owners))
+			for i, t := range owners {
+				ownerIDs[i] = t.UserID
+			}
+			isContact, err := r.d.Store.ContactOf(ctx, ownerIDs, viewerID)
 			if err != nil {
 				return nil, fmt.Errorf("lastseen: read contacts: %w", err)
 			}
-			for _, id := range owners {
-				targets[id].IsContact = isContact[id]
+			for _, t := range owners {
+				t.IsContact = isContact[t.UserID]
 			}
 		}
 	}
 
 	now := r.d.Now()
 	out := make([]Presence, len(userIDs))
+	if len(users) == len(userIDs) {
+		// no duplicates: ids.Unique kept the order, targets[i] is userIDs[i]'s
+		for i := range targets {
+			out[i] = Filter(viewerID, targets[i], viewerSetting, now)
+		}
+		return out, nil
+	}
+	at := make(map[string]*Target, len(targets))
+	for i := range targets {
+		at[targets[i].UserID] = &targets[i]
+	}
 	for i, id := range userIDs {
-		out[i] = Filter(viewerID, *targets[id], viewerSetting, now)
+		out[i] = Filter(viewerID, *at[id], viewerSetting, now)
 	}
 	return out, nil
 }
@@ -185,7 +203,7 @@ func (r *Reader) PresencesFor(ctx context.Context, up presence.UserPresence, vie
 		t.Status = presence.Offline
 	}
 	if t.Status == presence.Offline && t.LastSeen.IsZero() {
-		if err := r.lastSeen(ctx, map[string]*Target{t.UserID: t}, []string{t.UserID}, true); err != nil {
+		if err := r.lastSeen(ctx, []*Target{t}, true); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +267,7 @@ type PipelinedBuffer interface {
 // asked about every id, which costs less than a second round trip. The
 // versions of settings' buckets (nil: none) go in that round trip too when
 // they are on that Redis.
-func (r *Reader) facts(ctx context.Context, ids []string, settings *privacyRead) (map[string]*Target, error) {
+func (r *Reader) facts(ctx context.Context, ids []string, settings *privacyRead) ([]Target, error) {
 	ps, okS := r.d.Status.(PipelinedStatus)
 	pb, okB := r.d.Buffer.(PipelinedBuffer)
 	if okS && okB {
@@ -262,7 +280,7 @@ func (r *Reader) facts(ctx context.Context, ids []string, settings *privacyRead)
 	return r.factsFrom(ctx, ids, ups, nil)
 }
 
-func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedStatus, pb PipelinedBuffer, settings *privacyRead) (map[string]*Target, error) {
+func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedStatus, pb PipelinedBuffer, settings *privacyRead) ([]Target, error) {
 	pipe := pb.Pipeline()
 	users := ps.QueueUsers(ctx, pipe, ids)
 	times := pb.QueueGet(ctx, pipe, ids)
@@ -283,10 +301,11 @@ func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedS
 
 // factsFrom builds the targets from the statuses and, when given, the
 // buffered times of every id (else the buffer is asked for the offline).
-func (r *Reader) factsFrom(ctx context.Context, ids []string, ups []presence.UserPresence, buffered []time.Time) (map[string]*Target, error) {
-	targets := make(map[string]*Target, len(ids))
+// The targets are in the order of ids: a slice, not a map by id, which
+// cost a sixth of what a query of 1,000 ids allocated.
+func (r *Reader) factsFrom(ctx context.Context, ids []string, ups []presence.UserPresence, buffered []time.Time) ([]Target, error) {
 	all := make([]Target, len(ids)) // one allocation, not one per id
-	var offline []string
+	offline := make([]*Target, 0, len(ids))
 	for i, id := range ids {
 		t := &all[i]
 		*t = Target{UserID: id, Status: presence.Offline}
@@ -295,73 +314,82 @@ func (r *Reader) factsFrom(ctx context.Context, ids []string, ups []presence.Use
 		}
 		if t.Status != presence.Online && t.Status != presence.Away {
 			t.Status = presence.Offline
-			offline = append(offline, id)
+			offline = append(offline, t)
 			if buffered != nil && buffered[i].After(t.LastSeen) {
 				t.LastSeen = buffered[i]
 			}
 		}
-		targets[id] = t
 	}
-	if err := r.lastSeen(ctx, targets, offline, buffered == nil); err != nil {
+	if err := r.lastSeen(ctx, offline, buffered == nil); err != nil {
 		return nil, err
 	}
-	return targets, nil
+	return all, nil
 }
 
-// lastSeen fills the last-seen of the offline ids: the later of what the
-// engine remembered and (if askBuffer) the buffer holds, else the store.
-func (r *Reader) lastSeen(ctx context.Context, targets map[string]*Target, offline []string, askBuffer bool) error {
+// lastSeen fills the last-seen of the offline targets: the later of what
+// the engine remembered and (if askBuffer) the buffer holds, else the
+// store.
+func (r *Reader) lastSeen(ctx context.Context, offline []*Target, askBuffer bool) error {
 	if len(offline) == 0 {
 		return nil
 	}
 	if askBuffer && r.d.Buffer != nil {
-		times, err := r.d.Buffer.Get(ctx, offline)
+		times, err := r.d.Buffer.Get(ctx, targetIDs(offline))
 		if err != nil {
 			return fmt.Errorf("lastseen: read buffer: %w", err)
 		}
-		for i, id := range offline {
-			if t := targets[id]; times[i].After(t.LastSeen) {
+		for i, t := range offline {
+			if times[i].After(t.LastSeen) {
 				t.LastSeen = times[i]
 			}
 		}
 	}
-	var misses []string
-	for _, id := range offline {
-		if targets[id].LastSeen.IsZero() {
-			misses = append(misses, id)
+	var misses []*Target
+	for _, t := range offline {
+		if t.LastSeen.IsZero() {
+			misses = append(misses, t)
 		}
 	}
-	misses = r.storedKnown(targets, misses)
+	misses = r.storedKnown(misses)
 	if len(misses) == 0 {
 		return nil
 	}
-	stored, err := r.d.Store.LastSeen(ctx, misses)
+	ids := targetIDs(misses)
+	stored, err := r.d.Store.LastSeen(ctx, ids)
 	if err != nil {
 		return fmt.Errorf("lastseen: read store: %w", err)
 	}
-	for _, id := range misses {
-		targets[id].LastSeen = stored[id]
+	for _, t := range misses {
+		t.LastSeen = stored[t.UserID]
 	}
-	r.keepStored(misses, stored)
+	r.keepStored(ids, stored)
 	return nil
 }
 
-// storedKnown fills the targets of ids whose store answer is kept (fresh)
-// and returns the others.
-func (r *Reader) storedKnown(targets map[string]*Target, ids []string) []string {
-	if r.d.StoredMaxAge <= 0 || len(ids) == 0 {
-		return ids
+func targetIDs(ts []*Target) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.UserID
+	}
+	return out
+}
+
+// storedKnown fills the targets whose store answer is kept (fresh) and
+// returns the others.
+func (r *Reader) storedKnown(ts []*Target) []*Target {
+	if r.d.StoredMaxAge <= 0 || len(ts) == 0 {
+		return ts
 	}
 	now := r.d.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rest := ids[:0]
-	for _, id := range ids {
-		if e, ok := r.stored[id]; ok && now.Sub(e.at) < r.d.StoredMaxAge {
-			targets[id].LastSeen = e.t
+	rest := ts[:0]
+	for _, t := range ts {
+		if e, ok := r.stored[t.UserID]; ok && now.Sub(e.at) < r.d.StoredMaxAge {
+			t.LastSeen = e.t
 			continue
 		}
-		rest = append(rest, id)
+		rest = append(rest, t)
 	}
 	return rest
 }
