@@ -4,7 +4,9 @@
 //   node bench/compare.js p-idle.json,p-typing.json n-idle.json,n-typing.json   (merged per side)
 // For each figure: presenced, Node, the ratio presenced/Node and which is better
 // (by the figure's own direction: lower latency/memory/CPU, higher rate; "none" for
-// conditions such as the CPU other processes used meanwhile).
+// conditions such as the CPU other processes used meanwhile). When a side's list holds a
+// scenario more than once (bench/run.sh's rounds), each figure is the mean of its values, and
+// the last column gives each side's values in the order of the list.
 const fs = require('node:fs');
 
 const files = process.argv.slice(2).filter((a) => !a.startsWith('--'));
@@ -36,17 +38,27 @@ function fmt(v) {
 }
 
 const key = (f) => `${f.scenario}/${f.name}`;
-const bmap = new Map(b.figures.map((f) => [key(f), f]));
+// values groups a side's figures by key, in the order of its list.
+function values(figs) {
+  const m = new Map();
+  for (const f of figs) {
+    if (!m.has(key(f))) m.set(key(f), []);
+    m.get(key(f)).push(f.value);
+  }
+  return m;
+}
+const mean = (vs) => (vs && vs.length ? vs.reduce((s, v) => s + v, 0) / vs.length : undefined);
+const avals = values(a.figures);
+const bvals = values(b.figures);
+const rounds = Math.max(...[...avals.values(), ...bvals.values()].map((vs) => vs.length), 1);
 const seen = new Set();
 const rows = [];
 for (const f of a.figures.concat(b.figures)) {
   const k = key(f);
   if (seen.has(k)) continue;
   seen.add(k);
-  const fa = a.figures.find((x) => key(x) === k);
-  const fb = bmap.get(k);
-  const va = fa && fa.value;
-  const vb = fb && fb.value;
+  const va = mean(avals.get(k));
+  const vb = mean(bvals.get(k));
   let ratio = '-';
   let better = '-';
   if (va !== undefined && vb !== undefined) {
@@ -57,9 +69,15 @@ for (const f of a.figures.concat(b.figures)) {
     else if ((f.better === 'lower') === va < vb) better = 'presenced';
     else better = 'Node';
   }
-  rows.push([f.scenario, f.name, f.unit, fmt(va), fmt(vb), ratio, better]);
+  const row = [f.scenario, f.name, f.unit, fmt(va), fmt(vb), ratio, better];
+  if (rounds > 1) {
+    const list = (vs) => (vs || []).map(fmt).join(' / ') || '-';
+    row.push(`${list(avals.get(k))} · ${list(bvals.get(k))}`);
+  }
+  rows.push(row);
 }
 const head = ['scenario', 'figure', 'unit', 'presenced', 'Node', 'presenced/Node', 'better'];
+if (rounds > 1) head.push('each round: presenced · Node');
 
 function note(label, r) {
   const failed = r.failed && r.failed.length ? `; FAILED: ${r.failed.join(' | ')}` : '';

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: presenced against the Node peer (bench/server.js), same scenarios,
-# same machine, same Redis setup. The servers take turns scenario by scenario (presenced idle,
-# Node idle, presenced heartbeat, Node heartbeat, …) so that both meet about the same load from
-# other programs on a shared machine.
+# same machine, same Redis setup. The servers take turns scenario by scenario, in two rounds
+# that swap the order (presenced idle, Node idle, Node idle, presenced idle, presenced
+# heartbeat, Node heartbeat, Node heartbeat, presenced heartbeat, …): a machine that gets
+# slower or faster during the run (other programs, a shared host) weighs on both alike.
 #
-#   bench/run.sh            # the default run, about 10-15 minutes
-#   bench/run.sh -quick     # smoke run, about 3-4 minutes
+#   bench/run.sh            # the default run, about 20 minutes
+#   bench/run.sh -quick     # smoke run, one round, about 3-4 minutes
 #   bench/run.sh -quick -typing-nodes 1    # extra flags go to every presence-load run
+#   BENCH_ROUNDS=1 bench/run.sh            # one round (presenced first), about 10 minutes
 #
-# Results: bin/bench/<UTC time>/ (BENCH_OUT overrides it): <server>-<scenario>.{json,txt},
-# compare.txt and compare.md. Not part of `make test`.
+# Results: bin/bench/<UTC time>/ (BENCH_OUT overrides it): <server>-<scenario>[-r<round>].{json,txt},
+# compare.txt and compare.md (each figure the mean of the rounds, with each round's value).
+# Not part of `make test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +27,9 @@ echo "npm ci in bench/" >&2
 
 quick=0
 for a in "$@"; do if [ "$a" = "-quick" ] || [ "$a" = "--quick" ]; then quick=1; fi; done
+rounds=${BENCH_ROUNDS:-2}
 if [ "$quick" = 1 ]; then
+	rounds=${BENCH_ROUNDS:-1}
 	flags=(-redis own -inflight 500 -connect-rate 100000)
 else
 	# (a) memory at 10,000 idle sockets and 5,000 sockets x 3 conversations, (b) heartbeat
@@ -40,16 +45,21 @@ fi
 status=0
 lists=([0]="" [1]="")
 for scenario in idle heartbeat typing subscribe; do
-	i=0
-	for server in presenced node; do
-		echo "== $scenario against $server ($(date -u +%H:%M:%S)) ==" >&2
-		base="$out/$server-$scenario"
-		if ! ./bin/presence-load -server "$server" -scenario "$scenario" "${flags[@]}" "$@" -json -out "$base.txt" >"$base.json" 2>"$base.err"; then
-			echo "   failed (see $base.txt and $base.err); its other figures are kept" >&2
-			status=1
-		fi
-		if [ -s "$base.json" ]; then lists[$i]+="$base.json,"; fi
-		i=$((i + 1))
+	for round in $(seq 1 "$rounds"); do
+		order=(presenced node)
+		if [ $((round % 2)) = 0 ]; then order=(node presenced); fi
+		for server in "${order[@]}"; do
+			i=0
+			if [ "$server" = node ]; then i=1; fi
+			base="$out/$server-$scenario"
+			if [ "$rounds" -gt 1 ]; then base+="-r$round"; fi
+			echo "== $scenario against $server, round $round of $rounds ($(date -u +%H:%M:%S)) ==" >&2
+			if ! ./bin/presence-load -server "$server" -scenario "$scenario" "${flags[@]}" "$@" -json -out "$base.txt" >"$base.json" 2>"$base.err"; then
+				echo "   failed (see $base.txt and $base.err); its other figures are kept" >&2
+				status=1
+			fi
+			if [ -s "$base.json" ]; then lists[$i]+="$base.json,"; fi
+		done
 	done
 done
 
