@@ -16,6 +16,7 @@ import (
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/timestamp"
+	"github.com/presenced/presenced/transport"
 )
 
 // MaxStateBytes bounds the JSON encoding of a `state:set` state.
@@ -240,8 +241,22 @@ var roomEventsOf = map[string]bool{
 	"conversation:join": true, "conversation:leave": true, "typing:start": true, "typing:stop": true,
 }
 
-// payload is a decoded event argument: a JSON object.
-type payload map[string]any
+// payload is a decoded event argument: a JSON object, as the library
+// decodes it (a map) or as the websocket transport does (an Object, for a
+// small one).
+type payload struct {
+	m map[string]any
+	o transport.Object
+}
+
+// get returns a field's value.
+func (p payload) get(field string) (any, bool) {
+	if p.o != nil {
+		return p.o.Get(field)
+	}
+	v, ok := p.m[field]
+	return v, ok
+}
 
 // decode takes the event's first argument, which must be an object when
 // present. An event sent with no argument decodes to an empty object.
@@ -249,16 +264,18 @@ func decode(args []any) (payload, error) {
 	if len(args) == 0 || args[0] == nil {
 		return payload{}, nil
 	}
-	m, ok := args[0].(map[string]any)
-	if !ok {
-		return nil, errorf(CodeInvalidArgument, "payload must be an object")
+	switch v := args[0].(type) {
+	case map[string]any:
+		return payload{m: v}, nil
+	case transport.Object:
+		return payload{o: v}, nil
 	}
-	return payload(m), nil
+	return payload{}, errorf(CodeInvalidArgument, "payload must be an object")
 }
 
 // id reads a required id field.
 func (p payload) id(field string) (string, error) {
-	v, ok := p[field]
+	v, ok := p.get(field)
 	if !ok || v == nil {
 		return "", errorf(CodeInvalidArgument, "%s is required", field)
 	}
@@ -274,7 +291,7 @@ func (p payload) id(field string) (string, error) {
 
 // optBool reads an optional boolean field.
 func (p payload) optBool(field string, def bool) (bool, error) {
-	v, ok := p[field]
+	v, ok := p.get(field)
 	if !ok || v == nil {
 		return def, nil
 	}
@@ -398,7 +415,7 @@ func (h *Sockets) typingStop(ctx context.Context, c *Conn, p payload) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := p["reason"]; ok && r != nil {
+	if r, ok := p.get("reason"); ok && r != nil {
 		if r != "sent" && r != "cleared" {
 			return nil, errorf(CodeInvalidArgument, `reason must be "sent" or "cleared"`)
 		}
@@ -420,7 +437,7 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	raw, ok := p["state"]
+	raw, ok := p.get("state")
 	if !ok {
 		return nil, errorf(CodeInvalidArgument, "state is required (an object, or null to clear)")
 	}
@@ -527,7 +544,7 @@ func (h *Sockets) clearStates(c *Conn) {
 
 // ids reads a list of user ids of at most MaxQueryIDs.
 func (p payload) ids(field string, minLen int) ([]string, error) {
-	v, ok := p[field]
+	v, ok := p.get(field)
 	if !ok || v == nil {
 		return nil, errorf(CodeInvalidArgument, "%s is required (an array of user ids)", field)
 	}

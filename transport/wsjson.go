@@ -103,12 +103,14 @@ func appendMarshal(dst []byte, v any) ([]byte, error) {
 const maxDepthFast = 16
 
 // decodeArgs reads a Socket.IO packet's JSON array as json.Unmarshal into
-// []any would. It reports false (nothing decoded) for anything but plain
+// []any would, except that an element of the array that is an object of at
+// most maxObjectFields fields is an Object, not a map (its nested objects
+// are maps). It reports false (nothing decoded) for anything but plain
 // input (string escapes, bytes outside printable ASCII in strings, deep
 // nesting) and for invalid JSON, which the caller then gives to
 // encoding/json, for the same result or the same error.
 func decodeArgs(b []byte) ([]any, bool) {
-	d := fastDecoder{b: b}
+	d := fastDecoder{b: b, objects: true}
 	d.space()
 	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		return nil, false
@@ -124,9 +126,50 @@ func decodeArgs(b []byte) ([]any, bool) {
 	return v, true
 }
 
+// Object is an event's argument that is a JSON object, as the websocket
+// transport decodes it: its fields in the order sent. An event's payload
+// is read a field or two at a time and then dropped, and a map cost about
+// 300 bytes even for one field: a third of what a heartbeat allocated.
+// The handlers take an Object or a map (the library's path, and objects of
+// more than maxObjectFields fields).
+type Object []Field
+
+// Field is one field of an Object.
+type Field struct {
+	Key   string
+	Value any
+}
+
+// Get returns the value of key, the last one when the key repeats (as
+// encoding/json's map keeps it).
+func (o Object) Get(key string) (any, bool) {
+	for i := len(o) - 1; i >= 0; i-- {
+		if o[i].Key == key {
+			return o[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// Map returns o as encoding/json would have decoded it.
+func (o Object) Map() map[string]any {
+	m := make(map[string]any, len(o))
+	for _, f := range o {
+		m[f.Key] = f.Value
+	}
+	return m
+}
+
+// maxObjectFields is the most fields an Object holds: past it, Get's scan
+// costs more than a map's lookup, and such a payload is not one of the
+// frequent events.
+const maxObjectFields = 8
+
 type fastDecoder struct {
 	b []byte
 	i int
+	// objects: the top-level array's objects are read as Objects
+	objects bool
 }
 
 func (d *fastDecoder) space() {
@@ -149,6 +192,11 @@ func (d *fastDecoder) value(depth int) (any, bool) {
 	case c == '"':
 		return d.str()
 	case c == '{':
+		if depth == 0 && d.objects {
+			if o, ok := d.flatObject(); ok {
+				return o, true
+			}
+		}
 		return d.object(depth + 1)
 	case c == '[':
 		return d.array(depth + 1)
@@ -281,6 +329,51 @@ func (d *fastDecoder) object(depth int) (map[string]any, bool) {
 		out[k] = v
 		if more, ok := d.sep('}'); !ok || !more {
 			return out, ok
+		}
+	}
+}
+
+// flatObject reads an object of at most maxObjectFields fields as an
+// Object; for a larger one it reports false with nothing consumed, and the
+// caller reads it as a map.
+func (d *fastDecoder) flatObject() (Object, bool) {
+	start := d.i
+	var fields [maxObjectFields]Field
+	n := 0
+	if d.open('}') {
+		return Object{}, true
+	}
+	for {
+		d.space()
+		if n == maxObjectFields || d.i >= len(d.b) || d.b[d.i] != '"' {
+			d.i = start
+			return nil, false
+		}
+		k, ok := d.str()
+		if !ok {
+			d.i = start
+			return nil, false
+		}
+		d.space()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			d.i = start
+			return nil, false
+		}
+		d.i++
+		v, ok := d.value(1)
+		if !ok {
+			d.i = start
+			return nil, false
+		}
+		fields[n] = Field{Key: k, Value: v}
+		n++
+		more, ok := d.sep('}')
+		if !ok {
+			d.i = start
+			return nil, false
+		}
+		if !more {
+			return append(Object(nil), fields[:n]...), true
 		}
 	}
 }

@@ -65,8 +65,52 @@ func checkDecode(t *testing.T, in []byte) {
 	if err := json.Unmarshal(in, &want); err != nil {
 		t.Fatalf("decodeArgs(%q) = %#v, but encoding/json fails: %v", in, got, err)
 	}
+	// the array's objects come as Objects up to maxObjectFields fields,
+	// and as maps past that; as maps, they are what encoding/json reads
+	for i, v := range got {
+		if o, isObj := v.(Object); isObj {
+			if len(o) > maxObjectFields {
+				t.Fatalf("decodeArgs(%q): an Object of %d fields", in, len(o))
+			}
+			got[i] = o.Map()
+		} else if m, isMap := v.(map[string]any); isMap && len(m) <= maxObjectFields && !repeatsKey(in) {
+			t.Fatalf("decodeArgs(%q): a map of %d fields, not an Object", in, len(m))
+		}
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decodeArgs(%q) = %#v, encoding/json %#v", in, got, want)
+	}
+}
+
+// repeatsKey reports whether in might hold an object with a repeated key,
+// whose map has fewer fields than the object sent.
+func repeatsKey(in []byte) bool { return bytes.Count(in, []byte(`":`)) > maxObjectFields }
+
+func TestDecodeArgsObjects(t *testing.T) {
+	got, ok := decodeArgs([]byte(`["heartbeat",{"active":true},{"a":1,"a":2,"b":{"c":"d"}},{}]`))
+	if !ok {
+		t.Fatal("fell back")
+	}
+	hb, isObj := got[1].(Object)
+	if v, found := hb.Get("active"); !isObj || !found || v != true {
+		t.Fatalf("heartbeat payload %#v", got[1])
+	}
+	o, _ := got[2].(Object)
+	if v, _ := o.Get("a"); v != 2.0 {
+		t.Errorf("a repeated key: %#v, want the last value", v)
+	}
+	if v, _ := o.Get("b"); !reflect.DeepEqual(v, map[string]any{"c": "d"}) {
+		t.Errorf("a nested object: %#v, want a map", v)
+	}
+	if _, found := o.Get("x"); found {
+		t.Error("a missing key found")
+	}
+	if e, isObj := got[3].(Object); !isObj || len(e) != 0 {
+		t.Errorf("empty object %#v", got[3])
+	}
+	many := `[{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}]`
+	if got, ok := decodeArgs([]byte(many)); !ok || len(got[0].(map[string]any)) != 9 {
+		t.Errorf("%s: %#v, want a map", many, got)
 	}
 }
 
