@@ -110,7 +110,7 @@ const maxDepthFast = 16
 // nesting) and for invalid JSON, which the caller then gives to
 // encoding/json, for the same result or the same error.
 func decodeArgs(b []byte) ([]any, bool) {
-	d := fastDecoder{b: b, objects: true}
+	d := fastDecoder{b: b}
 	d.space()
 	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		return nil, false
@@ -151,15 +151,6 @@ func (o Object) Get(key string) (any, bool) {
 	return nil, false
 }
 
-// Map returns o as encoding/json would have decoded it.
-func (o Object) Map() map[string]any {
-	m := make(map[string]any, len(o))
-	for _, f := range o {
-		m[f.Key] = f.Value
-	}
-	return m
-}
-
 // maxObjectFields is the most fields an Object holds: past it, Get's scan
 // costs more than a map's lookup, and such a payload is not one of the
 // frequent events.
@@ -168,8 +159,6 @@ const maxObjectFields = 8
 type fastDecoder struct {
 	b []byte
 	i int
-	// objects: the top-level array's objects are read as Objects
-	objects bool
 }
 
 func (d *fastDecoder) space() {
@@ -192,7 +181,7 @@ func (d *fastDecoder) value(depth int) (any, bool) {
 	case c == '"':
 		return d.str()
 	case c == '{':
-		if depth == 0 && d.objects {
+		if depth == 0 { // an element of the arguments' array
 			if o, ok := d.flatObject(); ok {
 				return o, true
 			}

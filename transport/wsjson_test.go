@@ -72,7 +72,7 @@ func checkDecode(t *testing.T, in []byte) {
 			if len(o) > maxObjectFields {
 				t.Fatalf("decodeArgs(%q): an Object of %d fields", in, len(o))
 			}
-			got[i] = o.Map()
+			got[i] = objectMap(o)
 		} else if m, isMap := v.(map[string]any); isMap && len(m) <= maxObjectFields && !repeatsKey(in) {
 			t.Fatalf("decodeArgs(%q): a map of %d fields, not an Object", in, len(m))
 		}
@@ -80,6 +80,15 @@ func checkDecode(t *testing.T, in []byte) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decodeArgs(%q) = %#v, encoding/json %#v", in, got, want)
 	}
+}
+
+// objectMap is o as encoding/json decodes it.
+func objectMap(o Object) map[string]any {
+	m := make(map[string]any, len(o))
+	for _, f := range o {
+		m[f.Key] = f.Value
+	}
+	return m
 }
 
 // repeatsKey reports whether in might hold an object with a repeated key,

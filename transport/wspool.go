@@ -110,16 +110,17 @@ func (p *directPool) watch() {
 	}
 }
 
-// runJob runs the job; a panic (there is a recover in the handlers
-// already) leaves the event to the library's path rather than stopping
-// the worker with its reader waiting.
+// runJob runs the job the reader handed over (runDirect).
 func (w *wsTransport) runJob() bool {
 	msg := w.job
 	w.job = nil
 	return w.runDirect(msg)
 }
 
-// runDirect is readDirect, with a panic reported as false.
+// runDirect is readDirect. A panic (there is a recover in the handlers
+// already) is reported as false: the event goes the library's way rather
+// than stopping the goroutine that runs it (a pool worker, whose reader
+// waits for it, or a sparse connection's reader).
 func (w *wsTransport) runDirect(msg []byte) (done bool) {
 	defer func() {
 		if r := recover(); r != nil {
