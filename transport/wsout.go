@@ -320,12 +320,6 @@ func (w *wsTransport) checkUnread(pending, since, now int64) {
 // meanwhile. A failed write fails the connection and drops the queue.
 func (w *wsTransport) drain(first []byte) {
 	o := &w.out
-	defer func() {
-		if w.frameMuHeld { // handed on by tryWrite and not used: the queue was dropped
-			w.frameMuHeld = false
-			w.frameMu.Unlock()
-		}
-	}()
 	var batch net.Buffers
 	wrote := first != nil
 	for {
@@ -366,7 +360,18 @@ func (w *wsTransport) drain(first []byte) {
 		} else {
 			o.mu.Lock()
 			if o.dead {
+				// A frame lock handed on by tryWrite (only to the writer it
+				// starts, so only before that writer's first write) is
+				// given back: the queue was dropped. frameMuHeld is read
+				// here under o.mu, as tryWrite set it; a writer that has
+				// written no longer looks at it, since the next tryWrite
+				// may set it for a writer of its own.
+				held := w.frameMuHeld
+				w.frameMuHeld = false
 				o.mu.Unlock()
+				if held {
+					w.frameMu.Unlock()
+				}
 				return
 			}
 		}
