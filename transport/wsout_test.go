@@ -126,6 +126,27 @@ func TestTryWritePartialFrame(t *testing.T) {
 	w.frameMu.Unlock()
 }
 
+// Frames written in part, one after another as soon as the client has
+// read the one before, each hand the frame lock on to a writer of their
+// own: a writer that has ended its turn never touches the hand-on of the
+// next (under -race, a shared flag read unlocked was reported here), and
+// every frame arrives whole and in order.
+func TestTryWritePartialFramesInTurn(t *testing.T) {
+	w, client := tcpTransport(t)
+	for i := range 100 {
+		f := buildFrame(opText, nil, bytes.Repeat([]byte{byte('a' + i%26)}, 64<<10))
+		if !w.queue(f) {
+			t.Fatalf("round %d: queue refused", i)
+		}
+		readAll(t, client, f) // the next queue may meet this writer ending its turn
+	}
+	waitWriterDone(t, w)
+	if !w.frameMu.TryLock() {
+		t.Fatal("the frame lock is still held after the queue was written")
+	}
+	w.frameMu.Unlock()
+}
+
 // tcpTransport is a transport on a loopback TCP connection whose socket
 // takes little at once, and the client's end.
 func tcpTransport(t *testing.T) (*wsTransport, net.Conn) {
