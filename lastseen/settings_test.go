@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -137,6 +138,49 @@ func TestSettingsPrefetch(t *testing.T) {
 	s.Prefetch([]string{"n", "e"}) // known
 	if n := st.readCount(); n != 1 {
 		t.Fatalf("%d store reads, want 1 (the prefetch's)", n)
+	}
+}
+
+// The prefetches asked for while every prefetch read runs are read
+// together, in one read after them, and a lookup of one of them waits for
+// that read instead of reading.
+func TestSettingsPrefetchGathers(t *testing.T) {
+	st, s, release := heldSettings(map[string]store.Visibility{"b": store.Nobody, "d": store.Contacts}, 5*time.Second)
+	for i, id := range []string{"a", "e"} { // each read starts before the next prefetch
+		s.Prefetch([]string{id})
+		for deadline := time.Now().Add(2 * time.Second); st.readCount() != i+1; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reads started by %d prefetches", st.readCount(), i+1)
+			}
+		}
+	}
+	before := runtime.NumGoroutine()
+	for _, id := range []string{"b", "c", "d", "b"} {
+		s.Prefetch([]string{id})
+	}
+	for i := range 100 {
+		s.Prefetch([]string{fmt.Sprintf("u%d", i)})
+	}
+	// no goroutine per prefetch waits for the reads (there were 100 more)
+	if n := runtime.NumGoroutine() - before; n > 5 {
+		t.Fatalf("%d goroutines more for 103 prefetches gathered", n)
+	}
+	done := make(chan map[string]store.Visibility)
+	go func() { done <- s.Lookup(context.Background(), []string{"d"}) }()
+	time.Sleep(20 * time.Millisecond)
+	if n := st.readCount(); n != 2 {
+		t.Fatalf("%d store reads while the first two are held, want 2", n)
+	}
+	release()
+	if got := <-done; got["d"] != store.Contacts {
+		t.Fatalf("lookup of a gathered prefetch: %v", got)
+	}
+	got := s.Lookup(context.Background(), []string{"a", "b", "c", "d", "e"})
+	if got["a"] != store.Everyone || got["b"] != store.Nobody || got["c"] != store.Everyone || got["d"] != store.Contacts || got["e"] != store.Everyone {
+		t.Fatalf("after the prefetches: %v", got)
+	}
+	if n := st.readCount(); n != 3 {
+		t.Fatalf("%d store reads, want 3 (the first two prefetches, then the others together)", n)
 	}
 }
 
