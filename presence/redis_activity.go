@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -11,8 +12,8 @@ import (
 
 // Activity records are group-committed: the records of all sockets that
 // come due within activityWindow, or while a round trip is in flight, go
-// together in one round trip (a pipelined EVALSHA per user: the script's
-// result is per user).
+// together in one round trip, in one script call per activityPerScript
+// users (its answer is per user).
 //
 // The call that made a record does not wait for it (Touch, and the
 // heartbeats through it): its result, whether the user came back from
@@ -27,6 +28,23 @@ import (
 
 // activityBatchMax bounds the users of one round trip.
 const activityBatchMax = 500
+
+// activityPerScript bounds the users of one userActivity call: Redis runs
+// nothing else while a script runs (100 records: about 0.2 ms).
+const activityPerScript = 100
+
+// activityBack reads the i-th user's answer of a userActivity call: whether
+// that user came back from away.
+func activityBack(cmd *redis.Cmd, i int) (bool, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	if i >= len(v) {
+		return false, errors.New("presence: userActivity: short reply")
+	}
+	return v[i] == 1, nil
+}
 
 // activityWindow is how long a record waits for others before its round
 // trip: at most that later than the activity it records, far below
@@ -176,9 +194,29 @@ func (e *RedisEngine) Settle() {
 
 func (e *RedisEngine) sendActivity(ctx context.Context, reqs []*activityReq) {
 	pipe := e.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(reqs))
-	for i, r := range reqs {
-		cmds[i] = userActivity.Run(ctx, pipe, []string{e.kUsers}, r.user, r.clock)
+	// one script call per run of up to activityPerScript records made at
+	// the same clock reading (in production they all read Redis's)
+	type call struct {
+		cmd   *redis.Cmd
+		first int // index in reqs of the call's first user
+	}
+	var calls []call
+	callOf := make([]int, len(reqs))
+	for i := 0; i < len(reqs); {
+		j := i + 1
+		for j < len(reqs) && j-i < activityPerScript && reqs[j].clock == reqs[i].clock {
+			j++
+		}
+		args := make([]any, 0, 1+j-i)
+		args = append(args, reqs[i].clock)
+		for _, r := range reqs[i:j] {
+			args = append(args, r.user)
+		}
+		for k := i; k < j; k++ {
+			callOf[k] = len(calls)
+		}
+		calls = append(calls, call{userActivity.Run(ctx, pipe, []string{e.kUsers}, args...), i})
+		i = j
 	}
 	// each command carries its own result or error, unless the wait ended
 	// before the replies came
@@ -189,8 +227,8 @@ func (e *RedisEngine) sendActivity(ctx context.Context, reqs []*activityReq) {
 		if abandoned(lost) {
 			r.err = lost
 		} else {
-			n, err := cmds[i].Int()
-			r.back, r.err = n == 1, err
+			c := calls[callOf[i]]
+			r.back, r.err = activityBack(c.cmd, i-c.first)
 		}
 		if r.err != nil && failed == nil {
 			failed = r.err
@@ -254,8 +292,24 @@ func (e *RedisEngine) activityDue(user string, now time.Time) bool {
 	if next, ok := e.lastAct[user]; ok && now.Before(next) && next.Sub(now) <= every {
 		return false // (a clock that went back more than every sends at once)
 	}
-	e.lastAct[user] = now.Add(every - time.Duration(rand.Int64N(int64(every/4)+1)))
+	e.noteActivityLocked(user, now, every)
 	return true
+}
+
+// noteActivity notes that user's activity was recorded at now by other
+// means (a connect's userConnect sets it): the joins, heartbeats and other
+// events that follow a connect do not record it again until due. Joins
+// right after a connect sent a record each, which at most refreshed the
+// time the connect had just written (a join burst of 5,000 sockets × 3
+// conversations: 15,000 script calls in Redis).
+func (e *RedisEngine) noteActivity(user string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.noteActivityLocked(user, now, e.activityEvery())
+}
+
+func (e *RedisEngine) noteActivityLocked(user string, now time.Time, every time.Duration) {
+	e.lastAct[user] = now.Add(every - time.Duration(rand.Int64N(int64(every/4)+1)))
 }
 
 // forgetActivity drops the note (the send failed, or the user's status
@@ -286,4 +340,38 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
 	}
 	return nil
+}
+
+// pipedActivity is a user's activity record queued on an event's own
+// pipeline (a join's, a leave's, a typing change's); cmd nil: none was due.
+type pipedActivity struct {
+	user string
+	cmd  *redis.Cmd
+}
+
+// queueActivity queues user's activity record on pipe when it is due
+// (activityDue).
+func (e *RedisEngine) queueActivity(ctx context.Context, pipe redis.Pipeliner, user string, now time.Time) pipedActivity {
+	if !e.activityDue(user, now) {
+		return pipedActivity{}
+	}
+	return pipedActivity{user, userActivity.Run(ctx, pipe, []string{e.kUsers}, e.clk(), user)}
+}
+
+// failed reports whether a queued record failed.
+func (a pipedActivity) failed() bool { return a.cmd != nil && a.cmd.Err() != nil }
+
+// activitySent reads a queued record's answer once its pipeline ran:
+// whether the user came back from away. A record that failed is forgotten,
+// so that the next activity is sent again.
+func (e *RedisEngine) activitySent(a pipedActivity) bool {
+	if a.cmd == nil {
+		return false
+	}
+	back, err := activityBack(a.cmd, 0)
+	if err != nil {
+		e.forgetActivity(a.user)
+		return false
+	}
+	return back
 }

@@ -3,8 +3,15 @@ package presence
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/internal/redistest"
@@ -49,6 +56,11 @@ func TestActivityInBackground(t *testing.T) {
 	}
 	if err := eng.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
 		t.Fatal(err)
+	}
+	for _, sc := range scripts { // a script Redis lacks costs a second round trip
+		if err := sc.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	rdb.AddHook(hook)
 	record := func() string {
@@ -99,4 +111,108 @@ func TestActivityInBackground(t *testing.T) {
 	}
 	touch("after recovery")
 	eng.Settle()
+}
+
+// activityCalls is a client hook that counts userActivity script calls and
+// the users they carry.
+type activityCalls struct {
+	calls, users atomic.Int64
+}
+
+func (h *activityCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *activityCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h *activityCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *activityCalls) count(cmd redis.Cmder) {
+	a := cmd.Args()
+	if len(a) > 1 && a[0] == "evalsha" && a[1] == userActivity.Hash() {
+		h.calls.Add(1)
+		h.users.Add(int64(len(a) - 5)) // evalsha sha 1 key clock user…
+	}
+}
+
+// Joins right after a connect record no activity (the connect did); a
+// batch of records is one script call per activityPerScript users, and
+// each user gets its own answer: the one user who was away comes back.
+func TestActivityScriptCalls(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "actcalls")
+	clock := fakeclock.New(time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC))
+	var mu sync.Mutex
+	var back []string
+	sink := func(_ context.Context, evs []Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			if ev.Kind == EventStatus && ev.Status == Online {
+				back = append(back, ev.UserID)
+			}
+		}
+	}
+	eng := NewRedisEngine(rdb, Config{NodeID: "n1", Now: clock.Now, Sink: sink}, RedisConfig{Prefix: prefix})
+	eng.fakeClock = clock.Now
+	ctx := context.Background()
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hook := &activityCalls{}
+	rdb.AddHook(hook)
+	const n = 150
+	for i := range n {
+		sid, user := fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i)
+		if err := eng.Connect(ctx, Socket{ID: sid, UserID: user}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Join(ctx, sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := hook.calls.Load(); c != 0 {
+		t.Fatalf("joins right after their connects made %d activity calls, want 0", c)
+	}
+	mu.Lock()
+	back = nil
+	mu.Unlock()
+	// u7 is away: its record says so
+	rec := rdb.HGet(ctx, eng.kUsers, "u7").Val()
+	f := strings.Split(rec, "|")
+	f[2] = "away"
+	rdb.HSet(ctx, eng.kUsers, "u7", strings.Join(f, "|"))
+
+	clock.Advance(10 * time.Second) // every record is due again
+	for i := range n {
+		if err := eng.Touch(ctx, fmt.Sprintf("s%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng.Settle()
+	if u := hook.users.Load(); u != n {
+		t.Fatalf("%d users recorded, want %d", u, n)
+	}
+	if c := hook.calls.Load(); c >= n/10 {
+		t.Fatalf("%d script calls for %d records, want one per batch of up to %d", c, n, activityPerScript)
+	}
+	want := strconv.FormatInt(clock.Now().UnixMilli(), 10)
+	for i := range n {
+		f := strings.Split(rdb.HGet(ctx, eng.kUsers, fmt.Sprintf("u%d", i)).Val(), "|")
+		if len(f) < 3 || f[1] != want || f[2] != "on" {
+			t.Fatalf("u%d's record %v, want activity %s and on", i, f, want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(back) != 1 || back[0] != "u7" {
+		t.Fatalf("back online: %v, want [u7]", back)
+	}
 }

@@ -28,12 +28,13 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	pipe := e.rdb.Pipeline()
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
 	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
-	act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
+	act := e.queueActivity(ctx, pipe, s.user, now)
 	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom
 	// reads them again)
-	if err := e.exec(ctx, pipe); err != nil && (regd.Err() != nil || join.Err() != nil || act.Err() != nil) {
+	if err := e.exec(ctx, pipe); err != nil && (regd.Err() != nil || join.Err() != nil || act.failed()) {
+		e.activitySent(act)
 		if !already {
 			e.undoJoin(s, conv)
 		}
@@ -44,7 +45,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	if len(raw) == 3 && toInt(raw[0]) == 1 {
 		b = append(b, Event{Kind: EventJoin, ConversationID: conv, UserID: s.user, At: now, ExceptSocket: socketID})
 	}
-	if n, _ := act.Int(); n == 1 {
+	if e.activitySent(act) {
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
@@ -96,8 +97,9 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
 		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, e.clk(), "left", 0, "")
-		act := userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
+		act := e.queueActivity(ctx, pipe, s.user, now)
 		if err := e.exec(ctx, pipe); err != nil {
+			e.activitySent(act)
 			return unavailable("leave", err)
 		}
 		e.mu.Lock()
@@ -115,7 +117,7 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 				b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: s.user, At: now, Reason: ReasonLeft})
 			}
 		}
-		if n, _ := act.Int(); n == 1 {
+		if e.activitySent(act) {
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 		}
 	} else if err := e.Touch(ctx, socketID); err != nil {

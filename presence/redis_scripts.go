@@ -433,21 +433,32 @@ redis.call('ZREM', due, 'a\t' .. user)
 return {1, u.disc, 0}
 `)
 
-// userActivity records activity (the recording node watches the user for
-// away, redis_away.go). A user without a socket left (a record sent after
-// the last one closed: recordLater) is not touched. KEYS users; ARGV user
-// clock → 1 if an away user came back online
+// userActivity records the activity of one or more users (the recording
+// node watches them for away, redis_away.go), at one clock reading: a
+// batch of records is one script call, not one per user, as a script
+// call's fixed cost in Redis (about 8 µs on Redis 7.0, with TIME and the
+// library's definitions 12) is several times that of a user's record. A
+// user without a socket left (a record sent after the last one closed:
+// recordLater) is not touched. KEYS users; ARGV clock user… → for each
+// user 1 if it was away and came back online, else 0
 var userActivity = redis.NewScript(clockLib + userLib + `
 local h = KEYS[1]
-local user, now = ARGV[1], clock(ARGV[2])
-local u = uget(h, user)
-if not u or u.n == 0 then return 0 end
-local back = 0
-if u.st == 'away' then u.st = 'on'; back = 1 end
-if back == 0 and now - u.act < 1000 then return 0 end
-u.act = now
-uset(h, user, u)
-return back
+local now = clock(ARGV[1])
+local out = {}
+for i = 2, #ARGV do
+  local user = ARGV[i]
+  local u = uget(h, user)
+  local back = 0
+  if u and u.n > 0 then
+    if u.st == 'away' then u.st = 'on'; back = 1 end
+    if back == 1 or now - u.act >= 1000 then
+      u.act = now
+      uset(h, user, u)
+    end
+  end
+  out[#out + 1] = back
+end
+return out
 `)
 
 // userAway turns a connected, idle user away, or says how long to wait.

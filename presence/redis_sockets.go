@@ -60,6 +60,7 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		return unavailable("connect", err)
 	}
 	e.away.arm(s.UserID, now.Add(e.cfg.AwayAfter))
+	e.noteActivity(s.UserID, now) // userConnect recorded it
 	if n, _ := came.Int(); n == 1 {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}

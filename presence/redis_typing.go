@@ -52,10 +52,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	}
 	// the user's activity goes along when due, as a heartbeat's does
 	// (activityDue): a user typing in bursts records it once in a while
-	var act *redis.Cmd
-	if e.activityDue(s.user, now) {
-		act = userActivity.Run(ctx, pipe, []string{e.kUsers}, s.user, e.clk())
-	}
+	act := e.queueActivity(ctx, pipe, s.user, now)
 	err = e.exec(ctx, pipe)
 	if start {
 		// the entry's expiry is this node's to fire (typingTimers), set
@@ -69,9 +66,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err != nil {
-		if act != nil {
-			e.forgetActivity(s.user)
-		}
+		e.activitySent(act)
 		return unavailable("typing", err)
 	}
 	var b batch
@@ -81,10 +76,8 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	case 1:
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID})
 	}
-	if act != nil {
-		if n, _ := act.Int(); n == 1 {
-			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
-		}
+	if e.activitySent(act) {
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
 	return nil
