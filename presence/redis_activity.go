@@ -326,52 +326,27 @@ func (e *RedisEngine) Touch(ctx context.Context, socketID string) error {
 	if err != nil {
 		return err
 	}
+	return e.touch(ctx, s.user)
+}
+
+// touch records user's activity when due (activityDue), as every client
+// event does: queued for the next batch (recordLater) without waiting for
+// it, or, while the last batch failed, sent and waited for. Joins, leaves
+// and typing changes sent their record in their own round trip, a script
+// call per record: in a typing window of 500 changes/s, 290 calls/s.
+func (e *RedisEngine) touch(ctx context.Context, user string) error {
 	now := e.cfg.Now()
-	if !e.activityDue(s.user, now) || e.recordLater(s.user, now) {
+	if !e.activityDue(user, now) || e.recordLater(user, now) {
 		return nil
 	}
-	back, err := e.recordActivity(ctx, s.user)
+	back, err := e.recordActivity(ctx, user)
 	if err != nil {
-		e.forgetActivity(s.user)
+		e.forgetActivity(user)
 		return unavailable("activity", err)
 	}
-	e.away.arm(s.user, now.Add(e.cfg.AwayAfter))
+	e.away.arm(user, now.Add(e.cfg.AwayAfter))
 	if back {
-		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.user, At: now, Status: Online}})
+		e.emit(ctx, batch{{Kind: EventStatus, UserID: user, At: now, Status: Online}})
 	}
 	return nil
-}
-
-// pipedActivity is a user's activity record queued on an event's own
-// pipeline (a join's, a leave's, a typing change's); cmd nil: none was due.
-type pipedActivity struct {
-	user string
-	cmd  *redis.Cmd
-}
-
-// queueActivity queues user's activity record on pipe when it is due
-// (activityDue).
-func (e *RedisEngine) queueActivity(ctx context.Context, pipe redis.Pipeliner, user string, now time.Time) pipedActivity {
-	if !e.activityDue(user, now) {
-		return pipedActivity{}
-	}
-	return pipedActivity{user, userActivity.Run(ctx, pipe, []string{e.kUsers}, e.clk(), user)}
-}
-
-// failed reports whether a queued record failed.
-func (a pipedActivity) failed() bool { return a.cmd != nil && a.cmd.Err() != nil }
-
-// activitySent reads a queued record's answer once its pipeline ran:
-// whether the user came back from away. A record that failed is forgotten,
-// so that the next activity is sent again.
-func (e *RedisEngine) activitySent(a pipedActivity) bool {
-	if a.cmd == nil {
-		return false
-	}
-	back, err := activityBack(a.cmd, 0)
-	if err != nil {
-		e.forgetActivity(a.user)
-		return false
-	}
-	return back
 }

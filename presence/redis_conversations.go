@@ -8,6 +8,9 @@ import (
 
 // Join implements Engine.
 func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResult, error) {
+	if err := e.Touch(ctx, socketID); err != nil {
+		return JoinResult{}, err
+	}
 	e.mu.Lock()
 	s, ok := e.local[socketID]
 	if !ok {
@@ -28,13 +31,11 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	pipe := e.rdb.Pipeline()
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
 	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
-	act := e.queueActivity(ctx, pipe, s.user, now)
 	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom
 	// reads them again)
-	if err := e.exec(ctx, pipe); err != nil && (regd.Err() != nil || join.Err() != nil || act.failed()) {
-		e.activitySent(act)
+	if err := e.exec(ctx, pipe); err != nil && (regd.Err() != nil || join.Err() != nil) {
 		if !already {
 			e.undoJoin(s, conv)
 		}
@@ -44,9 +45,6 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	var b batch
 	if len(raw) == 3 && toInt(raw[0]) == 1 {
 		b = append(b, Event{Kind: EventJoin, ConversationID: conv, UserID: s.user, At: now, ExceptSocket: socketID})
-	}
-	if e.activitySent(act) {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
 	e.cleanIfGone(s)
@@ -91,15 +89,16 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	}
 	_, in := s.convs[conv]
 	e.mu.Unlock()
+	if err := e.touch(ctx, s.user); err != nil {
+		return err
+	}
 	now := e.cfg.Now()
 	var b batch
 	if in {
 		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
 		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, e.clk(), "left", 0, "")
-		act := e.queueActivity(ctx, pipe, s.user, now)
 		if err := e.exec(ctx, pipe); err != nil {
-			e.activitySent(act)
 			return unavailable("leave", err)
 		}
 		e.mu.Lock()
@@ -117,11 +116,6 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 				b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: s.user, At: now, Reason: ReasonLeft})
 			}
 		}
-		if e.activitySent(act) {
-			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
-		}
-	} else if err := e.Touch(ctx, socketID); err != nil {
-		return err
 	}
 	e.emit(ctx, b)
 	return nil

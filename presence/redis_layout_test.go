@@ -161,6 +161,7 @@ func TestRedisTypingActivityThrottled(t *testing.T) {
 	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second, AwayAfter: time.Minute})
 	connectJoin(t, eng, "a1", "alice", "c1")
 	act := func() string {
+		eng.Settle() // records go in the background
 		return strings.Split(f.rdb.HGet(ctx, f.prefix+":{g}:users", "alice").Val(), "|")[1]
 	}
 	want := strconv.FormatInt(f.clock.Advance(10*time.Second).UnixMilli(), 10)

@@ -33,11 +33,15 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 	return e.typingChange(ctx, socketID, conv, false)
 }
 
-// typingChange runs typingStart or typingStop, with the user's activity when
-// due, in one round trip; the script answers -1 (not joined), 1 (announce) or 0.
+// typingChange runs typingStart or typingStop in one round trip (the user's
+// activity goes with the next batch, touch); the script answers -1 (not
+// joined), 1 (announce) or 0.
 func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
+		return err
+	}
+	if err := e.touch(ctx, s.user); err != nil {
 		return err
 	}
 	now := e.cfg.Now()
@@ -50,9 +54,6 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	} else {
 		res = typingStop.Run(ctx, pipe, []string{k.ty, k.tyo, k.su, k.m}, socketID, s.user, e.clk())
 	}
-	// the user's activity goes along when due, as a heartbeat's does
-	// (activityDue): a user typing in bursts records it once in a while
-	act := e.queueActivity(ctx, pipe, s.user, now)
 	err = e.exec(ctx, pipe)
 	if start {
 		// the entry's expiry is this node's to fire (typingTimers), set
@@ -66,7 +67,6 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err != nil {
-		e.activitySent(act)
 		return unavailable("typing", err)
 	}
 	var b batch
@@ -75,9 +75,6 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		return ErrNotJoined
 	case 1:
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID})
-	}
-	if e.activitySent(act) {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
 	}
 	e.emit(ctx, b)
 	return nil
