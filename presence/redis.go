@@ -62,6 +62,7 @@ type RedisEngine struct {
 
 	token     string           // this process's instance token
 	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
+	redisSkew atomic.Int64     // ms: Redis's clock less this machine's, at the last lease renewal (redisNow)
 
 	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
 	held       atomic.Bool // this instance holds (or held) the node id
@@ -155,6 +156,26 @@ func (e *RedisEngine) clk() string {
 	return ""
 }
 
+// redisNow is Redis's clock in ms as this node estimates it, for commands
+// that write a time without a script (TIME and a write that uses it are
+// one step only in a script): this machine's clock plus the skew measured
+// at the last lease renewal (noteRedisClock), which is off by at most half
+// that renewal's round trip plus the drift since, against a typing TTL of
+// seconds. In tests, the fake clock.
+func (e *RedisEngine) redisNow() int64 {
+	if e.fakeClock != nil {
+		return timestamp.Millis(e.fakeClock())
+	}
+	return time.Now().UnixMilli() + e.redisSkew.Load()
+}
+
+// noteRedisClock records the skew of Redis's clock, read as redisMs by a
+// call sent at t0 whose reply came at t1.
+func (e *RedisEngine) noteRedisClock(redisMs int64, t0, t1 time.Time) {
+	mid := t0.Add(t1.Sub(t0) / 2)
+	e.redisSkew.Store(redisMs - mid.UnixMilli())
+}
+
 // convKeys are a conversation's keys: on sk su m ty tyo. on, sk and su
 // hold what releases before 2026-12-02 wrote: the scripts still read su
 // for their member records, and clear all three as those entries go.
@@ -181,7 +202,7 @@ func unavailable(op string, err error) error {
 }
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
-var scripts = []*redis.Script{convJoin, convTyping, convLeave, convGrace, typingStart, typingStop,
+var scripts = []*redis.Script{convJoin, convTyping, convLeave, convGrace,
 	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue, rosterStatus,
 	nodeLease, nodeRelease, claimDead, reapHeld, admitScript}
 

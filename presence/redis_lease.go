@@ -43,6 +43,7 @@ func (e *RedisEngine) Claim(ctx context.Context) error {
 func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, err error) {
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
+	t0 := time.Now()
 	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk()).Int64Slice()
 	if err == nil && len(v) != 3 {
 		err = errors.New("unexpected script reply")
@@ -50,6 +51,7 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, e
 	if err != nil {
 		return false, unavailable("lease", err)
 	}
+	e.noteRedisClock(v[2], t0, time.Now())
 	switch v[0] {
 	case 1:
 		renewed = true

@@ -36,8 +36,10 @@ import "github.com/redis/go-redis/v9"
 //   P:{c:C}:su   HASH socket → user (the sockets of member records without
 //                a socket list)
 //
-// Every time in these keys is Redis's own (TIME, in the scripts): nodes'
-// clocks are never compared with each other. clockLib reads it; tests
+// Every time in these keys is Redis's own (TIME, in the scripts), the
+// typing expiries included, which nodes write with plain commands on their
+// estimate of Redis's clock (redisNow: their own plus the skew measured at
+// each lease renewal): nodes' clocks are never compared with each other. clockLib reads it; tests
 // replace it with a fake clock through the clock argument ("" in
 // production).
 //
@@ -266,34 +268,6 @@ if deadline > now then return {0, 0, 0, deadline - now} end
 local stopped = 0
 if userLeft(on, m, ty, tyo, user, now, false) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}
-`)
-
-// typingStart records typing. KEYS ty tyo su m; ARGV sid user clock ttlMs
-// → -1 not joined, 1 started, 0 refreshed
-var typingStart = redis.NewScript(clockLib + memberLib + `
-local ty, tyo, su, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
-local expiry = now + tonumber(ARGV[4])
-if not mfind(mget(m, user), su, sid, user) then return -1 end
-local cur = redis.call('ZSCORE', ty, user)
-redis.call('ZADD', ty, expiry, user)
-redis.call('HSET', tyo, user, sid)
-if cur and tonumber(cur) > now then return 0 end
-return 1
-`)
-
-// typingStop clears typing. KEYS ty tyo su m; ARGV sid user clock
-// → -1 not joined, 1 stopped, 0 was not typing
-var typingStop = redis.NewScript(clockLib + memberLib + `
-local ty, tyo, su, m = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
-if not mfind(mget(m, user), su, sid, user) then return -1 end
-local cur = redis.call('ZSCORE', ty, user)
-if not cur then return 0 end
-redis.call('ZREM', ty, user)
-redis.call('HDEL', tyo, user)
-if tonumber(cur) > now then return 1 end
-return 0
 `)
 
 // typingExpire removes expired typing entries.
