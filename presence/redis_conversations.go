@@ -54,7 +54,17 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	if err := members.Err(); err != nil {
 		return JoinResult{}, unavailable("join", err)
 	}
-	return e.rosterFrom(ctx, st, members.Val(), toInt(raw[1]), strs(raw[2]))
+	res, err := e.rosterFrom(ctx, st, members.Val(), toInt(raw[1]), strs(raw[2]))
+	// The join is the user's activity (touch): the user is online, though
+	// its record, read in the same round trip, may not say so yet (the
+	// record goes with the next batch; a user turned away meanwhile comes
+	// back with it, and its status event then).
+	for i := range res.Online {
+		if res.Online[i].UserID == s.user {
+			res.Online[i].Status = Online
+		}
+	}
+	return res, err
 }
 
 // undoJoin takes back a join whose outcome is unknown (the reply was lost:

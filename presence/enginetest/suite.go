@@ -444,6 +444,17 @@ func testAway(e *env) {
 	e.expect("status alice away")
 	e.must(n.Touch(e.ctx, "s1"))
 	e.expect("status alice online")
+	// a join is activity: an away user who joins is online in its own
+	// join ack, and back online for everyone
+	e.clock.Advance(5 * time.Minute)
+	e.tick(n)
+	e.expect("status alice away")
+	res, err := n.Join(e.ctx, "s1", "c2")
+	e.must(err)
+	if len(res.Online) != 1 || res.Online[0].UserID != "alice" || res.Online[0].Status != presence.Online {
+		e.t.Fatalf("join ack of an away user: %+v, want alice online", res.Online)
+	}
+	e.expect("join c2 alice", "status alice online")
 }
 
 // A user with sockets on two nodes: activity on either keeps them online,
