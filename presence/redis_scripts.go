@@ -270,8 +270,9 @@ if userLeft(on, m, ty, tyo, user, now, false) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}
 `)
 
-// typingExpire removes expired typing entries.
-// KEYS ty tyo; ARGV clock → {users[], ms to the next expiry, or 0}
+// typingExpire removes expired typing entries, for the expiry timers
+// releases before 2026-12-04 put in the shared due set (a node's own
+// expiries are plain commands now: runTyping). KEYS ty tyo; ARGV clock → {users[], ms to the next expiry, or 0}
 var typingExpire = redis.NewScript(clockLib + `
 local ty, tyo = KEYS[1], KEYS[2]
 local now = clock(ARGV[1])

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +83,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		// tick alone came in bursts, every 50 ms the fan-out of all those
 		// due since the last, and the changes arriving meanwhile waited
 		// behind it.
-		e.typing.set(conv, now.Add(e.cfg.TypingTTL))
+		e.typing.started(conv, s.user, now.Add(e.cfg.TypingTTL))
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
@@ -89,6 +91,9 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	}
 	if err != nil {
 		return unavailable("typing", err)
+	}
+	if !start {
+		e.typing.stopped(conv, s.user) // its ZREM ran
 	}
 	if !memberHas(rec.Val(), legacy.Val(), socketID, s.user) {
 		if start && changed.Val() == 1 {
@@ -157,12 +162,59 @@ func memberHas(rec, legacySU, sid, user string) bool {
 // per typing session (schedule, claim, acknowledge). Nothing is lost if the
 // node dies: an entry's owner is the socket that typed last (tyo), and the
 // removal of that socket (a leave, a disconnect, a dead node's reap)
-// clears the entry. A moment rung early costs one script that finds the
-// next expiry and sets the moment again.
+// clears the entry.
+//
+// The node keeps its own starts (own) until their stop, as a Node server
+// clears a socket's timer: a conversation whose moment comes with none of
+// them expired costs no round trip. Before, each moment ran typingExpire,
+// which mostly found nothing (the stop had come) and set the next moment:
+// in the typing benchmark at 100 changes/s, 100 script calls a second, the
+// larger part of Redis's command time. A start that expired runs the
+// script; one it did not find expired (this node's estimate of Redis's
+// clock against Redis's own, or another node's start or stop of the same
+// user meanwhile) is checked once more, at the conversation's next expiry
+// in Redis.
 type typingTimers struct {
 	mu    sync.Mutex
-	at    map[string]time.Time     // conversation → earliest moment (node clock)
-	queue momentHeap[typingMoment] // the moments in order; an entry at doesn't hold any more is skipped
+	at    map[string]time.Time            // conversation → earliest moment (node clock)
+	own   map[string]map[string]ownTyping // conversation → user → this node's start, until its stop
+	queue momentHeap[typingMoment]        // the moments in order; an entry at doesn't hold any more is skipped
+}
+
+// ownTyping is a start this node wrote: its expiry on the node's clock.
+type ownTyping struct {
+	exp       time.Time
+	rechecked bool // a check did not find it expired: the next one is its last
+}
+
+// started notes user's start in conv, expiring at exp, and sets the
+// conversation's moment (or keeps an earlier one).
+func (t *typingTimers) started(conv, user string, exp time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.own == nil {
+		t.own = map[string]map[string]ownTyping{}
+	}
+	users := t.own[conv]
+	if users == nil {
+		users = map[string]ownTyping{}
+		t.own[conv] = users
+	}
+	users[user] = ownTyping{exp: exp}
+	t.setLocked(conv, exp)
+}
+
+// stopped forgets user's start in conv: its entry is gone from Redis (a
+// stop's ZREM ran). The conversation's moment stays; take drops it.
+func (t *typingTimers) stopped(conv, user string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if users := t.own[conv]; users != nil {
+		delete(users, user)
+		if len(users) == 0 {
+			delete(t.own, conv)
+		}
+	}
 }
 
 // set asks for the conversation's entries to be checked at t (or earlier,
@@ -170,6 +222,10 @@ type typingTimers struct {
 func (t *typingTimers) set(conv string, at time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.setLocked(conv, at)
+}
+
+func (t *typingTimers) setLocked(conv string, at time.Time) {
 	if cur, ok := t.at[conv]; ok && !at.Before(cur) {
 		return
 	}
@@ -180,19 +236,67 @@ func (t *typingTimers) set(conv string, at time.Time) {
 	heap.Push(&t.queue, typingMoment{conv, at})
 }
 
-// take removes and returns up to limit conversations whose moment has come.
+// take removes and returns up to limit conversations whose moment has come
+// with one of this node's starts there expired. One whose starts have not
+// expired gets the moment of its earliest; one without starts, none.
 func (t *typingTimers) take(now time.Time, limit int) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var due []string
 	for len(due) < limit && len(t.queue) > 0 && !t.queue[0].at.After(now) {
 		m := heap.Pop(&t.queue).(typingMoment)
-		if cur, ok := t.at[m.conv]; ok && cur.Equal(m.at) {
+		if cur, ok := t.at[m.conv]; !ok || !cur.Equal(m.at) {
+			continue
+		}
+		delete(t.at, m.conv)
+		var next time.Time
+		for _, o := range t.own[m.conv] {
+			if next.IsZero() || o.exp.Before(next) {
+				next = o.exp
+			}
+		}
+		switch {
+		case next.IsZero():
+		case next.After(now):
+			t.setLocked(m.conv, next)
+		default:
 			due = append(due, m.conv)
-			delete(t.at, m.conv)
 		}
 	}
 	return due
+}
+
+// checked settles conv's starts after a check at now that removed the
+// entries of users (typingExpire), with Redis's next expiry in the
+// conversation wait from now (0: none). A start that had expired here but
+// was not removed is checked once more at that expiry, then forgotten.
+func (t *typingTimers) checked(conv string, now time.Time, removed []string, wait time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	users := t.own[conv]
+	for u, o := range users {
+		if o.exp.After(now) {
+			continue
+		}
+		if o.rechecked || wait <= 0 || slices.Contains(removed, u) {
+			delete(users, u)
+			continue
+		}
+		o.exp, o.rechecked = now.Add(wait), true
+		users[u] = o
+	}
+	if len(users) == 0 {
+		delete(t.own, conv)
+	}
+	var next time.Time
+	for _, o := range users {
+		if next.IsZero() || o.exp.Before(next) {
+			next = o.exp
+		}
+	}
+	if !next.IsZero() {
+		t.setLocked(conv, next)
+	}
 }
 
 type typingMoment struct {
@@ -209,34 +313,37 @@ const typingBatch = 500
 // moment has come, one round trip per typingBatch of them, and announces
 // each stop. A conversation with entries left is checked again when the
 // next expires; one whose check failed, in a second.
+//
+// A check is a transaction of plain commands (typingCheck), not a script:
+// at 100 expiries a second the script (TIME, its reads and writes, and the
+// call itself) was most of Redis's command time in the typing benchmark.
 func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 	for range 10 {
 		convs := e.typing.take(now, typingBatch)
 		if len(convs) == 0 {
 			return nil
 		}
-		pipe := e.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(convs))
-		for i, c := range convs {
-			k := e.conv(c)
-			cmds[i] = typingExpire.Run(ctx, pipe, []string{k.ty, k.tyo}, e.clk())
-		}
-		err := e.exec(ctx, pipe)
+		rnow := e.redisNow()
+		checks := make([]typingCheck, len(convs))
+		_, err := e.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, c := range convs {
+				checks[i] = queueTypingCheck(ctx, pipe, e.conv(c).ty, rnow)
+			}
+			return nil
+		})
 		var b batch
 		var failed int
 		for i, c := range convs {
-			raw, cerr := cmds[i].Slice()
-			if cerr != nil || len(raw) != 2 {
+			removed, wait, cerr := checks[i].result(rnow)
+			if cerr != nil {
 				failed++
 				e.typing.set(c, now.Add(time.Second))
 				continue
 			}
-			for _, u := range strs(raw[0]) {
+			for _, u := range removed {
 				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: u, At: now, Typing: false})
 			}
-			if wait := toInt(raw[1]); wait > 0 {
-				e.typing.set(c, now.Add(time.Duration(wait)*time.Millisecond))
-			}
+			e.typing.checked(c, now, removed, wait)
 		}
 		e.emit(ctx, b)
 		if err == nil && failed > 0 {
@@ -250,4 +357,41 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// typingCheck is one conversation's check in a transaction: the entries
+// expired at Redis's time rnow (this node's estimate, as the starts wrote
+// their expiries), their removal, and the next expiry left. Whoever
+// removes an entry announces its stop, as a stop's ZREM does. The typist's
+// socket (tyo) stays: it is cleared with that socket's leave or the user's
+// next start, and an entry without one is never read.
+type typingCheck struct {
+	expired *redis.StringSliceCmd
+	next    *redis.ZSliceCmd
+}
+
+func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, rnow int64) typingCheck {
+	max := strconv.FormatInt(rnow, 10)
+	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: max})}
+	pipe.ZRemRangeByScore(ctx, ty, "-inf", max)
+	c.next = pipe.ZRangeWithScores(ctx, ty, 0, 0)
+	return c
+}
+
+// result is the users removed and the time from rnow to the next expiry
+// (0: none left).
+func (c typingCheck) result(rnow int64) ([]string, time.Duration, error) {
+	users, err := c.expired.Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	next, err := c.next.Result()
+	if err != nil {
+		return nil, 0, err
+	}
+	var wait time.Duration
+	if len(next) > 0 {
+		wait = max(time.Millisecond, time.Duration(int64(next[0].Score)-rnow)*time.Millisecond)
+	}
+	return users, wait, nil
 }

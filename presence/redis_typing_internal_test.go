@@ -4,39 +4,67 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/fakeclock"
 	"github.com/presenced/presenced/internal/redistest"
 )
 
-// A conversation's moment is its earliest; take hands each due
-// conversation out once, in order of its moment, up to the limit, and
-// skips the moments an earlier one replaced.
+// A conversation's moment is its earliest start's expiry. take hands a
+// due conversation out only while one of this node's starts there has
+// expired: one whose starts all stopped costs no check, and a restart
+// moves the moment. A start a check did not remove is checked once more.
 func TestTypingTimers(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	tt.set("c1", at(500))
-	tt.set("c1", at(900)) // later: c1 keeps 500
-	tt.set("c2", at(800))
-	tt.set("c2", at(300)) // earlier: 300 (the 800 left in the queue is skipped)
-	tt.set("c3", at(700))
+	tt.started("c1", "alice", at(500))
+	tt.started("c1", "bob", at(900))
+	tt.started("c2", "carol", at(300))
+	tt.started("c3", "dave", at(700))
+	tt.stopped("c3", "dave")
+	tt.started("c4", "eve", at(600))
+	tt.started("c4", "eve", at(1800)) // a restart: c4's first moment finds nothing expired
 	if got := tt.take(at(299), 10); len(got) != 0 {
 		t.Fatalf("take before any moment %q", got)
 	}
-	if got := tt.take(at(700), 2); !slices.Equal(got, []string{"c2", "c1"}) {
-		t.Fatalf("take(700, 2) %q, want c2 c1", got)
+	if got := tt.take(at(700), 1); !slices.Equal(got, []string{"c2"}) {
+		t.Fatalf("take(700, 1) %q, want c2", got)
 	}
-	if got := tt.take(at(2000), 10); !slices.Equal(got, []string{"c3"}) {
-		t.Fatalf("take(2000) %q, want c3 alone (c1's 900 and c2's 800 were replaced)", got)
+	if got := tt.take(at(700), 10); !slices.Equal(got, []string{"c1"}) {
+		t.Fatalf("take(700) %q, want c1 (c3's start stopped, c4's restarted)", got)
 	}
-	tt.set("c1", at(2500))
-	if got := tt.take(at(2500), 10); !slices.Equal(got, []string{"c1"}) {
-		t.Fatalf("a moment set after its take: %q", got)
+	tt.checked("c1", at(700), []string{"alice"}, 200*time.Millisecond) // bob's is left: 900
+	tt.checked("c2", at(700), nil, 100*time.Millisecond)               // carol's not found expired: once more at 800
+	if got := tt.take(at(850), 10); !slices.Equal(got, []string{"c2"}) {
+		t.Fatalf("take(850) %q, want c2 (carol's recheck)", got)
 	}
-	if len(tt.at) != 0 || len(tt.queue) != 0 {
-		t.Fatalf("left: %v %v", tt.at, tt.queue)
+	tt.checked("c2", at(850), nil, 50*time.Millisecond) // the last check of carol's
+	tt.stopped("c1", "bob")
+	if got := tt.take(at(1700), 10); len(got) != 0 {
+		t.Fatalf("take(1700) %q, want none", got)
+	}
+	if got := tt.take(at(1850), 10); !slices.Equal(got, []string{"c4"}) {
+		t.Fatalf("take(1850) %q, want c4 (its restart's expiry)", got)
+	}
+	tt.set("c4", at(2850)) // the check failed: c4 again in a second (the start stays)
+	if got := tt.take(at(2849), 10); len(got) != 0 {
+		t.Fatalf("take(2849) %q, want none", got)
+	}
+	if got := tt.take(at(2850), 10); !slices.Equal(got, []string{"c4"}) {
+		t.Fatalf("take(2850) %q, want c4 again after its failed check", got)
+	}
+	tt.checked("c4", at(2850), []string{"eve"}, 0)
+	if got := tt.take(at(5000), 10); len(got) != 0 {
+		t.Fatalf("take(5000) %q, want none", got)
+	}
+	if len(tt.at) != 0 || len(tt.queue) != 0 || len(tt.own) != 0 {
+		t.Fatalf("left: %v %v %v", tt.at, tt.queue, tt.own)
 	}
 }
 
@@ -108,5 +136,96 @@ func TestTypingOnRedisClock(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, k.ty).Val(); n != 0 {
 		t.Fatalf("%d typing entries after a refused start, want 0", n)
+	}
+}
+
+type roundTripHook struct{ n atomic.Int64 }
+
+func (h *roundTripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+}
+func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+}
+
+// A typing start stopped on this node costs no round trip at its expiry;
+// one left to expire costs one, and its stop is announced; one whose entry
+// went meanwhile (another node's stop) costs one and is forgotten.
+func TestTypingExpiryChecks(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "tyexp")
+	ctx := context.Background()
+	clock := fakeclock.New(time.Now())
+	var mu sync.Mutex
+	var stops []string
+	sink := func(_ context.Context, evs []Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			if ev.Kind == EventTyping && !ev.Typing {
+				stops = append(stops, ev.UserID)
+			}
+		}
+	}
+	eng := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: 5 * time.Second, Now: clock.Now, Sink: sink}, RedisConfig{Prefix: prefix})
+	eng.fakeClock = clock.Now
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob"} {
+		if err := eng.Connect(ctx, Socket{ID: "s-" + u, UserID: u}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Join(ctx, "s-"+u, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng.Settle()
+	hook := &roundTripHook{}
+	rdb.AddHook(hook)
+	expire := func(wantTrips int64, wantStops ...string) {
+		t.Helper()
+		clock.Advance(6 * time.Second)
+		hook.n.Store(0)
+		mu.Lock()
+		stops = nil
+		mu.Unlock()
+		if err := eng.runTyping(ctx, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if got := hook.n.Load(); got != wantTrips {
+			t.Errorf("expiry check: %d round trips, want %d", got, wantTrips)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(stops, wantStops) {
+			t.Errorf("stops announced %q, want %q", stops, wantStops)
+		}
+	}
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.TypingStop(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	expire(0)
+	if err := eng.TypingStart(ctx, "s-bob", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	expire(1, "bob")
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	rdb.ZRem(ctx, eng.conv("c1").ty, "alice") // stopped elsewhere
+	expire(1)
+	expire(0)
+	eng.typing.mu.Lock()
+	defer eng.typing.mu.Unlock()
+	if len(eng.typing.own) != 0 || len(eng.typing.at) != 0 {
+		t.Errorf("typing timers left: %v %v", eng.typing.own, eng.typing.at)
 	}
 }
