@@ -223,13 +223,17 @@ const privacyCacheMaxAge = time.Minute
 const privacyCacheMaxEntries = 200_000
 
 // privacyRead is one lookup: its hits, the store read of its misses (under
-// way), and the versions the cache held for its buckets when it began.
+// way), and the versions the cache held for its buckets when it began. Its
+// answer is a slice in the order of the ids, not a map by id, which cost a
+// sixth of what a query of 1,000 ids allocated.
 type privacyRead struct {
 	c        *privacyCache
 	read     func(ctx context.Context, ids []string) (map[string]store.Visibility, error)
-	hits     map[string]store.Visibility // the answer: hits, then the misses added
-	hitIDs   []string
+	ids      []string
+	out      []store.Visibility // the answer: hits, then the misses added
+	hits     []int              // the positions of the hits in ids
 	misses   []string
+	missAt   []int    // the position of each of misses in ids (nil: misses is ids)
 	buckets  []int    // the distinct buckets of ids
 	snap     []string // the cache's version of each of buckets at the start
 	answer   chan privacyResult
@@ -245,15 +249,15 @@ type privacyResult struct {
 // and the others are read from the store at once, in the background.
 // c may be nil: everything is read from the store, every time.
 func (c *privacyCache) begin(ctx context.Context, read func(ctx context.Context, ids []string) (map[string]store.Visibility, error), ids []string) *privacyRead {
-	p := &privacyRead{c: c, read: read, hits: make(map[string]store.Visibility, len(ids))}
+	p := &privacyRead{c: c, read: read, ids: ids, out: make([]store.Visibility, len(ids))}
 	if c == nil {
 		p.misses = ids
 	} else {
 		now := c.now()
-		p.hitIDs = make([]string, 0, len(ids)) // most are hits: grown once
+		p.hits = make([]int, 0, len(ids)) // most are hits: grown once
 		var seen [PrivacyBuckets]bool
 		c.mu.Lock()
-		for _, id := range ids {
+		for i, id := range ids {
 			b := PrivacyBucket(id)
 			if !seen[b] {
 				seen[b] = true
@@ -261,11 +265,12 @@ func (c *privacyCache) begin(ctx context.Context, read func(ctx context.Context,
 				p.snap = append(p.snap, c.ver[b])
 			}
 			if e, ok := c.entries[b][id]; ok && c.ver[b] != "" && now.Sub(e.at) < c.maxAge {
-				p.hits[id] = e.v
-				p.hitIDs = append(p.hitIDs, id)
+				p.out[i] = e.v
+				p.hits = append(p.hits, i)
 				continue
 			}
 			p.misses = append(p.misses, id)
+			p.missAt = append(p.missAt, i)
 		}
 		c.mu.Unlock()
 	}
@@ -290,11 +295,11 @@ func (p *privacyRead) queue(ctx context.Context, pipe redis.Pipeliner) {
 	}
 }
 
-// finish returns the settings of every id: the store's answers, and the
-// hits whose bucket's version has not changed since they were read; the
-// others are read again.
-func (p *privacyRead) finish(ctx context.Context) (map[string]store.Visibility, error) {
-	out := p.hits
+// finish returns the settings of every id, in the order of the ids: the
+// store's answers, and the hits whose bucket's version has not changed
+// since they were read; the others are read again.
+func (p *privacyRead) finish(ctx context.Context) ([]store.Visibility, error) {
+	out := p.out
 	c := p.c
 	type versionsResult struct {
 		vers []string
@@ -326,8 +331,12 @@ func (p *privacyRead) finish(ctx context.Context) (map[string]store.Visibility, 
 	if got.err != nil {
 		return nil, got.err
 	}
-	for _, id := range p.misses {
-		out[id] = got.settings[id]
+	for j, id := range p.misses {
+		i := j
+		if p.missAt != nil {
+			i = p.missAt[j]
+		}
+		out[i] = got.settings[id]
 	}
 	if c == nil {
 		return out, nil
@@ -344,23 +353,27 @@ func (p *privacyRead) finish(ctx context.Context) (map[string]store.Visibility, 
 		c.creating.Store(false)
 	}
 	if len(stale) > 0 {
-		again, err := p.read(ctx, stale)
+		staleIDs := make([]string, len(stale))
+		for j, i := range stale {
+			staleIDs[j] = p.ids[i]
+		}
+		again, err := p.read(ctx, staleIDs)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range stale {
-			out[id] = again[id]
+		for j, i := range stale {
+			out[i] = again[staleIDs[j]]
 		}
-		c.keep(stale, again, p.buckets, vers)
+		c.keep(staleIDs, again, p.buckets, vers)
 	}
 	return out, nil
 }
 
 // settle moves the cache's buckets to the versions read (vers, for
 // p.buckets), keeps the store's answers (fresh) when their bucket's version
-// is the one the lookup began with, and returns the hits whose version
-// changed (stale) and the buckets without a version.
-func (c *privacyCache) settle(p *privacyRead, vers []string, fresh map[string]store.Visibility) (stale []string, missing []int) {
+// is the one the lookup began with, and returns the positions of the hits
+// whose version changed (stale) and the buckets without a version.
+func (c *privacyCache) settle(p *privacyRead, vers []string, fresh map[string]store.Visibility) (stale, missing []int) {
 	var valid [PrivacyBuckets]bool
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -375,9 +388,9 @@ func (c *privacyCache) settle(p *privacyRead, vers []string, fresh map[string]st
 		}
 		valid[b] = v != "" && p.snap[i] == v
 	}
-	for _, id := range p.hitIDs {
-		if !valid[PrivacyBucket(id)] {
-			stale = append(stale, id)
+	for _, i := range p.hits {
+		if !valid[PrivacyBucket(p.ids[i])] {
+			stale = append(stale, i)
 		}
 	}
 	now := c.now()

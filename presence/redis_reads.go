@@ -234,37 +234,43 @@ func (e *RedisEngine) Users(ctx context.Context, ids []string) ([]UserPresence, 
 }
 
 // QueueUsers queues the read of Users on a pipeline of the same Redis, so
-// that a caller can join it with reads of its own in one round trip; the
-// returned function gives the answer once the pipeline ran.
-func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func() ([]UserPresence, error) {
+// that a caller can join it with reads of its own in one round trip. The
+// returned function, once the pipeline ran, calls each with every id's
+// presence (the i-th of ids): no slice of them is built (a query of 1,000
+// ids copied each into its own target).
+func (e *RedisEngine) QueueUsers(ctx context.Context, pipe redis.Pipeliner, ids []string) func(each func(i int, up UserPresence)) error {
 	if len(ids) == 0 {
-		return func() ([]UserPresence, error) { return []UserPresence{}, nil }
+		return func(func(int, UserPresence)) error { return nil }
 	}
 	cmd := pipe.HMGet(ctx, e.kUsers, ids...)
-	return func() ([]UserPresence, error) {
+	return func(each func(int, UserPresence)) error {
 		recs, err := cmd.Result()
 		if err != nil {
-			return nil, unavailable("users", err)
+			return unavailable("users", err)
 		}
-		return e.usersFrom(ids, recs), nil
+		eachUser(ids, recs, each)
+		return nil
 	}
 }
 
 func (e *RedisEngine) usersFrom(ids []string, recs []any) []UserPresence {
 	out := make([]UserPresence, len(ids))
-	for i, id := range ids {
-		out[i] = UserPresence{UserID: id, Status: Offline}
-		if i >= len(recs) {
-			continue
-		}
-		r, ok := parseUser(recs[i])
-		if !ok {
-			continue
-		}
-		out[i].Status = r.status()
-		if out[i].Status != Offline {
-			out[i].Since = timestamp.FromMillis(r.act)
-		}
-	}
+	eachUser(ids, recs, func(i int, up UserPresence) { out[i] = up })
 	return out
+}
+
+// eachUser calls each with the presence of every id, read from its record
+// (recs[i], an HMGET's answer).
+func eachUser(ids []string, recs []any, each func(i int, up UserPresence)) {
+	for i, id := range ids {
+		up := UserPresence{UserID: id, Status: Offline}
+		if i < len(recs) {
+			if r, ok := parseUser(recs[i]); ok {
+				if up.Status = r.status(); up.Status != Offline {
+					up.Since = timestamp.FromMillis(r.act)
+				}
+			}
+		}
+		each(i, up)
+	}
 }
