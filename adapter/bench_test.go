@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redistest"
+
 	"github.com/presenced/presenced/adapter"
 )
 
@@ -35,7 +37,7 @@ func BenchmarkBroadcast(b *testing.B) {
 }
 
 type benchRig struct {
-	srv        *redisProc
+	srv        *redistest.Proc
 	rdb        *redis.Client
 	n1, n2     *goNode
 	local      []*wsClient
@@ -47,8 +49,8 @@ type benchRig struct {
 }
 
 func newBenchRig(b *testing.B, sharded bool, members int) *benchRig {
-	r := &benchRig{srv: startRedisProc(b), members: members}
-	r.rdb = redis.NewClient(&redis.Options{Addr: r.srv.addr(), ContextTimeoutEnabled: true, PoolSize: 4})
+	r := &benchRig{srv: redistest.StartProc(b), members: members}
+	r.rdb = redis.NewClient(&redis.Options{Addr: r.srv.Addr(), ContextTimeoutEnabled: true, PoolSize: 4})
 	b.Cleanup(func() { r.rdb.Close() })
 	// A generous publish timeout: on a saturated machine a batch can take
 	// over a second, and a publish that times out is dropped by design.

@@ -240,16 +240,7 @@ func (n *goNode) serverCount(tb testing.TB) int64 {
 }
 
 // eventually polls cond until it holds or timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+var eventually = redistest.Eventually
 
 // waitCluster waits until every node is subscribed and counts n servers.
 func waitCluster(tb testing.TB, nodes ...*goNode) {

@@ -1,102 +1,16 @@
 package adapter_test
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redistest"
+
 	"github.com/presenced/presenced/adapter"
 )
-
-// redisProc is a redis-server of the test's own, on a free port.
-type redisProc struct {
-	tb   testing.TB
-	bin  string
-	port int
-	dir  string
-	args []string
-	cmd  *exec.Cmd
-	exit chan struct{}
-}
-
-func needRedisServer(tb testing.TB) string {
-	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("redis-server not found under CI: %v", err)
-		}
-		tb.Skipf("redis-server not found: %v", err)
-	}
-	return bin
-}
-
-// freePort returns a port in 6390..7389 nobody listens on.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	for range 50 {
-		port := 6390 + rand.IntN(1000)
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		// the cluster bus port too (port + 10000)
-		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
-		ln.Close()
-		if err != nil {
-			continue
-		}
-		bus.Close()
-		return port
-	}
-	tb.Fatal("no free port")
-	return 0
-}
-
-func startRedisProc(tb testing.TB, extra ...string) *redisProc {
-	tb.Helper()
-	r := &redisProc{tb: tb, bin: needRedisServer(tb), port: freePort(tb), dir: tb.TempDir(), args: extra}
-	r.start()
-	tb.Cleanup(r.kill)
-	return r
-}
-
-func (r *redisProc) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-func (r *redisProc) start() {
-	r.tb.Helper()
-	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", r.dir, "--daemonize", "no", "--loglevel", "warning"}, r.args...)
-	r.cmd = exec.Command(r.bin, args...)
-	if err := r.cmd.Start(); err != nil {
-		r.tb.Fatalf("start redis-server: %v", err)
-	}
-	r.exit = make(chan struct{})
-	go func(cmd *exec.Cmd, exit chan struct{}) { _ = cmd.Wait(); close(exit) }(r.cmd, r.exit)
-	c := redis.NewClient(&redis.Options{Addr: r.addr(), MaxRetries: -1})
-	defer c.Close()
-	eventually(r.tb, 5*time.Second, "redis-server up on "+r.addr(), func() bool {
-		return c.Ping(context.Background()).Err() == nil
-	})
-}
-
-// kill stops the server at once (SIGKILL), as a crash would.
-func (r *redisProc) kill() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Kill()
-	<-r.exit
-	r.cmd = nil
-}
 
 // TestRedisRestart kills Redis under two nodes and starts it again: the
 // nodes keep serving their own clients, publishes fail fast and are counted
@@ -106,9 +20,9 @@ func TestRedisRestart(t *testing.T) {
 }
 
 func testRedisRestart(t *testing.T, sharded bool) {
-	srv := startRedisProc(t)
+	srv := redistest.StartProc(t)
 	rdb := redis.NewClient(&redis.Options{
-		Addr: srv.addr(), ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
+		Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: 1, DialerRetries: 1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
 	t.Cleanup(func() { rdb.Close() })
@@ -129,7 +43,7 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	c1.expect("before")
 	c2.expect("before")
 
-	srv.kill()
+	srv.Kill()
 
 	// Local delivery does not wait for Redis.
 	failedBefore := obs1.failed.Load()
@@ -161,7 +75,7 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	}
 
 	time.Sleep(500 * time.Millisecond) // let the subscribers retry in vain a few times
-	srv.start()
+	srv.Start()
 	restarted := time.Now()
 
 	// Cross-node broadcasts resume, both ways.

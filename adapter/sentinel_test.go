@@ -10,23 +10,25 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/redistest"
 )
 
 // startSentinel starts a master and a sentinel monitoring it as "mymaster"
 // and returns a failover client.
 func startSentinel(tb testing.TB) *redis.Client {
 	tb.Helper()
-	master := startRedisProc(tb)
-	port := freePort(tb)
+	master := redistest.StartProc(tb)
+	port := redistest.FreePort(tb)
 	dir := tb.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	cfg := "port " + strconv.Itoa(port) + "\nbind 127.0.0.1\ndir " + dir + "\n" +
-		"sentinel monitor mymaster 127.0.0.1 " + strconv.Itoa(master.port) + " 1\n" +
+		"sentinel monitor mymaster 127.0.0.1 " + strconv.Itoa(master.Port) + " 1\n" +
 		"sentinel down-after-milliseconds mymaster 1000\n"
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(master.bin, conf, "--sentinel")
+	cmd := exec.Command(master.Bin, conf, "--sentinel")
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start sentinel: %v", err)
 	}

@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -325,12 +326,25 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		}
 		rnow := e.redisNow()
 		checks := make([]typingCheck, len(convs))
-		_, err := e.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
-			for i, c := range convs {
-				checks[i] = queueTypingCheck(ctx, pipe, e.conv(c).ty, rnow)
+		tx := func(from, to int) error {
+			_, err := e.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+				for i := from; i < to; i++ {
+					checks[i] = queueTypingCheck(ctx, pipe, e.conv(convs[i]).ty, rnow)
+				}
+				return nil
+			})
+			return err
+		}
+		var err error
+		if e.crossSlot {
+			err = tx(0, len(convs))
+		} else {
+			// On a Redis Cluster a transaction stays in one hash slot: one
+			// per conversation (a check that fails is retried alone).
+			for i := range convs {
+				err = cmp.Or(err, tx(i, i+1))
 			}
-			return nil
-		})
+		}
 		var b batch
 		var failed int
 		for i, c := range convs {

@@ -152,8 +152,15 @@ func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // A typing start stopped on this node costs no round trip at its expiry;
 // one left to expire costs one, and its stop is announced; one whose entry
 // went meanwhile (another node's stop) costs one and is forgotten.
+//
+// On a Redis Cluster a check's transaction stays in one hash slot: the
+// conversations due together are checked one transaction each.
 func TestTypingExpiryChecks(t *testing.T) {
-	rdb := redistest.Client(t)
+	t.Run("one server", func(t *testing.T) { testTypingExpiryChecks(t, redistest.Client(t)) })
+	t.Run("cluster", func(t *testing.T) { testTypingExpiryChecks(t, redistest.Cluster(t)) })
+}
+
+func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
 	prefix := redistest.Prefix(t, rdb, "tyexp")
 	ctx := context.Background()
 	clock := fakeclock.New(time.Now())
@@ -177,8 +184,10 @@ func TestTypingExpiryChecks(t *testing.T) {
 		if err := eng.Connect(ctx, Socket{ID: "s-" + u, UserID: u}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := eng.Join(ctx, "s-"+u, "c1"); err != nil {
-			t.Fatal(err)
+		for _, c := range []string{"c1", "c2"} {
+			if _, err := eng.Join(ctx, "s-"+u, c); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	eng.Settle()
@@ -223,6 +232,19 @@ func TestTypingExpiryChecks(t *testing.T) {
 	rdb.ZRem(ctx, eng.conv("c1").ty, "alice") // stopped elsewhere
 	expire(1)
 	expire(0)
+	// two conversations due at once: one round trip, or one per
+	// conversation on a cluster ({c:c1} and {c:c2} are different slots)
+	for _, c := range []string{"c1", "c2"} {
+		if err := eng.TypingStart(ctx, "s-bob", c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng.Settle()
+	trips := int64(1)
+	if !eng.crossSlot {
+		trips = 2
+	}
+	expire(trips, "bob", "bob")
 	eng.typing.mu.Lock()
 	defer eng.typing.mu.Unlock()
 	if len(eng.typing.own) != 0 || len(eng.typing.at) != 0 {
