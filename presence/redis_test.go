@@ -85,3 +85,18 @@ func redisEngines(with func(*presence.RedisEngine)) func(t *testing.T) func(pres
 		}
 	}
 }
+
+// The same suite on a Redis Cluster of three masters: the keys of a
+// conversation, of the shared state ({g}) and of each node live on the
+// masters their slots give.
+func TestRedisEngineCluster(t *testing.T) {
+	cc := redistest.Cluster(t)
+	enginetest.Run(t, func(t *testing.T) func(presence.Config) presence.Engine {
+		prefix := uniquePrefix(t, cc)
+		return func(cfg presence.Config) presence.Engine {
+			eng := presence.NewRedisEngine(cc, cfg, presence.RedisConfig{Prefix: prefix})
+			presence.SetRedisClock(eng, cfg.Now)
+			return eng
+		}
+	})
+}
