@@ -170,11 +170,11 @@ func memberHas(rec, legacySU, sid, user string) bool {
 // them expired costs no round trip. Before, each moment ran typingExpire,
 // which mostly found nothing (the stop had come) and set the next moment:
 // in the typing benchmark at 100 changes/s, 100 script calls a second, the
-// larger part of Redis's command time. A start that expired runs the
-// script; one it did not find expired (this node's estimate of Redis's
-// clock against Redis's own, or another node's start or stop of the same
-// user meanwhile) is checked once more, at the conversation's next expiry
-// in Redis.
+// larger part of Redis's command time. A start that expired costs a check
+// (runTyping); one the check did not find expired (the estimate of Redis's
+// clock moved, or another node's start or stop of the same user came
+// meanwhile) is checked once more, at the conversation's next expiry in
+// Redis.
 type typingTimers struct {
 	mu    sync.Mutex
 	at    map[string]time.Time            // conversation → earliest moment (node clock)
@@ -268,7 +268,7 @@ func (t *typingTimers) take(now time.Time, limit int) []string {
 }
 
 // checked settles conv's starts after a check at now that removed the
-// entries of users (typingExpire), with Redis's next expiry in the
+// entries of users (typingCheck), with Redis's next expiry in the
 // conversation wait from now (0: none). A start that had expired here but
 // was not removed is checked once more at that expiry, then forgotten.
 func (t *typingTimers) checked(conv string, now time.Time, removed []string, wait time.Duration) {
@@ -377,17 +377,17 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 // expired at Redis's time rnow (this node's estimate, as the starts wrote
 // their expiries), their removal, and the next expiry left. Whoever
 // removes an entry announces its stop, as a stop's ZREM does. The typist's
-// socket (tyo) stays: it is cleared with that socket's leave or the user's
-// next start, and an entry without one is never read.
+// socket (tyo) stays: the user's next start overwrites it, or that
+// socket's leave clears it (and finds no typing entry to stop).
 type typingCheck struct {
 	expired *redis.StringSliceCmd
 	next    *redis.ZSliceCmd
 }
 
 func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, rnow int64) typingCheck {
-	max := strconv.FormatInt(rnow, 10)
-	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: max})}
-	pipe.ZRemRangeByScore(ctx, ty, "-inf", max)
+	upTo := strconv.FormatInt(rnow, 10)
+	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: upTo})}
+	pipe.ZRemRangeByScore(ctx, ty, "-inf", upTo)
 	c.next = pipe.ZRangeWithScores(ctx, ty, 0, 0)
 	return c
 }
