@@ -96,6 +96,13 @@ func (r *Proc) Start() {
 	})
 }
 
+// Client is a client of the server, closed at the end of the test.
+func (r *Proc) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: r.Addr()})
+	r.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // Kill stops the server at once (SIGKILL), as a crash would.
 func (r *Proc) Kill() {
 	if r.cmd == nil {
