@@ -63,6 +63,7 @@ type RedisEngine struct {
 	token     string           // this process's instance token
 	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
 	redisSkew atomic.Int64     // ms: Redis's clock less this machine's, at the last lease renewal (redisNow)
+	claimsAt  atomic.Int64     // ms, redisNow: when anyDue looks for claims that ran out next
 
 	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
 	held       atomic.Bool // this instance holds (or held) the node id

@@ -44,7 +44,7 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // about 60 µs a call, of which 15 were the commands), and typing is the
 // busiest write there is. Each command is atomic, which is what the
 // announcement needs: of concurrent starts of one user only the one whose
-// ZADD NX adds the entry announces it (or, rarely, also one that found it
+// ZADD (GT) adds the entry announces it (or, rarely, also one that found it
 // expired and not yet removed), of concurrent stops only the one whose
 // ZREM removes it. The member record read beside them says whether Redis
 // has the socket joined, as this node does (joinedSocket): if not (its
@@ -68,8 +68,9 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	var changed *redis.IntCmd
 	if start {
 		exp := float64(rnow + e.cfg.TypingTTL.Milliseconds())
-		changed = pipe.ZAddNX(ctx, k.ty, redis.Z{Score: exp, Member: s.user})
-		pipe.ZAddArgs(ctx, k.ty, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: exp, Member: s.user}}})
+		// GT: an entry that is there only moves later; the reply counts
+		// the entries added, as NX's would
+		changed = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: exp, Member: s.user})
 		pipe.HSet(ctx, k.tyo, s.user, socketID)
 	} else {
 		changed = pipe.ZRem(ctx, k.ty, s.user)
