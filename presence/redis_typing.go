@@ -66,6 +66,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	legacy := pipe.HGet(ctx, k.su, socketID) // a record of a release before 2026-12-02 lists no sockets
 	cur := pipe.ZScore(ctx, k.ty, s.user)
 	var changed *redis.IntCmd
+	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
 	if start {
 		exp := float64(rnow + e.cfg.TypingTTL.Milliseconds())
 		// GT: an entry that is there only moves later; the reply counts
@@ -95,7 +96,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		return unavailable("typing", err)
 	}
 	if !start {
-		e.typing.stopped(conv, s.user) // its ZREM ran
+		e.typing.stopped(conv, s.user, mark) // its ZREM ran
 	}
 	if !memberHas(rec.Val(), legacy.Val(), socketID, s.user) {
 		if start && changed.Val() == 1 {
@@ -172,21 +173,30 @@ func memberHas(rec, legacySU, sid, user string) bool {
 // which mostly found nothing (the stop had come) and set the next moment:
 // in the typing benchmark at 100 changes/s, 100 script calls a second, the
 // larger part of Redis's command time. A start that expired costs a check
-// (runTyping); one the check did not find expired (the estimate of Redis's
-// clock moved, or another node's start or stop of the same user came
-// meanwhile) is checked once more, at the conversation's next expiry in
-// Redis.
+// (runTyping); one whose entry the check found still there (the estimate
+// of Redis's clock moved, or a start of the same user on another socket
+// moved the entry's expiry) is checked again when that entry expires, for
+// as long as it is there.
 type typingTimers struct {
 	mu    sync.Mutex
 	at    map[string]time.Time            // conversation → earliest moment (node clock)
 	own   map[string]map[string]ownTyping // conversation → user → this node's start, until its stop
 	queue momentHeap[typingMoment]        // the moments in order; an entry at doesn't hold any more is skipped
+	seq   uint64                          // starts noted so far (mark)
 }
 
-// ownTyping is a start this node wrote: its expiry on the node's clock.
+// ownTyping is a start this node wrote: its expiry on the node's clock,
+// and its place among the starts noted (seq).
 type ownTyping struct {
-	exp       time.Time
-	rechecked bool // a check did not find it expired: the next one is its last
+	exp time.Time
+	seq uint64
+}
+
+// typingDue is a conversation due for a check, with the users whose
+// starts here had expired (take).
+type typingDue struct {
+	conv  string
+	users []string
 }
 
 // started notes user's start in conv, expiring at exp, and sets the
@@ -202,17 +212,32 @@ func (t *typingTimers) started(conv, user string, exp time.Time) {
 		users = map[string]ownTyping{}
 		t.own[conv] = users
 	}
-	users[user] = ownTyping{exp: exp}
+	t.seq++
+	users[user] = ownTyping{exp: exp, seq: t.seq}
 	t.setLocked(conv, exp)
 }
 
-// stopped forgets user's start in conv: its entry is gone from Redis (a
-// stop's ZREM ran). The conversation's moment stays; take drops it.
-func (t *typingTimers) stopped(conv, user string) {
+// mark is the place of the last start noted, for stopped.
+func (t *typingTimers) mark() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
+// stopped forgets user's start in conv if it was noted by mark, taken
+// before the stop was sent: its entry is gone from Redis (the stop's ZREM
+// ran). A start noted after the mark may have reached Redis after the
+// stop (two sockets of the user on this node, one stopping as the other
+// starts): its entry would be there with nobody to fire its expiry, so it
+// is kept, and at worst costs a check that finds nothing. The
+// conversation's moment stays; take drops it.
+func (t *typingTimers) stopped(conv, user string, mark uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if users := t.own[conv]; users != nil {
-		delete(users, user)
+		if o, ok := users[user]; ok && o.seq <= mark {
+			delete(users, user)
+		}
 		if len(users) == 0 {
 			delete(t.own, conv)
 		}
@@ -239,12 +264,13 @@ func (t *typingTimers) setLocked(conv string, at time.Time) {
 }
 
 // take removes and returns up to limit conversations whose moment has come
-// with one of this node's starts there expired. One whose starts have not
-// expired gets the moment of its earliest; one without starts, none.
-func (t *typingTimers) take(now time.Time, limit int) []string {
+// with one of this node's starts there expired, and those starts' users.
+// One whose starts have not expired gets the moment of its earliest; one
+// without starts, none.
+func (t *typingTimers) take(now time.Time, limit int) []typingDue {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var due []string
+	var due []typingDue
 	for len(due) < limit && len(t.queue) > 0 && !t.queue[0].at.After(now) {
 		m := heap.Pop(&t.queue).(typingMoment)
 		if cur, ok := t.at[m.conv]; !ok || !cur.Equal(m.at) {
@@ -252,46 +278,51 @@ func (t *typingTimers) take(now time.Time, limit int) []string {
 		}
 		delete(t.at, m.conv)
 		var next time.Time
-		for _, o := range t.own[m.conv] {
-			if next.IsZero() || o.exp.Before(next) {
+		var expired []string
+		for u, o := range t.own[m.conv] {
+			if !o.exp.After(now) {
+				expired = append(expired, u)
+			} else if next.IsZero() || o.exp.Before(next) {
 				next = o.exp
 			}
 		}
 		switch {
-		case next.IsZero():
-		case next.After(now):
+		case len(expired) > 0:
+			slices.Sort(expired)
+			due = append(due, typingDue{m.conv, expired})
+		case !next.IsZero():
 			t.setLocked(m.conv, next)
-		default:
-			due = append(due, m.conv)
 		}
 	}
 	return due
 }
 
-// checked settles conv's starts after a check at now that removed the
-// entries of users (typingCheck), with Redis's next expiry in the
-// conversation wait from now (0: none). A start that had expired here but
-// was not removed is checked once more at that expiry, then forgotten.
-func (t *typingTimers) checked(conv string, now time.Time, removed []string, wait time.Duration) {
+// checked settles conv's starts after a check at now: users are the
+// starts checked (take's), and left[i] how long users[i]'s entry has left
+// in Redis, 0 if it is gone (the check removed it and announced its stop,
+// or someone else did). A start whose entry is still there is checked
+// again when it expires; one noted anew meanwhile keeps its new expiry.
+func (t *typingTimers) checked(conv string, now time.Time, users []string, left []time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	users := t.own[conv]
-	for u, o := range users {
-		if o.exp.After(now) {
+	own := t.own[conv]
+	for i, u := range users {
+		o, ok := own[u]
+		if !ok || o.exp.After(now) {
 			continue
 		}
-		if o.rechecked || wait <= 0 || slices.Contains(removed, u) {
-			delete(users, u)
+		if left[i] <= 0 {
+			delete(own, u)
 			continue
 		}
-		o.exp, o.rechecked = now.Add(wait), true
-		users[u] = o
+		o.exp = now.Add(left[i])
+		own[u] = o
 	}
-	if len(users) == 0 {
+	if len(own) == 0 {
 		delete(t.own, conv)
 	}
 	var next time.Time
-	for _, o := range users {
+	for _, o := range own {
 		if next.IsZero() || o.exp.Before(next) {
 			next = o.exp
 		}
@@ -321,16 +352,19 @@ const typingBatch = 500
 // call itself) was most of Redis's command time in the typing benchmark.
 func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 	for range 10 {
-		convs := e.typing.take(now, typingBatch)
-		if len(convs) == 0 {
+		due := e.typing.take(now, typingBatch)
+		if len(due) == 0 {
 			return nil
 		}
 		rnow := e.redisNow()
-		checks := make([]typingCheck, len(convs))
+		checks := make([]typingCheck, len(due))
+		// the checks hold the engine's loop, and the lease renewal with it:
+		// a stalled server costs them at most typingCheckWait
+		cctx, cancel := context.WithTimeout(ctx, typingCheckWait)
 		tx := func(from, to int) error {
-			_, err := e.rdb.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			_, err := e.rdb.TxPipelined(cctx, func(pipe redis.Pipeliner) error {
 				for i := from; i < to; i++ {
-					checks[i] = queueTypingCheck(ctx, pipe, e.conv(convs[i]).ty, rnow)
+					checks[i] = queueTypingCheck(cctx, pipe, e.conv(due[i].conv).ty, rnow, due[i].users)
 				}
 				return nil
 			})
@@ -338,27 +372,41 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		}
 		var err error
 		if e.crossSlot {
-			err = tx(0, len(convs))
+			err = tx(0, len(due))
 		} else {
 			// On a Redis Cluster a transaction stays in one hash slot: one
-			// per conversation (a check that fails is retried alone).
-			for i := range convs {
-				err = cmp.Or(err, tx(i, i+1))
+			// per conversation, typingClusterChecks at a time, each to its
+			// slot's master (a check that fails is retried alone).
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			slots := make(chan struct{}, typingClusterChecks)
+			for i := range due {
+				slots <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-slots }()
+					if terr := tx(i, i+1); terr != nil {
+						mu.Lock()
+						err = cmp.Or(err, terr)
+						mu.Unlock()
+					}
+				})
 			}
+			wg.Wait()
 		}
+		cancel()
 		var b batch
 		var failed int
-		for i, c := range convs {
-			removed, wait, cerr := checks[i].result(rnow)
+		for i, d := range due {
+			removed, left, cerr := checks[i].result(rnow)
 			if cerr != nil {
 				failed++
-				e.typing.set(c, now.Add(time.Second))
+				e.typing.set(d.conv, now.Add(time.Second))
 				continue
 			}
 			for _, u := range removed {
-				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: u, At: now, Typing: false})
+				b = append(b, Event{Kind: EventTyping, ConversationID: d.conv, UserID: u, At: now, Typing: false})
 			}
-			e.typing.checked(c, now, removed, wait)
+			e.typing.checked(d.conv, now, d.users, left)
 		}
 		e.emit(ctx, b)
 		if err == nil && failed > 0 {
@@ -367,46 +415,58 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return unavailable("typing expiry", err)
 		}
-		if len(convs) < typingBatch {
+		if len(due) < typingBatch {
 			return nil
 		}
 	}
 	return nil
 }
 
+const (
+	// typingCheckWait bounds a round of expiry checks, far below the
+	// lease (LeaseTTL 5 s, renewed every second) that waits behind it.
+	typingCheckWait = 2 * time.Second
+	// typingClusterChecks bounds the checks in flight at once on a Redis
+	// Cluster, where each conversation has a transaction of its own.
+	typingClusterChecks = 16
+)
+
 // typingCheck is one conversation's check in a transaction: the entries
 // expired at Redis's time rnow (this node's estimate, as the starts wrote
-// their expiries), their removal, and the next expiry left. Whoever
-// removes an entry announces its stop, as a stop's ZREM does. The typist's
-// socket (tyo) stays: the user's next start overwrites it, or that
-// socket's leave clears it (and finds no typing entry to stop).
+// their expiries), their removal, and what is left of the entries of the
+// users whose starts the node checks. Whoever removes an entry announces
+// its stop, as a stop's ZREM does. The typist's socket (tyo) stays: the
+// user's next start overwrites it, or that socket's leave clears it (and
+// finds no typing entry to stop).
 type typingCheck struct {
 	expired *redis.StringSliceCmd
-	next    *redis.ZSliceCmd
+	left    *redis.FloatSliceCmd
 }
 
-func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, rnow int64) typingCheck {
+func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, rnow int64, users []string) typingCheck {
 	upTo := strconv.FormatInt(rnow, 10)
 	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: upTo})}
 	pipe.ZRemRangeByScore(ctx, ty, "-inf", upTo)
-	c.next = pipe.ZRangeWithScores(ctx, ty, 0, 0)
+	c.left = pipe.ZMScore(ctx, ty, users...)
 	return c
 }
 
-// result is the users removed and the time from rnow to the next expiry
-// (0: none left).
-func (c typingCheck) result(rnow int64) ([]string, time.Duration, error) {
+// result is the users whose entries the check removed, and for each user
+// checked the time from rnow to its entry's expiry (0: the entry is gone).
+func (c typingCheck) result(rnow int64) ([]string, []time.Duration, error) {
 	users, err := c.expired.Result()
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	next, err := c.next.Result()
+	scores, err := c.left.Result()
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	var wait time.Duration
-	if len(next) > 0 {
-		wait = max(time.Millisecond, time.Duration(int64(next[0].Score)-rnow)*time.Millisecond)
+	left := make([]time.Duration, len(scores))
+	for i, sc := range scores {
+		if sc > 0 { // (a missing member's score reads as 0)
+			left[i] = max(time.Millisecond, time.Duration(int64(sc)-rnow)*time.Millisecond)
+		}
 	}
-	return users, wait, nil
+	return users, left, nil
 }

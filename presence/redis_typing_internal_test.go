@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,55 +17,88 @@ import (
 )
 
 // A conversation's moment is its earliest start's expiry. take hands a
-// due conversation out only while one of this node's starts there has
-// expired: one whose starts all stopped costs no check, and a restart
-// moves the moment. A start a check did not remove is checked once more.
+// due conversation out, with the users whose starts expired, only while
+// one of this node's starts there has expired: one whose starts all
+// stopped costs no check, and a restart moves the moment. A start whose
+// entry a check found still there is checked again when it expires, for as
+// long as it is there.
 func TestTypingTimers(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	convs := func(due []typingDue) []string {
+		var out []string
+		for _, d := range due {
+			out = append(out, d.conv+":"+strings.Join(d.users, ","))
+		}
+		slices.Sort(out)
+		return out
+	}
 	tt.started("c1", "alice", at(500))
 	tt.started("c1", "bob", at(900))
 	tt.started("c2", "carol", at(300))
 	tt.started("c3", "dave", at(700))
-	tt.stopped("c3", "dave")
+	tt.stopped("c3", "dave", tt.mark())
 	tt.started("c4", "eve", at(600))
-	tt.started("c4", "eve", at(1800)) // a restart: c4's first moment finds nothing expired
+	tt.started("c4", "eve", at(5850)) // a restart: c4's first moment finds nothing expired
 	if got := tt.take(at(299), 10); len(got) != 0 {
-		t.Fatalf("take before any moment %q", got)
+		t.Fatalf("take before any moment %q", convs(got))
 	}
-	if got := tt.take(at(700), 1); !slices.Equal(got, []string{"c2"}) {
-		t.Fatalf("take(700, 1) %q, want c2", got)
+	if got := convs(tt.take(at(700), 1)); !slices.Equal(got, []string{"c2:carol"}) {
+		t.Fatalf("take(700, 1) %q, want c2:carol", got)
 	}
-	if got := tt.take(at(700), 10); !slices.Equal(got, []string{"c1"}) {
-		t.Fatalf("take(700) %q, want c1 (c3's start stopped, c4's restarted)", got)
+	if got := convs(tt.take(at(700), 10)); !slices.Equal(got, []string{"c1:alice"}) {
+		t.Fatalf("take(700) %q, want c1:alice (c3's start stopped, c4's restarted, bob's not expired)", got)
 	}
-	tt.checked("c1", at(700), []string{"alice"}, 200*time.Millisecond) // bob's is left: 900
-	tt.checked("c2", at(700), nil, 100*time.Millisecond)               // carol's not found expired: once more at 800
-	if got := tt.take(at(850), 10); !slices.Equal(got, []string{"c2"}) {
-		t.Fatalf("take(850) %q, want c2 (carol's recheck)", got)
+	tt.checked("c1", at(700), []string{"alice"}, []time.Duration{0}) // alice's removed; bob's is left: 900
+	tt.checked("c2", at(700), []string{"carol"}, []time.Duration{ms(100)})
+	if got := convs(tt.take(at(850), 10)); !slices.Equal(got, []string{"c2:carol"}) {
+		t.Fatalf("take(850) %q, want c2:carol (its entry expires at 800 in Redis)", got)
 	}
-	tt.checked("c2", at(850), nil, 50*time.Millisecond) // the last check of carol's
-	tt.stopped("c1", "bob")
-	if got := tt.take(at(1700), 10); len(got) != 0 {
-		t.Fatalf("take(1700) %q, want none", got)
+	tt.checked("c2", at(850), []string{"carol"}, []time.Duration{ms(5000)}) // moved on by a start elsewhere
+	tt.stopped("c1", "bob", tt.mark())
+	if got := convs(tt.take(at(5849), 10)); len(got) != 0 {
+		t.Fatalf("take(5849) %q, want none (c2 at 5850, bob stopped)", got)
 	}
-	if got := tt.take(at(1850), 10); !slices.Equal(got, []string{"c4"}) {
-		t.Fatalf("take(1850) %q, want c4 (its restart's expiry)", got)
+	if got := convs(tt.take(at(5850), 10)); !slices.Equal(got, []string{"c2:carol", "c4:eve"}) {
+		t.Fatalf("take(5850) %q, want c2:carol and c4:eve", got)
 	}
-	tt.set("c4", at(2850)) // the check failed: c4 again in a second (the start stays)
-	if got := tt.take(at(2849), 10); len(got) != 0 {
-		t.Fatalf("take(2849) %q, want none", got)
+	tt.checked("c2", at(5850), []string{"carol"}, []time.Duration{0})
+	tt.set("c4", at(6850)) // the check failed: c4 again in a second (the start stays)
+	if got := tt.take(at(6849), 10); len(got) != 0 {
+		t.Fatalf("take(6849) %q, want none", convs(got))
 	}
-	if got := tt.take(at(2850), 10); !slices.Equal(got, []string{"c4"}) {
-		t.Fatalf("take(2850) %q, want c4 again after its failed check", got)
+	if got := convs(tt.take(at(6850), 10)); !slices.Equal(got, []string{"c4:eve"}) {
+		t.Fatalf("take(6850) %q, want c4 again after its failed check", got)
 	}
-	tt.checked("c4", at(2850), []string{"eve"}, 0)
-	if got := tt.take(at(5000), 10); len(got) != 0 {
-		t.Fatalf("take(5000) %q, want none", got)
+	tt.checked("c4", at(6850), []string{"eve"}, []time.Duration{0})
+	if got := tt.take(at(9000), 10); len(got) != 0 {
+		t.Fatalf("take(9000) %q, want none", convs(got))
 	}
 	if len(tt.at) != 0 || len(tt.queue) != 0 || len(tt.own) != 0 {
 		t.Fatalf("left: %v %v %v", tt.at, tt.queue, tt.own)
+	}
+}
+
+// A stop forgets only the starts noted before it was sent: with two
+// sockets of one user on this node, a start noted while the other
+// socket's stop was on its way may have reached Redis after the stop, and
+// its expiry must still fire.
+func TestTypingStopKeepsLaterStart(t *testing.T) {
+	var tt typingTimers
+	t0 := time.Unix(1000, 0)
+	tt.started("c1", "alice", t0.Add(time.Second))
+	mark := tt.mark()                                // socket 1's stop is sent
+	tt.started("c1", "alice", t0.Add(2*time.Second)) // socket 2's start, noted first
+	tt.stopped("c1", "alice", mark)                  // the stop's reply
+	due := tt.take(t0.Add(2*time.Second), 10)
+	if len(due) != 1 || due[0].conv != "c1" || !slices.Equal(due[0].users, []string{"alice"}) {
+		t.Fatalf("take %+v, want alice's later start in c1", due)
+	}
+	tt.stopped("c1", "alice", tt.mark())
+	if len(tt.own) != 0 {
+		t.Fatalf("a stop sent after the start left %v", tt.own)
 	}
 }
 
@@ -231,6 +265,16 @@ func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
 	eng.Settle()
 	rdb.ZRem(ctx, eng.conv("c1").ty, "alice") // stopped elsewhere
 	expire(1)
+	expire(0)
+	// a start of alice's on a socket elsewhere moved her entry on: the
+	// check finds it there, and checks again when it expires
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	rdb.ZAdd(ctx, eng.conv("c1").ty, redis.Z{Score: float64(eng.redisNow() + 8000), Member: "alice"})
+	expire(1)
+	expire(1, "alice")
 	expire(0)
 	// two conversations due at once: one round trip, or one per
 	// conversation on a cluster ({c:c1} and {c:c2} are different slots)
