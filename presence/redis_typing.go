@@ -50,6 +50,8 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // has the socket joined, as this node does (joinedSocket): if not (its
 // entries were reaped, or Redis lost them, and the resync has not run
 // yet), an entry the start added is taken back and the change refused.
+// A member record of a release before 2026-12-02 lists no sockets: for
+// one of those only, su is read as well, in a second round trip.
 func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
@@ -63,7 +65,6 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	rec := pipe.HGet(ctx, k.m, s.user)
-	legacy := pipe.HGet(ctx, k.su, socketID) // a record of a release before 2026-12-02 lists no sockets
 	cur := pipe.ZScore(ctx, k.ty, s.user)
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
@@ -98,7 +99,14 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	if !start {
 		e.typing.stopped(conv, s.user, mark) // its ZREM ran
 	}
-	if !memberHas(rec.Val(), legacy.Val(), socketID, s.user) {
+	var legacySU string
+	if legacyMember(rec.Val()) {
+		legacySU, err = e.rdb.HGet(ctx, k.su, socketID).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return unavailable("typing", err)
+		}
+	}
+	if !memberHas(rec.Val(), legacySU, socketID, s.user) {
 		if start && changed.Val() == 1 {
 			undo := e.rdb.Pipeline()
 			undo.ZRem(ctx, k.ty, s.user)
@@ -132,6 +140,11 @@ func failedCmd(cmds []redis.Cmder) error {
 	}
 	return nil
 }
+
+// legacyMember reports whether a member record is of a release before
+// 2026-12-02 ("n|since|graceDeadline|leftAt": no socket list; its sockets
+// are in su).
+func legacyMember(rec string) bool { return strings.Count(rec, "|") == 3 }
 
 // memberHas reports whether a member record ("n|since|graceDeadline|leftAt"
 // and "|sockets" since 2026-12-02, see memberLib) lists socket sid; a

@@ -122,6 +122,12 @@ func TestMemberHas(t *testing.T) {
 			t.Errorf("memberHas(%q, %q, %q) = %v, want %v", tc.rec, tc.su, tc.sid, got, tc.want)
 		}
 	}
+	// su is read only for a record that lists no sockets
+	for rec, want := range map[string]bool{"1|100|0|0": true, "1|100|0|0|": false, "1|100|0|0|s1": false, "": false, "1|100|0": false} {
+		if got := legacyMember(rec); got != want {
+			t.Errorf("legacyMember(%q) = %v, want %v", rec, got, want)
+		}
+	}
 }
 
 // The typing expiry is written on the node's estimate of Redis's clock: a
