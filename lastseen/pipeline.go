@@ -25,6 +25,17 @@ type Config struct {
 	// Coarse: at most one activity record per user per interval on this
 	// node (PRESENCE_LASTSEEN_COARSE), 10m.
 	Coarse time.Duration
+	// ExactOnly drops activity records (Record, and the online and away
+	// statuses of HandleEvents): only the exact times of going offline
+	// are buffered. Set with the Redis engine, whose reaper records the
+	// users of a crashed node at that node's last lease renewal. There
+	// an activity record is never read: an online or away user's
+	// last-seen is not shown (CONTRACT §3), and going offline records a
+	// later, exact time. It cost every online user its buffered entry
+	// in Redis (about 157 bytes) and its row write. With the memory
+	// engine it stays off: a crash of the one node leaves no reaper, and
+	// the activity written to the store is the last-seen its users keep.
+	ExactOnly bool
 	// FlushInterval between flushes (PRESENCE_LASTSEEN_FLUSH_INTERVAL), 30s.
 	FlushInterval time.Duration
 	// FlushBatch: users per store statement (PRESENCE_LASTSEEN_FLUSH_BATCH),
@@ -128,7 +139,11 @@ func (p *Pipeline) Buffer() Buffer { return p.buf }
 // Record notes activity of userID at `at`. Within Coarse of the user's last
 // record on this node it costs one map lookup; otherwise the time is queued
 // for the buffer, which Run pushes every PushInterval (and Flush at once).
+// With ExactOnly it does nothing.
 func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error {
+	if p.cfg.ExactOnly {
+		return nil
+	}
 	ms := timestamp.Millis(at)
 	coarse := p.cfg.Coarse.Milliseconds()
 	p.mu.Lock()

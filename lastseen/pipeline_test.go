@@ -103,6 +103,28 @@ func TestCoarsening(t *testing.T) {
 	wantMetric(t, p, 81, "presenced_lastseen_records_total", "result", "coarsened")
 }
 
+// With ExactOnly (the Redis engine) activity and the online and away
+// statuses record nothing; going offline records its exact time.
+func TestExactOnly(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock(t0)
+	st := &wrapStore{Store: newFakeStore()}
+	p := lastseen.NewPipeline(lastseen.NewMemory(), st, lastseen.Config{Now: clk.Now, ExactOnly: true})
+	must(t, p.Record(ctx, "u", t0))
+	p.HandleEvents(ctx, []presence.Event{
+		{Kind: presence.EventStatus, UserID: "v", Status: presence.Online, At: t0},
+		{Kind: presence.EventStatus, UserID: "w", Status: presence.Away, At: t0},
+		{Kind: presence.EventStatus, UserID: "x", Status: presence.Offline, At: t0.Add(2 * time.Second), LastSeen: t0.Add(time.Second)},
+	})
+	must(t, p.Flush(ctx))
+	wantGet(t, p.Buffer(), []string{"u", "v", "w", "x"}, []time.Time{{}, {}, {}, t0.Add(time.Second)})
+	got := storedTimes(t, st, []string{"u", "v", "w", "x"})
+	if len(got) != 1 || !got["x"].Equal(t0.Add(time.Second)) {
+		t.Fatalf("stored %v, want x's exact time alone", got)
+	}
+	wantMetric(t, p, 0, "presenced_lastseen_records_total", "result", "buffered")
+}
+
 func TestInvalidUser(t *testing.T) {
 	ctx := t.Context()
 	st := newFakeStore()
