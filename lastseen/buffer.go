@@ -24,6 +24,11 @@ type Buffer interface {
 	// and marks the users whose time rose dirty. Duplicates are allowed
 	// (the latest wins).
 	Record(ctx context.Context, entries []store.LastSeen) error
+	// Raise raises the times of the users the buffer holds already to the
+	// ones given, never lowering them; it adds no user and marks none
+	// dirty: the caller writes these times to the store itself (the
+	// Pipeline's DirectActivity). Duplicates are allowed.
+	Raise(ctx context.Context, entries []store.LastSeen) error
 	// Get returns the buffered times of userIDs, in the order asked; the
 	// zero time where the buffer has none. One round trip.
 	Get(ctx context.Context, userIDs []string) ([]time.Time, error)

@@ -31,6 +31,7 @@ func runBufferSuite(t *testing.T, newBuffer func(t *testing.T) lastseen.Buffer) 
 		{"ConcurrentClaimsDisjoint", testConcurrentClaims},
 		{"Empty", testEmpty},
 		{"LargeBatches", testLargeBatches},
+		{"Raise", testRaise},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newBuffer(t)) })
@@ -393,4 +394,18 @@ func testLargeBatches(t *testing.T, b lastseen.Buffer) {
 		t.Fatalf("requeued %d after ack", n)
 	}
 	wantStats(t, b, lastseen.BufferStats{Users: users})
+}
+
+// Raise moves held users' times later, never earlier, adds no user and
+// marks none dirty.
+func testRaise(t *testing.T, b lastseen.Buffer) {
+	ctx := t.Context()
+	must(t, b.Record(ctx, []store.LastSeen{ls("a", t0), ls("b", t0)}))
+	c, err := b.Claim(ctx, 10, t0)
+	must(t, err)
+	must(t, b.Ack(ctx, c))
+	must(t, b.Raise(ctx, []store.LastSeen{ls("a", t0.Add(time.Minute)), ls("b", t0.Add(-time.Minute)), ls("c", t0), ls("a", t0.Add(time.Second))}))
+	wantGet(t, b, []string{"a", "b", "c"}, []time.Time{t0.Add(time.Minute), t0, {}})
+	wantStats(t, b, lastseen.BufferStats{Users: 2})
+	must(t, b.Raise(ctx, nil))
 }

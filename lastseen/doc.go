@@ -5,6 +5,8 @@
 //
 //	activity ─► Record ─► coarsen (≤ 1 per user per Coarse per node)
 //	         ─► pending ─► Buffer (latest time per user, never lower; dirty set)
+//	           (DirectActivity, with Redis: pending ─► Flush ─► Buffer.Raise
+//	            of the users it holds ─► store.UpsertLastSeen)
 //	offline  ─► RecordExact ─► Buffer (exact time, dirty at once)
 //	Buffer ─► Flush: claim ≤ FlushBatch dirty users atomically
 //	       ─► one store.UpsertLastSeen ─► Ack (or Release on failure)

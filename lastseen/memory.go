@@ -44,6 +44,18 @@ func (m *Memory) Record(_ context.Context, entries []store.LastSeen) error {
 	return nil
 }
 
+// Raise implements Buffer.
+func (m *Memory) Raise(_ context.Context, entries []store.LastSeen) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range entries {
+		if old, ok := m.times[e.UserID]; ok && old < timestamp.Millis(e.At) {
+			m.times[e.UserID] = timestamp.Millis(e.At)
+		}
+	}
+	return nil
+}
+
 // Get implements Buffer.
 func (m *Memory) Get(_ context.Context, userIDs []string) ([]time.Time, error) {
 	m.mu.Lock()

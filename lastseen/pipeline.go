@@ -25,17 +25,19 @@ type Config struct {
 	// Coarse: at most one activity record per user per interval on this
 	// node (PRESENCE_LASTSEEN_COARSE), 10m.
 	Coarse time.Duration
-	// ExactOnly drops activity records (Record, and the online and away
-	// statuses of HandleEvents): only the exact times of going offline
-	// are buffered. Set with the Redis engine, whose reaper records the
-	// users of a crashed node at that node's last lease renewal. There
-	// an activity record is never read: an online or away user's
-	// last-seen is not shown (CONTRACT §3), and going offline records a
-	// later, exact time. It cost every online user its buffered entry
-	// in Redis (about 157 bytes) and its row write. With the memory
-	// engine it stays off: a crash of the one node leaves no reaper, and
-	// the activity written to the store is the last-seen its users keep.
-	ExactOnly bool
+	// DirectActivity: activity records (Record; the online and away
+	// statuses of HandleEvents) do not go through the buffer's dirty set.
+	// At each flush this node writes its own straight to the store, one
+	// statement per FlushBatch users, and raises the times of those users
+	// the buffer holds already (Buffer.Raise), adding none. Offline times
+	// (RecordExact) go through the buffer as always. Set with Redis: an
+	// activity record is read only when a user's offline time is lost (a
+	// Redis restart without persistence, a lost reply, the crash of the
+	// node recording it), and it cost every online user an entry in
+	// Redis (about 157 bytes) until trimmed; now it costs a user who has
+	// no buffered time nothing there. Off, records are pushed to the
+	// buffer every PushInterval (one node: the memory buffer).
+	DirectActivity bool
 	// FlushInterval between flushes (PRESENCE_LASTSEEN_FLUSH_INTERVAL), 30s.
 	FlushInterval time.Duration
 	// FlushBatch: users per store statement (PRESENCE_LASTSEEN_FLUSH_BATCH),
@@ -138,12 +140,9 @@ func (p *Pipeline) Buffer() Buffer { return p.buf }
 
 // Record notes activity of userID at `at`. Within Coarse of the user's last
 // record on this node it costs one map lookup; otherwise the time is queued
-// for the buffer, which Run pushes every PushInterval (and Flush at once).
-// With ExactOnly it does nothing.
+// for the buffer, which Run pushes every PushInterval (and Flush at once),
+// or with DirectActivity for the store, which Flush writes.
 func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error {
-	if p.cfg.ExactOnly {
-		return nil
-	}
 	ms := timestamp.Millis(at)
 	coarse := p.cfg.Coarse.Milliseconds()
 	p.mu.Lock()
@@ -225,32 +224,68 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 }
 
 // push moves the pending records to the buffer in one batch; on failure
-// they stay pending.
+// they stay pending. With DirectActivity it leaves them to Flush
+// (writeActivity).
 func (p *Pipeline) push(ctx context.Context) error {
+	if p.cfg.DirectActivity {
+		return nil
+	}
+	batch, entries := p.takePending()
+	if err := p.buf.Record(ctx, entries); err != nil {
+		p.keepPending(batch)
+		return fmt.Errorf("lastseen: push %d records: %w", len(entries), err)
+	}
+	return nil
+}
+
+// writeActivity (DirectActivity) raises the buffered times of the pending
+// records' users and writes the records to the store, FlushBatch users a
+// statement; on failure they stay pending (the store keeps the later of
+// two writes, so one written twice is harmless).
+func (p *Pipeline) writeActivity(ctx context.Context) error {
+	batch, entries := p.takePending()
+	if len(entries) == 0 {
+		return nil
+	}
+	err := p.buf.Raise(ctx, entries)
+	for rest := entries; err == nil && len(rest) > 0; {
+		n := min(len(rest), p.cfg.FlushBatch)
+		err = p.storeRows(ctx, rest[:n])
+		rest = rest[n:]
+	}
+	if err != nil {
+		p.keepPending(batch)
+		return fmt.Errorf("lastseen: write %d activity records: %w", len(entries), err)
+	}
+	return nil
+}
+
+// takePending takes the pending records, as a map and as entries.
+func (p *Pipeline) takePending() (map[string]int64, []store.LastSeen) {
 	p.mu.Lock()
 	if len(p.pending) == 0 {
 		p.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	batch := p.pending
 	p.pending = make(map[string]int64, len(batch))
 	p.mu.Unlock()
-
 	entries := make([]store.LastSeen, 0, len(batch))
 	for id, ms := range batch {
 		entries = append(entries, store.LastSeen{UserID: id, At: timestamp.FromMillis(ms)})
 	}
-	if err := p.buf.Record(ctx, entries); err != nil {
-		p.mu.Lock()
-		for id, ms := range batch {
-			if ms > p.pending[id] {
-				p.pending[id] = ms
-			}
+	return batch, entries
+}
+
+// keepPending puts back records taken that could not be sent.
+func (p *Pipeline) keepPending(batch map[string]int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, ms := range batch {
+		if ms > p.pending[id] {
+			p.pending[id] = ms
 		}
-		p.mu.Unlock()
-		return fmt.Errorf("lastseen: push %d records: %w", len(entries), err)
 	}
-	return nil
 }
 
 // Flush pushes this node's pending records, gives back stale claims of
@@ -275,6 +310,11 @@ func (p *Pipeline) Flush(ctx context.Context) error {
 func (p *Pipeline) flush(ctx context.Context) error {
 	if err := p.push(ctx); err != nil {
 		return fmt.Errorf("lastseen: flush: %w", err)
+	}
+	if p.cfg.DirectActivity {
+		if err := p.writeActivity(ctx); err != nil {
+			return fmt.Errorf("lastseen: flush: %w", err)
+		}
 	}
 	n, err := p.buf.Requeue(ctx, p.cfg.Now().Add(-p.cfg.ClaimTimeout))
 	if err != nil {
@@ -317,16 +357,7 @@ func (p *Pipeline) write(ctx context.Context, c Claim) error {
 	}
 	var err error
 	if len(rows) > 0 {
-		wctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimTimeout/2)
-		err = p.st.UpsertLastSeen(wctx, rows)
-		cancel()
-		p.statements.Add(1)
-		p.m.statements.Inc()
-		if err == nil {
-			p.rows.Add(int64(len(rows)))
-			p.m.rows.Add(float64(len(rows)))
-			p.m.batchRows.Observe(float64(len(rows)))
-		}
+		err = p.storeRows(ctx, rows)
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -343,6 +374,22 @@ func (p *Pipeline) write(ctx context.Context, c Claim) error {
 		return fmt.Errorf("lastseen: flush: %w", err)
 	}
 	return nil
+}
+
+// storeRows writes rows with one statement, within half of ClaimTimeout,
+// and counts it.
+func (p *Pipeline) storeRows(ctx context.Context, rows []store.LastSeen) error {
+	wctx, cancel := context.WithTimeout(ctx, p.cfg.ClaimTimeout/2)
+	err := p.st.UpsertLastSeen(wctx, rows)
+	cancel()
+	p.statements.Add(1)
+	p.m.statements.Inc()
+	if err == nil {
+		p.rows.Add(int64(len(rows)))
+		p.m.rows.Add(float64(len(rows)))
+		p.m.batchRows.Observe(float64(len(rows)))
+	}
+	return err
 }
 
 // Trim forgets buffered times older than Retention that are neither dirty

@@ -103,26 +103,52 @@ func TestCoarsening(t *testing.T) {
 	wantMetric(t, p, 81, "presenced_lastseen_records_total", "result", "coarsened")
 }
 
-// With ExactOnly (the Redis engine) activity and the online and away
-// statuses record nothing; going offline records its exact time.
-func TestExactOnly(t *testing.T) {
-	ctx := t.Context()
-	clk := newClock(t0)
-	st := &wrapStore{Store: newFakeStore()}
-	p := lastseen.NewPipeline(lastseen.NewMemory(), st, lastseen.Config{Now: clk.Now, ExactOnly: true})
-	must(t, p.Record(ctx, "u", t0))
-	p.HandleEvents(ctx, []presence.Event{
-		{Kind: presence.EventStatus, UserID: "v", Status: presence.Online, At: t0},
-		{Kind: presence.EventStatus, UserID: "w", Status: presence.Away, At: t0},
-		{Kind: presence.EventStatus, UserID: "x", Status: presence.Offline, At: t0.Add(2 * time.Second), LastSeen: t0.Add(time.Second)},
+// With DirectActivity (Redis) activity and the online and away statuses
+// reach the store at the next flush without entering the buffer: a user
+// the buffer holds has its time raised there, and no user is added.
+// Offline times go through the buffer. A failed write keeps the records.
+func TestDirectActivity(t *testing.T) {
+	buffers(t, func(t *testing.T, newBuffer func(t *testing.T) lastseen.Buffer) {
+		ctx := t.Context()
+		clk := newClock(t0)
+		st := &wrapStore{Store: newFakeStore()}
+		buf := newBuffer(t)
+		p := lastseen.NewPipeline(buf, st, lastseen.Config{Now: clk.Now, DirectActivity: true, FlushBatch: 2})
+		must(t, p.RecordExact(ctx, "y", t0.Add(-time.Hour))) // y went offline an hour ago
+		must(t, p.Flush(ctx))
+
+		must(t, p.Record(ctx, "u", t0))
+		must(t, p.Record(ctx, "y", t0))
+		p.HandleEvents(ctx, []presence.Event{
+			{Kind: presence.EventStatus, UserID: "v", Status: presence.Online, At: t0},
+			{Kind: presence.EventStatus, UserID: "w", Status: presence.Away, At: t0},
+			{Kind: presence.EventStatus, UserID: "x", Status: presence.Offline, At: t0.Add(2 * time.Second), LastSeen: t0.Add(time.Second)},
+		})
+		ids := []string{"u", "v", "w", "x", "y"}
+		st.failNext.Store(1)
+		if err := p.Flush(ctx); err == nil {
+			t.Fatal("a flush whose activity write failed returned nil")
+		}
+		if got := storedTimes(t, st, ids); len(got) != 1 || !got["y"].Equal(t0.Add(-time.Hour)) {
+			t.Fatalf("stored after the failed write %v, want y's earlier time alone", got)
+		}
+		must(t, p.Flush(ctx))
+		wantGet(t, buf, ids, []time.Time{{}, {}, {}, t0.Add(time.Second), t0})
+		got := storedTimes(t, st, ids)
+		for _, id := range []string{"u", "v", "w", "y"} {
+			if !got[id].Equal(t0) {
+				t.Errorf("stored %s = %v, want %v", id, got[id], t0)
+			}
+		}
+		if !got["x"].Equal(t0.Add(time.Second)) {
+			t.Errorf("stored x = %v, want its exact time", got["x"])
+		}
+		wantStats(t, buf, lastseen.BufferStats{Users: 2})
+		// 1 (y's offline) + 1 failed + 2 (four records, two a statement) + 1 (x)
+		if s := p.Stats(); s.Statements != 5 || s.Rows != 6 {
+			t.Errorf("stats %+v, want 5 statements, 6 rows", s)
+		}
 	})
-	must(t, p.Flush(ctx))
-	wantGet(t, p.Buffer(), []string{"u", "v", "w", "x"}, []time.Time{{}, {}, {}, t0.Add(time.Second)})
-	got := storedTimes(t, st, []string{"u", "v", "w", "x"})
-	if len(got) != 1 || !got["x"].Equal(t0.Add(time.Second)) {
-		t.Fatalf("stored %v, want x's exact time alone", got)
-	}
-	wantMetric(t, p, 0, "presenced_lastseen_records_total", "result", "buffered")
 }
 
 func TestInvalidUser(t *testing.T) {

@@ -101,6 +101,28 @@ func (r *Redis) Record(ctx context.Context, entries []store.LastSeen) error {
 	return nil
 }
 
+// Raise implements Buffer: one ZADD XX GT per chunk of users, in one
+// pipeline.
+func (r *Redis) Raise(ctx context.Context, entries []store.LastSeen) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	pipe := r.c.Pipeline()
+	for len(entries) > 0 {
+		n := min(len(entries), r.chunk)
+		zs := make([]redis.Z, n)
+		for i, e := range entries[:n] {
+			zs[i] = redis.Z{Score: float64(timestamp.Millis(e.At)), Member: e.UserID}
+		}
+		pipe.ZAddArgs(ctx, r.times, redis.ZAddArgs{XX: true, GT: true, Members: zs})
+		entries = entries[n:]
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return redisErr("raise", err)
+	}
+	return nil
+}
+
 // Get implements Buffer: one ZMSCORE.
 func (r *Redis) Get(ctx context.Context, userIDs []string) ([]time.Time, error) {
 	out := make([]time.Time, len(userIDs))

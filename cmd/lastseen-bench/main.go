@@ -252,6 +252,7 @@ func bench(ctx context.Context, o options, out io.Writer) error {
 	clk := fakeclock.New(start)
 	p := lastseen.NewPipeline(buf, st, lastseen.Config{
 		Coarse: o.coarse, FlushInterval: o.flushInterval, FlushBatch: o.flushBatch, Now: clk.Now,
+		DirectActivity: o.buffer == "redis", // as presenced sets it
 	})
 	l := newLoad(o, start)
 	realStart := time.Now()

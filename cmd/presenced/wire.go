@@ -224,7 +224,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		}
 		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
 		buf = lastseen.NewRedis(a.rdb, lastseen.RedisConfig{Prefix: cfg.RedisPrefix})
-		lcfg.ExactOnly = true // the reaper records a crashed node's users (see ExactOnly)
+		lcfg.DirectActivity = true // activity costs Redis no entry (see DirectActivity)
 	} else {
 		buf = lastseen.NewMemory()
 	}
