@@ -39,7 +39,7 @@ else
 	flags=(-redis own -inflight 500 -connect-rate 100000
 		-idle-n 10000 -n 5000 -convs 3 -rates 2k,5k,7500,10k,15k,20k,30k,40k -step-duration 10s -baseline 5s
 		-typing-rooms 20 -typing-members 100 -typing-rates 100,500 -typing-duration 20s
-		-subscribers 1000 -flaps 10 -queries 100 -query-sizes 1000)
+		-subscribers 1000 -flaps 10 -queries 500 -query-sizes 1000)
 fi
 
 status=0
