@@ -22,7 +22,7 @@ type metrics struct {
 func newMetrics(p *Pipeline) *metrics {
 	m := &metrics{
 		records: prom.NewCounterVec("presenced_lastseen_records_total",
-			"Last-seen records by outcome: buffered (queued for the buffer), coarsened (dropped within the coarse interval), exact (offline time, written at once).", "result"),
+			"Last-seen records by outcome: buffered (queued for the buffer; with Redis, activity queued for the store, written at the next flush), coarsened (dropped within the coarse interval), exact (offline time, written at once).", "result"),
 		statements: prom.NewCounter("presenced_lastseen_flush_statements_total",
 			"Store write statements sent by last-seen flushes (one per batch), failed ones included."),
 		rows: prom.NewCounter("presenced_lastseen_flush_rows_total",
@@ -31,7 +31,7 @@ func newMetrics(p *Pipeline) *metrics {
 			"Users per successful last-seen flush statement.",
 			[]float64{1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000}),
 		errors: prom.NewCounter("presenced_lastseen_flush_errors_total",
-			"Last-seen flushes that failed (their users stay dirty)."),
+			"Last-seen flushes that failed (their users stay dirty; activity records written directly stay queued on their node)."),
 		requeued: prom.NewCounter("presenced_lastseen_requeued_total",
 			"Users whose claim outlived the claim timeout (a dead flusher) and were made dirty again."),
 		trimmed: prom.NewCounter("presenced_lastseen_trimmed_total",

@@ -51,7 +51,8 @@ type Config struct {
 	// take at most half of it.
 	ClaimTimeout time.Duration
 	// PushInterval: how often the coarsened records of this node go to the
-	// buffer in one batch, 1s.
+	// buffer in one batch (with DirectActivity: the offline times whose
+	// RecordExact failed), 1s.
 	PushInterval time.Duration
 	// RetryMin and RetryMax bound the exponential back-off of Run after a
 	// failed flush: 1s, doubling, at most 30s (with ±20% jitter). One
@@ -90,6 +91,7 @@ func (c Config) withDefaults() Config {
 //
 //	Record ─coarsen─► pending (memory) ─push, 1/s─► Buffer ─flush, 1 statement per batch─► store
 //	RecordExact ───────────────────────────────────► Buffer (at once)
+//	DirectActivity: pending ─flush─► Buffer.Raise, store (1 statement per batch)
 //
 // Coarsening keeps at most one activity record per user per Coarse on this
 // node; the buffer keeps the latest time per user (never lower) and which
@@ -106,8 +108,12 @@ type Pipeline struct {
 
 	mu      sync.Mutex
 	recent  map[string]int64 // user → last record on this node (ms), for coarsening
-	pending map[string]int64 // recorded here, not yet in the buffer (ms)
-	lastGC  time.Time
+	pending map[string]int64 // recorded here, not yet in the buffer (ms); with DirectActivity, not yet in the store
+	// exact: with DirectActivity, offline times whose RecordExact failed,
+	// for push to send to the buffer again (ms); without it they wait in
+	// pending, which push sends there too.
+	exact  map[string]int64
+	lastGC time.Time
 
 	flushMu  sync.Mutex // one flush at a time per pipeline
 	lastTrim time.Time
@@ -129,6 +135,7 @@ func NewPipeline(buf Buffer, st store.Store, cfg Config) *Pipeline {
 		log:     cfg.Log,
 		recent:  map[string]int64{},
 		pending: map[string]int64{},
+		exact:   map[string]int64{},
 		lastGC:  cfg.Now(),
 	}
 	p.m = newMetrics(p)
@@ -167,7 +174,8 @@ func (p *Pipeline) Record(_ context.Context, userID string, at time.Time) error 
 // RecordExact writes userID's exact last-seen time (their last connection
 // closed at `at`) to the buffer at once, bypassing coarsening; the user is
 // dirty when it returns nil. On a buffer error the time is kept and pushed
-// again with the next batch: the error informs, nothing is lost.
+// to the buffer again every PushInterval until it is there: the error
+// informs, nothing is lost.
 func (p *Pipeline) RecordExact(ctx context.Context, userID string, at time.Time) error {
 	if !ids.Valid(userID) {
 		return fmt.Errorf("%w: %q", ErrInvalidUser, ids.Clip(userID))
@@ -180,11 +188,7 @@ func (p *Pipeline) RecordExact(ctx context.Context, userID string, at time.Time)
 	p.mu.Unlock()
 	p.m.exact.Inc()
 	if err := p.buf.Record(ctx, []store.LastSeen{{UserID: userID, At: at}}); err != nil {
-		p.mu.Lock()
-		if ms > p.pending[userID] {
-			p.pending[userID] = ms
-		}
-		p.mu.Unlock()
+		p.keepPending(p.unpushed(), map[string]int64{userID: ms})
 		return fmt.Errorf("lastseen: record exact (kept for retry): %w", err)
 	}
 	return nil
@@ -223,19 +227,29 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 	}
 }
 
-// push moves the pending records to the buffer in one batch; on failure
-// they stay pending. With DirectActivity it leaves them to Flush
+// push moves the records waiting for the buffer (unpushed) there in one
+// batch; on failure they stay. With DirectActivity those are the offline
+// times whose RecordExact failed: activity is left to Flush
 // (writeActivity).
 func (p *Pipeline) push(ctx context.Context) error {
-	if p.cfg.DirectActivity {
+	m := p.unpushed()
+	batch, entries := p.takePending(m)
+	if len(entries) == 0 {
 		return nil
 	}
-	batch, entries := p.takePending()
 	if err := p.buf.Record(ctx, entries); err != nil {
-		p.keepPending(batch)
+		p.keepPending(m, batch)
 		return fmt.Errorf("lastseen: push %d records: %w", len(entries), err)
 	}
 	return nil
+}
+
+// unpushed is the map of records push sends to the buffer.
+func (p *Pipeline) unpushed() *map[string]int64 {
+	if p.cfg.DirectActivity {
+		return &p.exact
+	}
+	return &p.pending
 }
 
 // writeActivity (DirectActivity) raises the buffered times of the pending
@@ -243,7 +257,7 @@ func (p *Pipeline) push(ctx context.Context) error {
 // statement; on failure they stay pending (the store keeps the later of
 // two writes, so one written twice is harmless).
 func (p *Pipeline) writeActivity(ctx context.Context) error {
-	batch, entries := p.takePending()
+	batch, entries := p.takePending(&p.pending)
 	if len(entries) == 0 {
 		return nil
 	}
@@ -254,21 +268,22 @@ func (p *Pipeline) writeActivity(ctx context.Context) error {
 		rest = rest[n:]
 	}
 	if err != nil {
-		p.keepPending(batch)
+		p.keepPending(&p.pending, batch)
 		return fmt.Errorf("lastseen: write %d activity records: %w", len(entries), err)
 	}
 	return nil
 }
 
-// takePending takes the pending records, as a map and as entries.
-func (p *Pipeline) takePending() (map[string]int64, []store.LastSeen) {
+// takePending takes the records of *m (pending or exact), as a map and as
+// entries.
+func (p *Pipeline) takePending(m *map[string]int64) (map[string]int64, []store.LastSeen) {
 	p.mu.Lock()
-	if len(p.pending) == 0 {
+	if len(*m) == 0 {
 		p.mu.Unlock()
 		return nil, nil
 	}
-	batch := p.pending
-	p.pending = make(map[string]int64, len(batch))
+	batch := *m
+	*m = make(map[string]int64, len(batch))
 	p.mu.Unlock()
 	entries := make([]store.LastSeen, 0, len(batch))
 	for id, ms := range batch {
@@ -277,22 +292,25 @@ func (p *Pipeline) takePending() (map[string]int64, []store.LastSeen) {
 	return batch, entries
 }
 
-// keepPending puts back records taken that could not be sent.
-func (p *Pipeline) keepPending(batch map[string]int64) {
+// keepPending puts records that could not be sent into *m, keeping the
+// later time of a user already there.
+func (p *Pipeline) keepPending(m *map[string]int64, batch map[string]int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, ms := range batch {
-		if ms > p.pending[id] {
-			p.pending[id] = ms
+		if ms > (*m)[id] {
+			(*m)[id] = ms
 		}
 	}
 }
 
-// Flush pushes this node's pending records, gives back stale claims of
-// dead flushers, then writes dirty users to the store in batches of
-// FlushBatch (one statement each), back to back while batches are full.
+// Flush pushes this node's pending records (with DirectActivity: writes
+// its activity records to the store, writeActivity), gives back stale
+// claims of dead flushers, then writes dirty users to the store in batches
+// of FlushBatch (one statement each), back to back while batches are full.
 // Call it at shutdown, after Run has returned, with a context that bounds
-// the wait. A failed write leaves its users dirty.
+// the wait. A failed write leaves its users dirty (activity records: kept
+// in this node's memory for the next flush).
 func (p *Pipeline) Flush(ctx context.Context) error {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
@@ -311,11 +329,20 @@ func (p *Pipeline) flush(ctx context.Context) error {
 	if err := p.push(ctx); err != nil {
 		return fmt.Errorf("lastseen: flush: %w", err)
 	}
+	var actErr error // a failed activity write does not hold back the dirty users' flush
 	if p.cfg.DirectActivity {
-		if err := p.writeActivity(ctx); err != nil {
-			return fmt.Errorf("lastseen: flush: %w", err)
+		if actErr = p.writeActivity(ctx); actErr != nil {
+			actErr = fmt.Errorf("lastseen: flush: %w", actErr)
 		}
 	}
+	if err := p.flushDirty(ctx); err != nil {
+		return errors.Join(actErr, err)
+	}
+	return actErr
+}
+
+// flushDirty gives back stale claims, then writes dirty users (Flush).
+func (p *Pipeline) flushDirty(ctx context.Context) error {
 	n, err := p.buf.Requeue(ctx, p.cfg.Now().Add(-p.cfg.ClaimTimeout))
 	if err != nil {
 		return fmt.Errorf("lastseen: flush: %w", err)

@@ -129,8 +129,9 @@ func TestDirectActivity(t *testing.T) {
 		if err := p.Flush(ctx); err == nil {
 			t.Fatal("a flush whose activity write failed returned nil")
 		}
-		if got := storedTimes(t, st, ids); len(got) != 1 || !got["y"].Equal(t0.Add(-time.Hour)) {
-			t.Fatalf("stored after the failed write %v, want y's earlier time alone", got)
+		// the dirty users are written all the same: x
+		if got := storedTimes(t, st, ids); len(got) != 2 || !got["y"].Equal(t0.Add(-time.Hour)) || !got["x"].Equal(t0.Add(time.Second)) {
+			t.Fatalf("stored after the failed write %v, want y's earlier time and x's", got)
 		}
 		must(t, p.Flush(ctx))
 		wantGet(t, buf, ids, []time.Time{{}, {}, {}, t0.Add(time.Second), t0})
@@ -144,7 +145,7 @@ func TestDirectActivity(t *testing.T) {
 			t.Errorf("stored x = %v, want its exact time", got["x"])
 		}
 		wantStats(t, buf, lastseen.BufferStats{Users: 2})
-		// 1 (y's offline) + 1 failed + 2 (four records, two a statement) + 1 (x)
+		// 1 (y's offline) + 1 failed + 1 (x) + 2 (four records, two a statement)
 		if s := p.Stats(); s.Statements != 5 || s.Rows != 6 {
 			t.Errorf("stats %+v, want 5 statements, 6 rows", s)
 		}
@@ -618,6 +619,34 @@ func TestRecordExactBufferDown(t *testing.T) {
 	must(t, p.Record(ctx, "v", t0))
 	if err := p.Flush(ctx); !errors.Is(err, lastseen.ErrUnavailable) {
 		t.Fatalf("flush with the buffer down = %v", err)
+	}
+	must(t, p.Flush(ctx))
+	if got := storedTimes(t, st, []string{"u", "v"}); !got["u"].Equal(t0) || !got["v"].Equal(t0) {
+		t.Fatalf("stored %v", got)
+	}
+}
+
+// With DirectActivity too, an exact record that could not reach the
+// buffer goes there at the next push, whatever the store does; a flush
+// whose activity write fails still writes the dirty users.
+func TestRecordExactBufferDownDirect(t *testing.T) {
+	ctx := t.Context()
+	buf := &flakyBuffer{Buffer: lastseen.NewMemory()}
+	st := &wrapStore{Store: newFakeStore()}
+	p := lastseen.NewPipeline(buf, st, lastseen.Config{DirectActivity: true})
+	buf.failRecord.Store(1)
+	if err := p.RecordExact(ctx, "u", t0); !errors.Is(err, lastseen.ErrUnavailable) {
+		t.Fatalf("RecordExact = %v", err)
+	}
+	must(t, p.Record(ctx, "v", t0))
+	st.failOn = func(call int64) bool { return call == 1 } // the activity write
+	if err := p.Flush(ctx); !errors.Is(err, errInjected) {
+		t.Fatalf("flush with the activity write failing = %v", err)
+	}
+	// u reached the buffer at the flush's push and was written; v waits
+	wantGet(t, buf, []string{"u", "v"}, []time.Time{t0, {}})
+	if got := storedTimes(t, st, []string{"u", "v"}); len(got) != 1 || !got["u"].Equal(t0) {
+		t.Fatalf("stored %v, want u alone", got)
 	}
 	must(t, p.Flush(ctx))
 	if got := storedTimes(t, st, []string{"u", "v"}); !got["u"].Equal(t0) || !got["v"].Equal(t0) {

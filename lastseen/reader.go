@@ -34,7 +34,10 @@ type ReaderDeps struct {
 	// users the buffer does not hold, and whatever the flush writes to the
 	// store is in the buffer at that moment and stays there for the
 	// buffer's retention: an answer kept for less than that is never
-	// shown in place of a newer time. Set it well under the retention
+	// shown in place of a newer time. (With the Pipeline's DirectActivity
+	// an activity record of a user the buffer does not hold is written to
+	// the store alone; it is read only when an offline time is lost, and
+	// then at most StoredMaxAge late.) Set it well under the retention
 	// (the server uses min(30s, retention/4)), and only with a buffer.
 	StoredMaxAge time.Duration
 	// Versions, when set, lets the reader keep the privacy settings it

@@ -248,7 +248,7 @@ var settings = []setting{
 	{"PRESENCE_MEMBERSHIP", "", "who may join a conversation: store (members in the store) or open (anyone authenticated); default store, open in dev mode",
 		oneOf(func(c *Config) *string { return &c.Membership }, "", "store", "open")},
 	{"PRESENCE_LASTSEEN_COARSE", "10m", "at most one activity record per user per interval", dur(func(c *Config) *time.Duration { return &c.LastSeenCoarse }, time.Second)},
-	{"PRESENCE_LASTSEEN_FLUSH_INTERVAL", "30s", "how often buffered last-seen times are written to the store", dur(func(c *Config) *time.Duration { return &c.LastSeenFlush }, 100*time.Millisecond)},
+	{"PRESENCE_LASTSEEN_FLUSH_INTERVAL", "30s", "how often buffered last-seen times (and, with Redis, each node's activity records) are written to the store", dur(func(c *Config) *time.Duration { return &c.LastSeenFlush }, 100*time.Millisecond)},
 	{"PRESENCE_LASTSEEN_FLUSH_BATCH", "1000", "users written per store statement",
 		whole(func(c *Config) *int { return &c.LastSeenBatch }, 1, 10000, "must be a whole number from 1 to 10000")},
 	{"PRESENCE_LASTSEEN_RETENTION", "168h", "buffered last-seen times older than this are dropped from Redis once stored", dur(func(c *Config) *time.Duration { return &c.LastSeenRetention }, time.Minute)},
