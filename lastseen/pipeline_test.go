@@ -654,6 +654,51 @@ func TestRecordExactBufferDownDirect(t *testing.T) {
 	}
 }
 
+// raiseFailBuffer fails Raise while failRaise is positive.
+type raiseFailBuffer struct {
+	lastseen.Buffer
+	failRaise atomic.Int64
+}
+
+func (f *raiseFailBuffer) Raise(ctx context.Context, e []store.LastSeen) error {
+	if f.failRaise.Add(-1) >= 0 {
+		return fmt.Errorf("raise: %w", lastseen.ErrUnavailable)
+	}
+	return f.Buffer.Raise(ctx, e)
+}
+
+// With DirectActivity, activity records whose Raise failed, or whose
+// write failed after other batches of them were written, are all kept for
+// the next flush.
+func TestDirectActivityFailures(t *testing.T) {
+	ctx := t.Context()
+	buf := &raiseFailBuffer{Buffer: lastseen.NewMemory()}
+	st := &wrapStore{Store: newFakeStore()}
+	p := lastseen.NewPipeline(buf, st, lastseen.Config{DirectActivity: true, FlushBatch: 1})
+	ids := []string{"a", "b", "c"}
+	for _, id := range ids {
+		must(t, p.Record(ctx, id, t0))
+	}
+	buf.failRaise.Store(1)
+	if err := p.Flush(ctx); !errors.Is(err, lastseen.ErrUnavailable) {
+		t.Fatalf("flush with Raise failing = %v", err)
+	}
+	if n := st.upserts.Load(); n != 0 {
+		t.Fatalf("%d store writes after Raise failed, want none", n)
+	}
+	st.failOn = func(call int64) bool { return call == 2 } // the second of three batches
+	if err := p.Flush(ctx); !errors.Is(err, errInjected) {
+		t.Fatalf("flush with a batch failing = %v", err)
+	}
+	if got := storedTimes(t, st, ids); len(got) != 1 {
+		t.Fatalf("stored %v after the second batch failed, want the first batch alone", got)
+	}
+	must(t, p.Flush(ctx))
+	if got := storedTimes(t, st, ids); len(got) != 3 {
+		t.Fatalf("stored %v, want all three", got)
+	}
+}
+
 // Retention forgets written times older than Retention, never dirty ones.
 func TestRetention(t *testing.T) {
 	buffers(t, func(t *testing.T, newBuffer func(t *testing.T) lastseen.Buffer) {

@@ -97,3 +97,24 @@ func TestRedisUnavailable(t *testing.T) {
 	_, err = b.Stats(ctx)
 	check("stats", err)
 }
+
+// Raise sends a chunk of RecordChunk users per ZADD, all in one pipeline.
+func TestRedisRaiseChunks(t *testing.T) {
+	ctx := t.Context()
+	c := redisClient(t)
+	prefix := "lstest:" + randHex(6)
+	b := lastseen.NewRedis(c, lastseen.RedisConfig{Prefix: prefix, RecordChunk: 2})
+	times, dirty, claimed := b.Keys()
+	t.Cleanup(func() { c.Del(context.Background(), times, dirty, claimed) })
+	ids := []string{"a", "b", "c", "d", "e"}
+	var held, raised []store.LastSeen
+	for _, id := range ids {
+		held = append(held, store.LastSeen{UserID: id, At: t0})
+		raised = append(raised, store.LastSeen{UserID: id, At: t0.Add(time.Minute)})
+	}
+	must(t, b.Record(ctx, held))
+	raised = append(raised, store.LastSeen{UserID: "f", At: t0})
+	must(t, b.Raise(ctx, raised))
+	m := t0.Add(time.Minute)
+	wantGet(t, b, append(ids, "f"), []time.Time{m, m, m, m, m, {}})
+}
