@@ -49,8 +49,8 @@ func (m *Memory) Raise(_ context.Context, entries []store.LastSeen) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, e := range entries {
-		if old, ok := m.times[e.UserID]; ok && old < timestamp.Millis(e.At) {
-			m.times[e.UserID] = timestamp.Millis(e.At)
+		if old, ok := m.times[e.UserID]; ok {
+			m.times[e.UserID] = max(old, timestamp.Millis(e.At))
 		}
 	}
 	return nil
