@@ -26,3 +26,6 @@ func ClaimDueTimers(ctx context.Context, e *RedisEngine) ([]string, error) {
 	}
 	return out, nil
 }
+
+// MemberTag is how member records list a socket.
+func MemberTag(sid string) string { return memberTag(sid) }

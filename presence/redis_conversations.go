@@ -2,9 +2,36 @@ package presence
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+// memberTag is how a member record lists a socket (memberLib): the first
+// 48 bits of the SHA-256 of its id, 8 characters of base64url, where the
+// library's ids have 24. A conversation's roster reads every member record
+// at each join, and a user's record in each of its conversations holds its
+// sockets there: three conversations cost 48 bytes of Redis less per
+// socket. Tags only tell apart the sockets of one user in one
+// conversation; two of them share one with a chance of 2^-48 per pair.
+func memberTag(sid string) string {
+	h := sha256.Sum256([]byte(sid))
+	return base64.RawURLEncoding.EncodeToString(h[:6])
+}
+
+// runJoin queues convJoin of socket sid of user in the conversation of k.
+func (e *RedisEngine) runJoin(ctx context.Context, c redis.Scripter, k convKeys, sid, user string) *redis.Cmd {
+	return convJoin.Run(ctx, c, []string{k.su, k.m, k.ty}, sid, user, e.clk(), memberTag(sid))
+}
+
+// runLeave queues convLeave of socket sid of user from the conversation of
+// k (see convLeave for mode, graceMs and at).
+func (e *RedisEngine) runLeave(ctx context.Context, c redis.Scripter, k convKeys, sid, user, mode string, graceMs int64, at string) *redis.Cmd {
+	return convLeave.Run(ctx, c, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, sid, user, e.clk(), mode, graceMs, at, memberTag(sid))
+}
 
 // Join implements Engine.
 func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResult, error) {
@@ -30,7 +57,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
-	join := convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, socketID, s.user, e.clk())
+	join := e.runJoin(ctx, pipe, k, socketID, s.user)
 	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
 	// (a failure of the statuses' read alone is not the join's: rosterFrom
@@ -76,8 +103,7 @@ func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := e.conv(conv)
-	err := convLeave.Run(ctx, e.rdb, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
-		s.id, s.user, e.clk(), "left", 0, "").Err()
+	err := e.runLeave(ctx, e.rdb, k, s.id, s.user, "left", 0, "").Err()
 	if err != nil {
 		e.log.Warn("join outcome unknown; kept for the disconnect to clean", "sid", s.id, "conversation_id", conv, "err", err)
 		return
@@ -107,7 +133,7 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	if in {
 		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
-		leave := convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, socketID, s.user, e.clk(), "left", 0, "")
+		leave := e.runLeave(ctx, pipe, k, socketID, s.user, "left", 0, "")
 		if err := e.exec(ctx, pipe); err != nil {
 			return unavailable("leave", err)
 		}

@@ -27,8 +27,9 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	if f := strings.Split(rec, "|"); len(f) != 6 || f[0] != "2" || f[2] != "on" || f[5] != "a1,a2" {
 		t.Fatalf("alice's record %q, want 2|…|on|…|…|a1,a2", rec)
 	}
-	if m := rdb.HGet(ctx, prefix+":{c:c1}:m", "alice").Val(); !strings.HasPrefix(m, "2|") || !strings.HasSuffix(m, "|0|0|a1,a2") {
-		t.Errorf("alice's member record %q, want 2|…|0|0|a1,a2", m)
+	tags := presence.MemberTag("a1") + "," + presence.MemberTag("a2")
+	if m := rdb.HGet(ctx, prefix+":{c:c1}:m", "alice").Val(); !strings.HasPrefix(m, "2|") || !strings.HasSuffix(m, "|0|0|"+tags) {
+		t.Errorf("alice's member record %q, want 2|…|0|0|%s (the sockets' tags)", m, tags)
 	}
 	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk", prefix + ":{c:c1}:on", prefix + ":{c:c1}:su"} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
@@ -136,6 +137,54 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 		if rdb.Exists(ctx, k).Val() != 0 {
 			t.Errorf("legacy key %s outlived the member's grace", k)
 		}
+	}
+}
+
+// A member record written by a release of 2026-12-02 to 2026-12-04 lists
+// socket ids, not tags: its sockets are still found (typing, a repeated
+// join, a leave), a new socket goes in as its tag, and the member leaves
+// when the last of either form goes.
+func TestRedisMemberRecordOfIds(t *testing.T) {
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock := f.rdb, f.prefix, f.clock
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second, FlapGrace: -1})
+	connectJoin(t, eng, "i1", "ida", "c1")
+	connectJoin(t, eng, "i2", "ida", "c1")
+	m := prefix + ":{c:c1}:m"
+	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
+	rdb.HSet(ctx, m, "ida", "2|"+at+"|0|0|i1,i2") // as the earlier release wrote it
+
+	if err := eng.TypingStart(ctx, "i1", "c1"); err != nil {
+		t.Errorf("typing of a socket listed by its id: %v", err)
+	}
+	if _, err := eng.Join(ctx, "i2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rdb.HGet(ctx, m, "ida").Val(); got != "2|"+at+"|0|0|i1,i2" {
+		t.Errorf("a repeated join changed the record to %q", got)
+	}
+	connectJoin(t, eng, "i3", "ida", "c1")
+	if got, want := rdb.HGet(ctx, m, "ida").Val(), "3|"+at+"|0|0|i1,i2,"+presence.MemberTag("i3"); got != want {
+		t.Errorf("record after a new socket joined %q, want %q", got, want)
+	}
+	for _, sid := range []string{"i1", "i3"} {
+		if err := eng.Leave(ctx, sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := rdb.HGet(ctx, m, "ida").Val(), "1|"+at+"|0|0|i2"; got != want {
+		t.Errorf("record after i1 and i3 left %q, want %q", got, want)
+	}
+	if err := eng.Disconnect(ctx, "i2"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := eng.Tick(ctx); err != nil { // the grace's timer (of 0) fires
+		t.Fatal(err)
+	}
+	if rdb.HExists(ctx, m, "ida").Val() {
+		t.Errorf("record %q outlived its last socket", rdb.HGet(ctx, m, "ida").Val())
 	}
 }
 

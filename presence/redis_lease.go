@@ -112,7 +112,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
-			joins[i] = convJoin.Run(ctx, pipe, []string{k.su, k.m, k.ty}, s.id, s.user, e.clk())
+			joins[i] = e.runJoin(ctx, pipe, k, s.id, s.user)
 		}
 		if err := e.exec(ctx, pipe); err != nil {
 			e.emit(ctx, b)

@@ -85,7 +85,7 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
 		k := e.conv(c)
-		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, s.id, s.user, e.clk(), "left", 0, "")
+		leaves[i] = e.runLeave(ctx, pipe, k, s.id, s.user, "left", 0, "")
 	}
 	pipe.HSet(ctx, e.kNode, s.id, reg)
 	if err := e.exec(ctx, pipe); err != nil {

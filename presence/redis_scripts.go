@@ -104,7 +104,11 @@ end
 `
 
 // The member record: "n|since|graceDeadline|leftAt|sockets", sockets the
-// user's n socket ids in the conversation, joined by ",". memberLib parses
+// user's n sockets in the conversation, joined by ",", each as its tag
+// (memberTag: 8 characters, where a socket id has 24; a conversation's
+// roster reads every record). A record written by a release before
+// 2026-12-05 lists socket ids: a socket is found under its tag or its id,
+// and a record holds both forms until its old sockets go. memberLib parses
 // and writes it. A record written by a release before 2026-12-02 has four
 // fields, its sockets in the hash su (socket → user), and keeps that form
 // until the user leaves: as uset does, mset writes a record back in the
@@ -124,34 +128,35 @@ local function mset(m, user, r)
   if not r.legacy then v = v .. '|' .. r.socks end
   redis.call('HSET', m, user, v)
 end
--- mfind is the position of sid in r's list (nil: not there; legacy: 0 if
--- su has it for user).
-local function mfind(r, su, sid, user)
+-- mfind is the position of socket sid (tag: its tag) in r's list (nil:
+-- not there; legacy: 0 if su has it for user).
+local function mfind(r, su, sid, tag, user)
   if not r then return nil end
   if r.legacy then
     if redis.call('HGET', su, sid) == user then return 0 end
     return nil
   end
-  return socksIndex(socksList(r.socks), sid)
+  local l = socksList(r.socks)
+  return socksIndex(l, tag) or socksIndex(l, sid)
 end
-local function madd(r, su, sid, user)
+local function madd(r, su, sid, tag, user)
   r.n = r.n + 1
   if r.legacy then
     redis.call('HSET', su, sid, user)
   elseif r.socks == '' then
-    r.socks = sid
+    r.socks = tag
   else
-    r.socks = r.socks .. ',' .. sid
+    r.socks = r.socks .. ',' .. tag
   end
 end
-local function mdel(r, su, sid)
+local function mdel(r, su, sid, tag)
   r.n = r.n - 1
   if r.legacy then
     redis.call('HDEL', su, sid)
     return
   end
   local l = socksList(r.socks)
-  local i = socksIndex(l, sid)
+  local i = socksIndex(l, tag) or socksIndex(l, sid)
   if i then table.remove(l, i) end
   r.socks = table.concat(l, ',')
 end
@@ -161,18 +166,18 @@ end
 // roster's members are read by a plain HGETALL of m beside it
 // (membersOf): a script that handles a hundred member records costs Redis
 // about ten times what the plain commands do (measured: 80 µs against 7).
-// KEYS su m ty; ARGV sid user clock → {first(0|1), now, typing[]}
+// KEYS su m ty; ARGV sid user clock tag → {first(0|1), now, typing[]}
 var convJoin = redis.NewScript(clockLib + memberLib + typingLib + `
 local su, m, ty = KEYS[1], KEYS[2], KEYS[3]
-local sid, user, now = ARGV[1], ARGV[2], clock(ARGV[3])
+local sid, user, now, tag = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local first = 0
 local r = mget(m, user)
-if not mfind(r, su, sid, user) then
+if not mfind(r, su, sid, tag, user) then
   if not r then
     first = 1
     r = {n = 0, since = now, socks = ''}
   end
-  madd(r, su, sid, user)
+  madd(r, su, sid, tag, user)
   r.grace, r.left = 0, 0
   mset(m, user, r)
 end
@@ -217,20 +222,21 @@ end
 // or, in mode "timeout" (a dead node's reap, a ghost's removal), if it was
 // there at all: its expiry was the dead node's to fire (typingTimers), so
 // nobody announced it.
-// KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs
+// KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
 // → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
+local tag = ARGV[7]
 local late = mode == 'timeout'
 local r = mget(m, user)
-if not mfind(r, su, sid, user) then
+if not mfind(r, su, sid, tag, user) then
   if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
   return {0, 0, 0}
 end
-mdel(r, su, sid)
+mdel(r, su, sid, tag)
 redis.call('ZREM', sk, sid)
 local stopped = 0
 if redis.call('HGET', tyo, user) == sid then

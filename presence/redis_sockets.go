@@ -138,8 +138,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
 		k := e.conv(c)
-		leaves[i] = convLeave.Run(ctx, pipe, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo},
-			s.id, s.user, e.clk(), mode, grace, at)
+		leaves[i] = e.runLeave(ctx, pipe, k, s.id, s.user, mode, grace, at)
 		if mode == "grace" {
 			// The grace's timer goes in the same round trip, whether or
 			// not this was the user's last socket there (if not, it finds

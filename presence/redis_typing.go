@@ -147,9 +147,9 @@ func failedCmd(cmds []redis.Cmder) error {
 func legacyMember(rec string) bool { return strings.Count(rec, "|") == 3 }
 
 // memberHas reports whether a member record ("n|since|graceDeadline|leftAt"
-// and "|sockets" since 2026-12-02, see memberLib) lists socket sid; a
-// record without a socket list has its sockets in su (legacySU: su's entry
-// for sid, the user if it is there).
+// and "|sockets" since 2026-12-02, see memberLib) lists socket sid, under
+// its tag or its id; a record without a socket list has its sockets in su
+// (legacySU: su's entry for sid, the user if it is there).
 func memberHas(rec, legacySU, sid, user string) bool {
 	if rec == "" {
 		return false
@@ -161,10 +161,11 @@ func memberHas(rec, legacySU, sid, user string) bool {
 	if len(f) == 4 {
 		return legacySU == user
 	}
+	tag := memberTag(sid)
 	for socks := f[4]; socks != ""; {
 		var one string
 		one, socks, _ = strings.Cut(socks, ",")
-		if one == sid {
+		if one == tag || one == sid {
 			return true
 		}
 	}

@@ -102,6 +102,16 @@ func TestTypingStopKeepsLaterStart(t *testing.T) {
 	}
 }
 
+func TestMemberTag(t *testing.T) {
+	// stable across nodes and releases: the SHA-256 of the id, 6 bytes
+	if got := memberTag("s1"); got != "6LwWPILu" {
+		t.Errorf("memberTag(s1) = %q", got)
+	}
+	if a, b := memberTag("AAAAAAAAAAAAAAAAAAAAAAAA"), memberTag("AAAAAAAAAAAAAAAAAAAAAAAB"); len(a) != 8 || a == b || strings.ContainsAny(a+b, ",|\t") {
+		t.Errorf("tags %q, %q: want 8 characters each, different, without a separator", a, b)
+	}
+}
+
 func TestMemberHas(t *testing.T) {
 	for _, tc := range []struct {
 		rec, su, sid string
@@ -117,6 +127,12 @@ func TestMemberHas(t *testing.T) {
 		{"1|100|0|0", "", "s1", false},       // a legacy record without it
 		{"1|100|0|0", "bob", "s1", false},    // su's entry is another user's
 		{"1|100|0|0|s1|x", "", "s1|x", true}, // (ids never hold | or ,: redisSocketID)
+		// since 2026-12-05 a record lists tags; one of an earlier release
+		// ids, and a record may hold both
+		{"1|100|0|0|" + memberTag("s1"), "", "s1", true},
+		{"2|100|0|0|s0," + memberTag("s1"), "", "s1", true},
+		{"2|100|0|0|s1," + memberTag("s0"), "", "s1", true},
+		{"1|100|0|0|" + memberTag("s0"), "", "s1", false},
 	} {
 		if got := memberHas(tc.rec, tc.su, tc.sid, "alice"); got != tc.want {
 			t.Errorf("memberHas(%q, %q, %q) = %v, want %v", tc.rec, tc.su, tc.sid, got, tc.want)
