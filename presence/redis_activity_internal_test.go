@@ -74,7 +74,7 @@ func TestActivityInBackground(t *testing.T) {
 	// touch calls Touch with its round trips held: it must return anyway.
 	touch := func(step string) {
 		t.Helper()
-		clock.Advance(10 * time.Second) // past activityEvery
+		clock.Advance(31 * time.Second) // past activityEvery (30 s)
 		held := make(chan struct{})
 		gate <- held
 		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
@@ -101,7 +101,7 @@ func TestActivityInBackground(t *testing.T) {
 	down <- errDown
 	touch("Redis failing")
 	eng.Settle() // the round trip failed
-	clock.Advance(10 * time.Second)
+	clock.Advance(31 * time.Second)
 	if err := eng.Touch(ctx, "s1"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Touch after a failed round trip: %v, want its own failure", err)
 	}
@@ -138,7 +138,7 @@ func (h *activityCalls) count(cmd redis.Cmder) {
 	a := cmd.Args()
 	if len(a) > 1 && a[0] == "evalsha" && a[1] == userActivity.Hash() {
 		h.calls.Add(1)
-		h.users.Add(int64(len(a) - 5)) // evalsha sha 1 key clock user…
+		h.users.Add(int64(len(a)-6) / 2) // evalsha sha 1 key clock awayAfter (user ago)…
 	}
 }
 
@@ -190,7 +190,7 @@ func TestActivityScriptCalls(t *testing.T) {
 	f[2] = "away"
 	rdb.HSet(ctx, eng.kUsers, "u7", strings.Join(f, "|"))
 
-	clock.Advance(10 * time.Second) // every record is due again
+	clock.Advance(31 * time.Second) // every record is due again (activityEvery 30 s)
 	for i := range n {
 		if err := eng.Touch(ctx, fmt.Sprintf("s%d", i)); err != nil {
 			t.Fatal(err)

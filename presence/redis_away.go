@@ -20,12 +20,31 @@ import (
 // A node checks a user AwayAfter after it connected one of the user's
 // sockets or recorded the user's activity; if the user's activity (from
 // any node) is more recent, Redis says how long to wait, and the node
-// checks again then. A node stops watching a user who is away or offline
+// checks again then. A node records a user's activity at most once per
+// activityEvery, so when a check comes, the node may have seen activity it
+// did not record (at most activityEvery old): it records that activity
+// then, at the time it happened, instead of asking (deferred). A user
+// turns away AwayAfter after their last activity, not after their last
+// record. Every node with sockets of the user has checked it by the time
+// the recorded activity is AwayAfter old (each armed its check at its own
+// last record, no later), so each has recorded what it saw before any of
+// them turns the user away; only checks of two nodes at the same moment
+// can race, and then a deferred record that lands after the user turned
+// away brings them back at once. A node stops watching a user who is away or offline
 // (activity, on whichever node records it, starts that node watching), or
 // whose sockets here are gone. The one gap: a user brought back online by
 // a node that then loses its sockets of the user while others remain. The
 // disconnect script hands that user to a timer in the shared due set
 // (userDisconnect), which any node fires.
+
+// awaySlack is how much later than AwayAfter after the recorded activity a
+// node checks a user whose activity another node recorded last, and when
+// the timer of a user handed to the shared due set fires: that node's own
+// check comes at that moment, and records first what it saw and did not
+// record yet (a tick, the batch window and a round trip).
+func (e *RedisEngine) awaySlack() time.Duration {
+	return max(200*time.Millisecond, min(time.Second, e.cfg.AwayAfter/10))
+}
 
 // awayBatch bounds the checks of one round trip.
 const awayBatch = 500
@@ -41,6 +60,7 @@ type awayWatch struct {
 type awayUser struct {
 	socks int   // this node's sockets of the user
 	at    int64 // unix ns of the next check; 0: not watched
+	last  int64 // unix ns of the user's last activity this node saw
 	gen   uint64
 }
 
@@ -76,6 +96,26 @@ func (w *awayWatch) remove(user string) {
 			delete(w.users, user) // its heap entry is dropped when it comes up
 		}
 	}
+}
+
+// saw notes user's activity at t on this node (recorded or not).
+func (w *awayWatch) saw(user string, t time.Time) {
+	w.mu.Lock()
+	if u := w.users[user]; u != nil {
+		u.last = max(u.last, t.UnixNano())
+	}
+	w.mu.Unlock()
+}
+
+// lastSeen is the user's last activity this node saw (zero: none, or no
+// socket of the user here).
+func (w *awayWatch) lastSeen(user string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if u := w.users[user]; u != nil && u.last != 0 {
+		return time.Unix(0, u.last)
+	}
+	return time.Time{}
 }
 
 // arm checks user at t, if this node has sockets of the user: later than
@@ -125,9 +165,28 @@ func (w *awayWatch) due(now time.Time, max int) []string {
 // again when their activity's AwayAfter has passed.
 func (e *RedisEngine) runAway(ctx context.Context, now time.Time) error {
 	for range 20 {
-		users := e.away.due(now, awayBatch)
-		if len(users) == 0 {
+		due := e.away.due(now, awayBatch)
+		if len(due) == 0 {
 			return nil
+		}
+		users := due[:0]
+		for _, u := range due {
+			// activity seen here but not recorded yet (activityEvery)
+			// keeps the user online: recorded now, at its time, and
+			// the check moves on with it (sendActivity arms it)
+			if last := e.away.lastSeen(u); !last.IsZero() && now.Before(last.Add(e.cfg.AwayAfter)) {
+				if !e.recordLater(u, last) {
+					e.away.arm(u, now.Add(time.Second)) // Redis is failing: retried in 1s
+				}
+				continue
+			}
+			users = append(users, u)
+		}
+		if len(users) == 0 {
+			if len(due) < awayBatch {
+				return nil
+			}
+			continue
 		}
 		pipe := e.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(users))
@@ -148,15 +207,15 @@ func (e *RedisEngine) runAway(ctx context.Context, now time.Time) error {
 				e.away.arm(u, now.Add(time.Second)) // retried in 1s
 			case v[0] == 1:
 				b = append(b, Event{Kind: EventStatus, UserID: u, At: now, Status: Away})
-			case v[1] > 0:
-				e.away.arm(u, now.Add(time.Duration(v[1])*time.Millisecond))
+			case v[1] > 0: // another node recorded a later activity
+				e.away.arm(u, now.Add(time.Duration(v[1])*time.Millisecond+e.awaySlack()))
 			}
 		}
 		e.emit(ctx, b)
 		if failed != nil {
 			return unavailable("away", failed)
 		}
-		if len(users) < awayBatch {
+		if len(due) < awayBatch {
 			return nil
 		}
 	}

@@ -72,7 +72,7 @@ func TestRedisCosts(t *testing.T) {
 	}
 	counter := roundTrips()
 	rdb.AddHook(counter)
-	clock.Advance(10 * time.Second) // past the activity the connect recorded
+	clock.Advance(31 * time.Second) // past the activity the connect recorded (activityEvery 30 s)
 	// The first active heartbeat records activity: one round trip, however
 	// many conversations. Within the activity window, and when idle, a
 	// heartbeat costs none: the entries live as long as the node's lease.

@@ -202,7 +202,7 @@ func userSockets(t *testing.T, eng *presence.RedisEngine, user string) []string 
 }
 
 // Typing records the user's activity as a heartbeat does: at most once
-// per activityEvery from a node (5 s with AwayAfter 1 min), not with
+// per activityEvery from a node (6 s with AwayAfter 1 min), not with
 // every change.
 func TestRedisTypingActivityThrottled(t *testing.T) {
 	f := newFakeClockRedis(t)

@@ -362,7 +362,8 @@ return came
 // mode grace: offline waits graceMs; timeout: offline now with lastSeen
 // atMs ("" is now). An online user with sockets left gets an away timer
 // in the due set: the node of this socket may have been the one watching
-// the user (redis_away.go).
+// the user (redis_away.go); it fires awayAfterMs after the recorded
+// activity (the caller adds the slack, awaySlack, to AwayAfter).
 // KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
 // → {offline(0|1), lastSeen}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
@@ -420,20 +421,28 @@ return {1, u.disc, 0}
 // call's fixed cost in Redis (about 8 µs on Redis 7.0, with TIME and the
 // library's definitions 12) is several times that of a user's record. A
 // user without a socket left (a record sent after the last one closed:
-// recordLater) is not touched. KEYS users; ARGV clock user… → for each
-// user 1 if it was away and came back online, else 0
+// recordLater) is not touched. Each activity was agoMs before the clock
+// reading (a record the node deferred, runAway; 0 for the others): it
+// never moves the recorded activity back, and brings an away user back
+// online only if it is within awayAfter (a deferred record that lands
+// after another node turned the user away brings them back; one older
+// than that does not). KEYS users; ARGV clock awayAfter (user agoMs)… →
+// for each user 1 if it was away and came back online, else 0
 var userActivity = redis.NewScript(clockLib + userLib + `
 local h = KEYS[1]
-local now = clock(ARGV[1])
+local now, away = clock(ARGV[1]), tonumber(ARGV[2])
 local out = {}
-for i = 2, #ARGV do
-  local user = ARGV[i]
+for i = 3, #ARGV, 2 do
+  local ago = tonumber(ARGV[i + 1])
+  local user, t = ARGV[i], now - ago
   local u = uget(h, user)
   local back = 0
   if u and u.n > 0 then
-    if u.st == 'away' then u.st = 'on'; back = 1 end
-    if back == 1 or now - u.act >= 1000 then
-      u.act = now
+    if u.st == 'away' and t + away > now then u.st = 'on'; back = 1 end
+    -- (a record less than 1 s after the last is not written, unless
+    -- deferred: that one comes once, when the user may be going idle)
+    if back == 1 or t - u.act >= 1000 or (ago > 0 and t > u.act) then
+      u.act = math.max(u.act, t)
       uset(h, user, u)
     end
   end

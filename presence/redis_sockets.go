@@ -147,7 +147,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
 		}
 	}
-	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, e.cfg.AwayAfter.Milliseconds())
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, (e.cfg.AwayAfter + e.awaySlack()).Milliseconds())
 	pipe.HDel(ctx, regKey, s.id)
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)

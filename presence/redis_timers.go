@@ -132,6 +132,9 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 		if v[0] == 1 {
 			b = append(b, Event{Kind: EventStatus, UserID: f[1], At: now, Status: Away})
 		}
+		if v[1] > 0 {
+			v[1] += e.awaySlack().Milliseconds()
+		}
 		return b, v[1], nil
 	}
 	e.log.Warn("unknown timer dropped", "timer", item)
