@@ -116,16 +116,54 @@ type options struct {
 	typingNodes   []int
 }
 
-// generatorGOGC is the generator's own GC setting when GOGC is not in the
-// environment: its heap is small and short-lived, and each of its GC
-// cycles delays its readers, so they would time acks late (the server
-// keeps Go's default: the tool does not pass this on).
-const generatorGOGC = 400
+// The generator's own collector. Its GC cycles stall it: marking its heap
+// (2,000 to 20,000 connections with their buffers and goroutine stacks)
+// took both of the machine's 2 vCPUs for 40-50 ms every 2-3 s of the typing
+// scenario at 100 changes/s, and every ack and delivery that arrived then
+// was timed that much late. A runtime trace of server and generator side by
+// side put each stall of 30-55 ms in the generator's ack times on one of
+// its mark phases, none on the server's. So, unless GOGC or GOMEMLIMIT is
+// in the environment, the generator does not collect until its heap
+// reaches generatorMemLimit: a scenario allocates well under it, and a
+// longer run collects now and then. (It ran with GOGC=400 before: fewer
+// cycles, each as long.) The servers keep their own settings: the tool
+// does not pass these on.
+func generatorGC() {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(generatorMemLimit(memTotal()))
+}
+
+// generatorMemLimit is a quarter of the machine's memory, between 1 and
+// 8 GiB (2 GiB where the machine's memory is not known).
+func generatorMemLimit(total int64) int64 {
+	if total <= 0 {
+		return 2 << 30
+	}
+	return min(8<<30, max(1<<30, total/4))
+}
+
+// memTotal is the machine's memory in bytes (0 if unknown).
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
 
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(generatorGOGC)
-	}
+	generatorGC()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
@@ -414,17 +452,23 @@ func conditions(o *options, nofile uint64) []string {
 	lines = append(lines,
 		fmt.Sprintf("machine: %d CPUs (%s), %s RAM, Linux %s; server, Redis, PostgreSQL and this load generator all share these CPUs, over loopback",
 			runtime.NumCPU(), model, mem, kernel),
-		fmt.Sprintf("generator: %s, GOMAXPROCS %d, GOGC %d, RLIMIT_NOFILE %d", runtime.Version(), runtime.GOMAXPROCS(0), gcPercent(), nofile),
+		fmt.Sprintf("generator: %s, GOMAXPROCS %d, %s, RLIMIT_NOFILE %d", runtime.Version(), runtime.GOMAXPROCS(0), gcSetting(), nofile),
 		serverLine(o, bin, srvVer),
 		fmt.Sprintf("started: %s; the machine was %s busy (other programs) in the 2s before", time.Now().UTC().Format(time.RFC3339), pct(float64(b1-b0), float64(t1-t0))),
 	)
 	return lines
 }
 
-func gcPercent() int {
+// gcSetting describes the generator's collector: its GC percent, or "GC
+// off" and the memory limit at which it collects.
+func gcSetting() string {
 	p := debug.SetGCPercent(100)
 	debug.SetGCPercent(p)
-	return p
+	limit := debug.SetMemoryLimit(-1)
+	if p < 0 {
+		return fmt.Sprintf("GC off until its heap reaches %.1f GiB", float64(limit)/(1<<30))
+	}
+	return fmt.Sprintf("GOGC %d", p)
 }
 
 // serverLine names the server under test.

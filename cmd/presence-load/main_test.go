@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"flag"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -81,5 +82,24 @@ func TestReportJSON(t *testing.T) {
 	}
 	if f := out.Figures[0]; f.Name != "delivery_p50" || f.Unit != "ms" || f.Better != "lower" || f.Value < 1.9 || f.Value > 2.1 {
 		t.Fatalf("first figure: %+v", f)
+	}
+}
+
+func TestGeneratorMemLimit(t *testing.T) {
+	const gib = 1 << 30
+	for _, c := range []struct{ total, want int64 }{
+		{0, 2 * gib},           // unknown
+		{2 * gib, 1 * gib},     // small machine: the floor
+		{24 * gib, 6 * gib},    // a quarter
+		{256 * gib, 8 * gib},   // the cap
+		{-1, 2 * gib},          // unknown
+		{6 * gib, 6 * gib / 4}, // a quarter, between the bounds
+	} {
+		if got := generatorMemLimit(c.total); got != c.want {
+			t.Errorf("generatorMemLimit(%d) = %d, want %d", c.total, got, c.want)
+		}
+	}
+	if runtime.GOOS == "linux" && memTotal() <= 0 {
+		t.Error("memTotal() found no MemTotal in /proc/meminfo")
 	}
 }
