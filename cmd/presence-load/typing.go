@@ -192,6 +192,8 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 			ackErr.Add(1)
 		}
 	}
+	resumeGC := pauseGC() // until the deliveries have drained
+	defer resumeGC()
 	c0 := e.cpu(pids...)
 	start := time.Now()
 	end := start.Add(o.typingDur)
