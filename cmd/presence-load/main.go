@@ -445,8 +445,8 @@ func conditions(o *options, nofile uint64) []string {
 		}
 	}
 	var mem string
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		mem = strings.Fields(strings.Split(string(b), "\n")[0])[1] + " kB"
+	if t := memTotal(); t > 0 {
+		mem = fmt.Sprintf("%d kB", t>>10)
 	}
 	kernel := ""
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {

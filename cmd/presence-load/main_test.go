@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"flag"
 	"math"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 )
@@ -101,5 +103,28 @@ func TestGeneratorMemLimit(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && memTotal() <= 0 {
 		t.Error("memTotal() found no MemTotal in /proc/meminfo")
+	}
+}
+
+func TestPauseGC(t *testing.T) {
+	if os.Getenv("GOGC") != "" {
+		t.Skip("GOGC is set: pauseGC leaves the collector alone")
+	}
+	pct := debug.SetGCPercent(generatorGOGC)
+	defer debug.SetGCPercent(pct)
+	limit := debug.SetMemoryLimit(-1)
+	resume := pauseGC()
+	if got := debug.SetGCPercent(-1); got != -1 {
+		t.Errorf("GC percent during the pause = %d, want -1 (off)", got)
+	}
+	if got, want := debug.SetMemoryLimit(-1), generatorMemLimit(memTotal()); got != want {
+		t.Errorf("memory limit during the pause = %d, want %d", got, want)
+	}
+	resume()
+	if got := debug.SetGCPercent(generatorGOGC); got != generatorGOGC {
+		t.Errorf("GC percent after the pause = %d, want %d", got, generatorGOGC)
+	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("memory limit after the pause = %d, want %d", got, limit)
 	}
 }
