@@ -29,3 +29,14 @@ func ClaimDueTimers(ctx context.Context, e *RedisEngine) ([]string, error) {
 
 // MemberTag is how member records list a socket.
 func MemberTag(sid string) string { return memberTag(sid) }
+
+// RegistryBucketKey is the key of the bucket of a node instance's registry
+// (base: "<prefix>:{n:<node>}:<token>:socks") that holds socket sid, when
+// the registry has the given number of buckets.
+func RegistryBucketKey(base, sid string, buckets int) string {
+	return regBucketKey(base, regHash(sid, buckets))
+}
+
+// RegMinBuckets and RegPerBucket: a registry's first bucket count, and the
+// sockets a bucket holds on average before the count doubles.
+const RegMinBuckets, RegPerBucket = regMinBuckets, regPerBucket

@@ -72,12 +72,14 @@ type RedisEngine struct {
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
 	reaped     prometheus.Counter
 
-	mu      sync.Mutex
-	local   map[string]*rSocket  // this node's sockets
-	lastAct map[string]time.Time // user → when this node next sends the user's activity
-	pending map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
-	leaving map[string]struct{}  // disconnected sockets whose removal is under way
-	lastRec time.Time            // the last reconciliation
+	mu         sync.Mutex
+	local      map[string]*rSocket  // this node's sockets
+	lastAct    map[string]time.Time // user → when this node next sends the user's activity
+	pending    map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
+	leaving    map[string]struct{}  // disconnected sockets whose removal is under way
+	lastRec    time.Time            // the last reconciliation
+	regBuckets int                  // the registry's buckets (redis_registry.go); regMu serialises their growth
+	regMu      sync.Mutex
 
 	act   activityBatcher // group commit of activity records (redis_activity.go)
 	pipes pipes           // every pipeline goes through it (redis_batch.go)
@@ -95,6 +97,7 @@ type RedisEngine struct {
 type rSocket struct {
 	id, user string
 	convs    map[string]struct{}
+	bucket   int // its registry bucket (redis_registry.go)
 }
 
 var _ Engine = (*RedisEngine)(nil)
@@ -122,6 +125,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		token: randomToken(),
 		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		leaving:     map[string]struct{}{},
+		regBuckets:  regMinBuckets,
 		alarm:       newAlarm(alarmStep, alarmGap),
 		typingAlarm: newAlarm(typingAlarmStep, 0),
 		away:        newAwayWatch(),
@@ -244,17 +248,6 @@ func (e *RedisEngine) emit(ctx context.Context, b batch) {
 	}
 }
 
-// registry is a socket's line in this node's registry.
-func registry(s *rSocket) string {
-	var b strings.Builder
-	b.WriteString(s.user)
-	for _, c := range sortedKeys(s.convs) {
-		b.WriteByte('\t')
-		b.WriteString(c)
-	}
-	return b.String()
-}
-
 // Tick implements Engine.
 func (e *RedisEngine) Tick(ctx context.Context) error {
 	now := e.cfg.Now()
@@ -351,6 +344,9 @@ func (e *RedisEngine) Close() error {
 	e.mu.Unlock()
 	if live > 0 || !e.held.Load() {
 		return nil // leave the lease to lapse: survivors reap what is left
+	}
+	if err := e.rdb.Del(ctx, regCountKey(e.kNode)).Err(); err != nil {
+		return err
 	}
 	return nodeRelease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder}, e.cfg.NodeID, e.token).Err()
 }

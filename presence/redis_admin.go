@@ -131,7 +131,9 @@ type holder struct {
 
 // UserSockets implements AdminView: the user's sockets (from its record),
 // then each live node instance's registry line of those sockets (node and
-// conversations), in one pipelined round trip.
+// conversations): a round trip for the instances' bucket counts, one for
+// the lines (in each bucket a socket may be in, and in an earlier
+// release's single hash).
 func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketInfo, error) {
 	sids, err := e.userSocketIDs(ctx, userID)
 	if err != nil {
@@ -147,22 +149,53 @@ func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketI
 	}
 	nodes := sortedKeys(hs)
 	pipe := e.rdb.Pipeline()
-	regs := make([]*redis.SliceCmd, len(nodes))
+	counts := make([]*redis.StringCmd, len(nodes))
 	for i, n := range nodes {
-		regs[i] = pipe.HMGet(ctx, e.registryKey(n, hs[n].token), sids...)
+		counts[i] = pipe.Get(ctx, regCountKey(e.registryKey(n, hs[n].token)))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, unavailable("user sockets", err)
+	}
+	type probe struct {
+		node, sid string
+		cmd       *redis.StringCmd
+	}
+	var probes []probe
+	legacy := make([]*redis.SliceCmd, len(nodes))
+	pipe = e.rdb.Pipeline()
+	for i, n := range nodes {
+		base := e.registryKey(n, hs[n].token)
+		legacy[i] = pipe.HMGet(ctx, base, sids...)
+		buckets, _ := counts[i].Int()
+		for _, sid := range sids {
+			// the buckets it may be in: one for each count the registry had
+			seen := map[int]bool{}
+			for b := regMinBuckets; b <= max(buckets, regMinBuckets); b *= 2 {
+				if k := regHash(sid, b); !seen[k] {
+					seen[k] = true
+					probes = append(probes, probe{n, sid, pipe.HGet(ctx, regBucketKey(base, k), sid)})
+				}
+			}
+		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, unavailable("user sockets", err)
 	}
 	found := map[string]SocketInfo{}
+	add := func(node, sid, line string) {
+		f := strings.Split(line, "\t")
+		found[sid] = SocketInfo{ID: sid, Node: node, Conversations: f[1:]}
+	}
 	for i, n := range nodes {
-		for j, v := range regs[i].Val() {
-			line, ok := v.(string)
-			if !ok {
-				continue
+		for j, v := range legacy[i].Val() {
+			if line, ok := v.(string); ok {
+				add(n, sids[j], line)
 			}
-			f := strings.Split(line, "\t")
-			found[sids[j]] = SocketInfo{ID: sids[j], Node: n, Conversations: f[1:]}
+		}
+	}
+	for _, p := range probes {
+		if line, err := p.cmd.Result(); err == nil {
+			add(p.node, p.sid, line)
 		}
 	}
 	for _, sid := range sortedKeys(found) {

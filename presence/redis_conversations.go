@@ -56,7 +56,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	now := e.cfg.Now()
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
-	regd := pipe.HSet(ctx, e.kNode, socketID, reg) // registered before the entry exists
+	regd := pipe.HSet(ctx, e.regKey(s), socketID, reg) // registered before the entry exists
 	join := e.runJoin(ctx, pipe, k, socketID, s.user)
 	members := pipe.HGetAll(ctx, k.m) // the roster (see convJoin)
 	st := e.queueStatuses(ctx, pipe, k)
@@ -112,7 +112,7 @@ func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 	delete(s.convs, conv)
 	reg := registry(s)
 	e.mu.Unlock()
-	_ = e.rdb.HSet(ctx, e.kNode, s.id, reg).Err()
+	_ = e.rdb.HSet(ctx, e.regKey(s), s.id, reg).Err()
 }
 
 // Leave implements Engine.
@@ -141,7 +141,7 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 		delete(s.convs, conv)
 		reg := registry(s)
 		e.mu.Unlock()
-		if err := e.rdb.HSet(ctx, e.kNode, socketID, reg).Err(); err != nil {
+		if err := e.rdb.HSet(ctx, e.regKey(s), socketID, reg).Err(); err != nil {
 			e.log.Warn("registry update failed", "sid", socketID, "err", err)
 		}
 		if v, _ := leave.Int64Slice(); len(v) == 3 {

@@ -176,7 +176,7 @@ func TestRedisGhostEntry(t *testing.T) {
 	at := strconv.FormatInt(clock.Now().UnixMilli(), 10)
 	c := prefix + ":{c:c1}:"
 	pipe := rdb.TxPipeline()
-	pipe.HSet(ctx, prefix+":{n:n1}:"+token+":socks", "g1", "gus\tc1")
+	pipe.HSet(ctx, presence.RegistryBucketKey(prefix+":{n:n1}:"+token+":socks", "g1", presence.RegMinBuckets), "g1", "gus\tc1")
 	pipe.HSet(ctx, c+"m", "gus", "1|"+at+"|0|0|g1")
 	pipe.HSet(ctx, prefix+":{g}:users", "gus", "1|"+at+"|on|0|0|g1")
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -103,11 +103,17 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		regs[s.id] = registry(s)
 		convs[s.id] = sortedKeys(s.convs)
 	}
+	buckets := e.regBuckets
 	e.mu.Unlock()
+	if buckets > regMinBuckets {
+		if err := e.rdb.Set(ctx, regCountKey(e.kNode), buckets, 0).Err(); err != nil {
+			return unavailable("resync", err)
+		}
+	}
 	var b batch
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
-		pipe.HSet(ctx, e.kNode, s.id, regs[s.id])
+		pipe.HSet(ctx, e.regKey(s), s.id, regs[s.id])
 		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk())
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {

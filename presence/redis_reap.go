@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -45,39 +46,50 @@ func (e *RedisEngine) reapDead(ctx context.Context, now time.Time) error {
 }
 
 // reapNode removes every socket a dead node instance registered, as timed
-// out at lastProof, a chunk at a time; before each chunk it extends its
-// claim on the reap, and stops if it lost it (done false).
+// out at lastProof, a group of registry buckets at a time; before each
+// group it extends its claim on the reap, and stops if it lost it (done
+// false). Last, the registry's bucket count goes.
 func (e *RedisEngine) reapNode(ctx context.Context, item string, deadline int64, node, token string, lastProof, now time.Time) (done bool, err error) {
-	regKey := e.registryKey(node, token)
-	for {
-		kv, _, err := e.rdb.HScan(ctx, regKey, 0, "", 500).Result()
-		if err != nil {
-			return false, unavailable("read registry", err)
-		}
-		if len(kv) == 0 {
-			return true, nil
-		}
+	base := e.registryKey(node, token)
+	buckets, err := e.regBucketCount(ctx, base)
+	if err != nil {
+		return false, unavailable("read registry", err)
+	}
+	err = e.scanRegistry(ctx, registryKeys(base, buckets), func(lines []regLine) error {
 		deadline, err = reapHeld.Run(ctx, e.rdb, []string{e.kReap}, item, deadline, reapClaim.Milliseconds(), e.clk()).Int64()
 		if err != nil {
-			return false, unavailable("reap claim", err)
+			return unavailable("reap claim", err)
 		}
 		if deadline == 0 {
-			return false, nil
+			return errReapLost
 		}
 		var all batch
-		for i := 0; i+1 < len(kv); i += 2 {
-			f := strings.Split(kv[i+1], "\t")
-			s := &rSocket{id: kv[i], user: f[0], convs: map[string]struct{}{}}
-			for _, c := range f[1:] {
-				s.convs[c] = struct{}{}
-			}
-			b, err := e.removeFrom(ctx, regKey, s, now, "timeout", lastProof)
+		for _, l := range lines {
+			f := strings.Split(l.line, "\t")
+			s := &rSocket{id: l.sid, user: f[0], convs: setOf(f[1:])}
+			b, err := e.removeFrom(ctx, l.key, s, now, "timeout", lastProof)
 			all = append(all, b...)
 			if err != nil {
 				e.emit(ctx, all)
-				return false, err
+				return err
 			}
 		}
 		e.emit(ctx, all)
+		return nil
+	})
+	switch {
+	case errors.Is(err, errReapLost):
+		return false, nil
+	case err != nil && !errors.Is(err, ErrUnavailable):
+		return false, unavailable("read registry", err)
+	case err != nil:
+		return false, err
 	}
+	if err := e.rdb.Del(ctx, regCountKey(base)).Err(); err != nil {
+		return false, unavailable("reap done", err)
+	}
+	return true, nil
 }
+
+// errReapLost: another node took a reap over.
+var errReapLost = errors.New("presence: reap taken over")

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -9,11 +10,14 @@ import (
 )
 
 // reconcile compares this node's entries in Redis (its registry) with its
-// sockets, a chunk at a time: a socket the node no longer has (its leave
-// or disconnect never reached Redis: a lost reply, a race with a join) is
-// removed, as timed out now; a conversation a live socket no longer has is
-// left. Cost: one HSCAN per thousand sockets per ReconcileEvery, plus the
-// removals; nothing per user per period.
+// sockets, a group of buckets at a time: a socket the node no longer has
+// (its leave or disconnect never reached Redis: a lost reply, a race with
+// a join) is removed, as timed out now; a conversation a live socket no
+// longer has is left; a line of a live socket in another bucket than its
+// own is dropped. The registry's bucket count is written again (Redis may
+// have lost it). Cost: a round trip per regReadGroup buckets (about 3,000
+// sockets) per ReconcileEvery, plus the removals; nothing per user per
+// period.
 func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
 	for u, next := range e.lastAct {
@@ -21,25 +25,32 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 			delete(e.lastAct, u)
 		}
 	}
+	buckets := e.regBuckets
 	e.mu.Unlock()
-	var cursor uint64
-	for {
-		kv, next, err := e.rdb.HScan(ctx, e.kNode, cursor, "", 1000).Result()
-		if err != nil {
+	if buckets > regMinBuckets {
+		if err := e.rdb.Set(ctx, regCountKey(e.kNode), buckets, 0).Err(); err != nil {
 			return unavailable("reconcile", err)
 		}
+	}
+	err := e.scanRegistry(ctx, registryKeys(e.kNode, buckets)[1:], func(lines []regLine) error {
 		var ghosts, stale []*rSocket
-		var regs []string
+		var ghostKeys, regs []string
+		var strays []regLine
 		e.mu.Lock()
-		for i := 0; i+1 < len(kv); i += 2 {
-			sid, f := kv[i], strings.Split(kv[i+1], "\t")
-			s, live := e.local[sid]
+		for _, l := range lines {
+			f := strings.Split(l.line, "\t")
+			s, live := e.local[l.sid]
 			if !live {
-				_, pending := e.pending[sid]
-				_, leaving := e.leaving[sid]
+				_, pending := e.pending[l.sid]
+				_, leaving := e.leaving[l.sid]
 				if !pending && !leaving {
-					ghosts = append(ghosts, &rSocket{id: sid, user: f[0], convs: setOf(f[1:])})
+					ghosts = append(ghosts, &rSocket{id: l.sid, user: f[0], convs: setOf(f[1:])})
+					ghostKeys = append(ghostKeys, l.key)
 				}
+				continue
+			}
+			if l.key != e.regKey(s) {
+				strays = append(strays, l)
 				continue
 			}
 			var gone map[string]struct{}
@@ -52,17 +63,22 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 				}
 			}
 			if gone != nil {
-				stale = append(stale, &rSocket{id: sid, user: s.user, convs: gone})
+				stale = append(stale, &rSocket{id: l.sid, user: s.user, convs: gone, bucket: s.bucket})
 				regs = append(regs, registry(s))
 			}
 		}
 		e.mu.Unlock()
-		for _, g := range ghosts {
+		for i, g := range ghosts {
 			e.log.Warn("removing an entry of a socket this node no longer has", "sid", g.id, "user_id", g.user)
-			b, err := e.removeFrom(ctx, e.kNode, g, now, "timeout", time.Time{})
+			b, err := e.removeFrom(ctx, ghostKeys[i], g, now, "timeout", time.Time{})
 			e.emit(ctx, b)
 			if err != nil {
 				return err
+			}
+		}
+		for _, l := range strays {
+			if err := e.rdb.HDel(ctx, l.key, l.sid).Err(); err != nil {
+				return unavailable("reconcile", err)
 			}
 		}
 		for i, s := range stale {
@@ -70,11 +86,12 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 				return err
 			}
 		}
-		if next == 0 {
-			return nil
-		}
-		cursor = next
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrUnavailable) {
+		err = unavailable("reconcile", err)
 	}
+	return err
 }
 
 // leaveStale takes a live socket out of conversations it no longer has
@@ -87,7 +104,7 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 		k := e.conv(c)
 		leaves[i] = e.runLeave(ctx, pipe, k, s.id, s.user, "left", 0, "")
 	}
-	pipe.HSet(ctx, e.kNode, s.id, reg)
+	pipe.HSet(ctx, e.regKey(s), s.id, reg)
 	if err := e.exec(ctx, pipe); err != nil {
 		return unavailable("reconcile", err)
 	}

@@ -25,6 +25,9 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 			return err
 		}
 	}
+	if err := e.registryRoom(ctx); err != nil {
+		return unavailable("connect", err)
+	}
 	e.mu.Lock()
 	if _, ok := e.local[s.ID]; ok {
 		e.mu.Unlock()
@@ -33,7 +36,10 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		}
 		return nil
 	}
-	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}}
+	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}, bucket: regHash(s.ID, e.regBuckets)}
+	if p, ok := e.pending[s.ID]; ok {
+		rs.bucket = p.bucket // its line, if any, stays where it is
+	}
 	e.local[s.ID] = rs
 	e.away.add(s.UserID)    // under mu, as every change of local: paired with its remove
 	delete(e.pending, s.ID) // a retried connect supersedes the cleanup of a failed one
@@ -42,7 +48,7 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
-	pipe.HSet(ctx, e.kNode, s.ID, reg)
+	pipe.HSet(ctx, e.regKey(rs), s.ID, reg)
 	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk())
 	if s.Reserved { // counted by the script above: the reservation ends
 		pipe.ZRem(ctx, e.userReserved(s.UserID), s.ID)
@@ -117,7 +123,7 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 // removeSocket removes a disconnected socket of this node: its leaves and
 // offline wait for the flap grace.
 func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time) (batch, error) {
-	return e.removeFrom(ctx, e.kNode, s, now, "grace", time.Time{})
+	return e.removeFrom(ctx, e.regKey(s), s, now, "grace", time.Time{})
 }
 
 // removeFrom removes a socket from its conversations and user, and
