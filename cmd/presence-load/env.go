@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -340,20 +339,40 @@ func infoField(info, name string) string {
 	return ""
 }
 
-// usedMemory is Redis's used_memory (INFO memory), in bytes: with -redis
-// own it is all the servers under test; on a shared Redis it includes
-// whatever else is stored there.
-func (e *env) usedMemory(ctx context.Context) (int64, error) {
+// redisMemory is what Redis's memory is made of (INFO memory), in bytes:
+// used_memory, and of it the buffers of its client connections
+// (mem_clients_normal and mem_clients_slaves), which go with the
+// connections a server keeps and what they are doing at the moment, not
+// with what it stores. With -redis own it is all the servers under test;
+// on a shared Redis it includes whatever else is stored there.
+type redisMemory struct {
+	used, clients int64
+}
+
+// data is the memory less the connections' buffers.
+func (m redisMemory) data() int64 { return m.used - m.clients }
+
+func (e *env) usedMemory(ctx context.Context) (redisMemory, error) {
 	info, err := e.rdb.Info(ctx, "memory").Result()
 	if err != nil {
-		return 0, err
+		return redisMemory{}, err
 	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+	var m redisMemory
+	for _, f := range []struct {
+		name string
+		into *int64
+	}{{"used_memory", &m.used}, {"mem_clients_normal", &m.clients}, {"mem_clients_slaves", &m.clients}} {
+		v := infoField(info, f.name)
+		if v == "" {
+			return redisMemory{}, fmt.Errorf("INFO memory has no %s", f.name)
 		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return redisMemory{}, fmt.Errorf("INFO memory %s: %w", f.name, err)
+		}
+		*f.into += n
 	}
-	return 0, errors.New("INFO memory has no used_memory")
+	return m, nil
 }
 
 // cmdStats is INFO commandstats: calls per command.
@@ -563,4 +582,18 @@ func raiseNoFile() (uint64, error) {
 		}
 	}
 	return r.Cur, nil
+}
+
+// redisClients is how many client connections Redis has (INFO clients),
+// this tool's own among them; -1 if unknown.
+func (e *env) redisClients(ctx context.Context) int {
+	info, err := e.rdb.Info(ctx, "clients").Result()
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(infoField(info, "connected_clients"))
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -218,14 +218,18 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 		(m1["go_goroutines"]-m0["go_goroutines"])/L)
 	r.fig("heartbeat", "rss_joined_per_socket", float64(rss1-rss0)/L, "KiB", "lower")
 	if redis1, err := e.usedMemory(ctx); err == nil && redisMemErr == nil {
-		r.fig("heartbeat", "redis_bytes_per_user", float64(redis1-redis0)/L, "bytes", "lower")
+		data := float64(redis1.data() - redis0.data())
+		r.fig("heartbeat", "redis_bytes_per_user", data/L, "bytes", "lower")
 		shared := ""
 		if e.ownRedis == nil {
 			shared = " (a shared Redis: other programs' keys may be counted; -redis own is exact)"
 		}
-		r.printf("  Redis memory: used_memory %.1f MiB → %.1f MiB: %.0f bytes per online user (one socket each, in %d conversations), or %.0f bytes per conversation of ~%d members%s\n",
-			float64(redis0)/(1<<20), float64(redis1)/(1<<20), float64(redis1-redis0)/L, o.convsPer,
-			float64(redis1-redis0)/float64(K), N*o.convsPer/K, shared)
+		r.printf("  Redis memory less its connections' buffers: %.2f MiB → %.2f MiB: %.0f bytes per online user (one socket each, in %d conversations), or %.0f bytes per conversation of ~%d members%s\n",
+			float64(redis0.data())/(1<<20), float64(redis1.data())/(1<<20), data/L, o.convsPer,
+			data/float64(K), N*o.convsPer/K, shared)
+		r.printf("  (used_memory %.2f MiB → %.2f MiB: %.0f bytes per online user; the connections' buffers %.0f KiB → %.0f KiB; %d connections to Redis, this tool's among them)\n",
+			float64(redis0.used)/(1<<20), float64(redis1.used)/(1<<20), float64(redis1.used-redis0.used)/L,
+			float64(redis0.clients)/1024, float64(redis1.clients)/1024, e.redisClients(ctx))
 	}
 
 	// idle baseline: the server's own Redis traffic (leases, refresh, timers)
