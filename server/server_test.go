@@ -126,11 +126,23 @@ func connectPolling(tb testing.TB, base, authJSON string) string {
 	}
 	var got string
 	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(got, "session") && !strings.Contains(got, "44") {
+	for time.Now().Before(deadline) && !strings.Contains(got, "session") && !hasPacket(got, "44") {
 		_, body := do(tb, "GET", u, "", nil)
 		got += body + "\x1e"
 	}
 	return got
+}
+
+// hasPacket reports whether a polling payload (packets separated by 0x1e)
+// has a packet that starts with prefix (a CONNECT_ERROR is "44": a sid in
+// the CONNECT reply may hold those characters too).
+func hasPacket(payload, prefix string) bool {
+	for _, p := range strings.Split(payload, "\x1e") {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestSocketIOConnectOverPolling(t *testing.T) {
