@@ -166,11 +166,12 @@ func (e *RedisEngine) UserSockets(ctx context.Context, userID string) ([]SocketI
 	for i, n := range nodes {
 		base := e.registryKey(n, hs[n].token)
 		legacy[i] = pipe.HMGet(ctx, base, sids...)
-		buckets, _ := counts[i].Int()
+		c, _ := counts[i].Int()
+		buckets := bucketsOf(c)
 		for _, sid := range sids {
 			// the buckets it may be in: one for each count the registry had
 			seen := map[int]bool{}
-			for b := regMinBuckets; b <= max(buckets, regMinBuckets); b *= 2 {
+			for b := regMinBuckets; b <= buckets; b *= 2 {
 				if k := regHash(sid, b); !seen[k] {
 					seen[k] = true
 					probes = append(probes, probe{n, sid, pipe.HGet(ctx, regBucketKey(base, k), sid)})

@@ -14,7 +14,7 @@ import (
 // for the reaper after a crash and for the node's own reconciliation) is
 // split into small hashes, its buckets: "<base>:<i>", socket id → line.
 // Redis keeps a hash of at most 128 short fields and values as one packed
-// listpack, about 45 bytes a line here against about 95 in one big hash
+// listpack, about 45-55 bytes a line here against about 95 in one big hash
 // (a dictionary entry and two strings for each). A socket's bucket is the
 // low bits of a hash of its id, taken with the number of buckets when it
 // connected; the node doubles that number as its sockets grow (at most
@@ -88,11 +88,14 @@ func (e *RedisEngine) registryRoom(ctx context.Context) error {
 // regBucketCount reads how many buckets a node instance's registry has.
 func (e *RedisEngine) regBucketCount(ctx context.Context, base string) (int, error) {
 	n, err := e.rdb.Get(ctx, regCountKey(base)).Int()
-	if errors.Is(err, redis.Nil) || (err == nil && n < regMinBuckets) {
-		return regMinBuckets, nil
+	if errors.Is(err, redis.Nil) {
+		err = nil
 	}
-	return n, err
+	return bucketsOf(n), err
 }
+
+// bucketsOf is a registry's bucket count as "<base>:n" gives it (0: absent).
+func bucketsOf(n int) int { return max(n, regMinBuckets) }
 
 // regLine is one socket's line in a registry, with the key it is under.
 type regLine struct {
@@ -126,9 +129,7 @@ func (e *RedisEngine) scanRegistry(ctx context.Context, keys []string, fn func([
 			if err != nil {
 				return err
 			}
-			for j := 0; j+1 < len(kv); j += 2 {
-				lines = append(lines, regLine{group[i], kv[j], kv[j+1]})
-			}
+			lines = appendLines(lines, group[i], kv)
 			if cursor != 0 {
 				more = append(more, rest{group[i], cursor})
 			}
@@ -145,10 +146,7 @@ func (e *RedisEngine) scanRegistry(ctx context.Context, keys []string, fn func([
 				if err != nil {
 					return err
 				}
-				lines = lines[:0]
-				for j := 0; j+1 < len(kv); j += 2 {
-					lines = append(lines, regLine{k, kv[j], kv[j+1]})
-				}
+				lines = appendLines(lines[:0], k, kv)
 				if len(lines) > 0 {
 					if err := fn(lines); err != nil {
 						return err
@@ -162,6 +160,14 @@ func (e *RedisEngine) scanRegistry(ctx context.Context, keys []string, fn func([
 		}
 	}
 	return nil
+}
+
+// appendLines appends the lines of an HSCAN reply (field, value, …) of key.
+func appendLines(lines []regLine, key string, kv []string) []regLine {
+	for j := 0; j+1 < len(kv); j += 2 {
+		lines = append(lines, regLine{key, kv[j], kv[j+1]})
+	}
+	return lines
 }
 
 // registryKeys are every key a node instance's registry may be under:
