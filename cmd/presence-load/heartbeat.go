@@ -222,7 +222,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 		r.fig("heartbeat", "redis_bytes_per_user", data/L, "bytes", "lower")
 		shared := ""
 		if e.ownRedis == nil {
-			shared = " (a shared Redis: other programs' keys may be counted; -redis own is exact)"
+			shared = " (a shared Redis: other programs' keys may be counted, and so may Redis 7's latency histograms of commands first called during the setup, ~24 KB each; -redis own is exact)"
 		}
 		r.printf("  Redis memory less its connections' buffers: %.2f MiB → %.2f MiB: %.0f bytes per online user (one socket each, in %d conversations), or %.0f bytes per conversation of ~%d members%s\n",
 			float64(redis0.data())/(1<<20), float64(redis1.data())/(1<<20), data/L, o.convsPer,
