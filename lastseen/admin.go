@@ -9,8 +9,8 @@ import (
 // operator sees in the admin panel (CONTRACT §1: exact times go only to the
 // user and to operators). LastSeen is zero for a user never seen.
 func (r *Reader) Exact(ctx context.Context, userID string) (Target, error) {
-	targets, err := r.facts(ctx, []string{userID}, nil)
-	if err != nil {
+	targets := make([]Target, 1)
+	if err := r.facts(ctx, []string{userID}, nil, targets); err != nil {
 		return Target{}, err
 	}
 	return targets[0], nil

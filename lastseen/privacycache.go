@@ -238,6 +238,20 @@ type privacyRead struct {
 	snap     []string // the cache's version of each of buckets at the start
 	answer   chan privacyResult
 	versions func() ([]string, error) // queued on a pipeline; nil: asked after
+	// the boxes of out and hits (scratch), for release
+	outBox  *[]store.Visibility
+	hitsBox *[]int
+}
+
+// release keeps out and hits for another lookup: the caller is done with
+// the answer finish gave. A nil p is a lookup that did not happen.
+func (p *privacyRead) release() {
+	if p == nil {
+		return
+	}
+	visibilityScratch.put(p.outBox, p.out)
+	positionScratch.put(p.hitsBox, p.hits)
+	p.out, p.hits, p.outBox, p.hitsBox = nil, nil, nil, nil
 }
 
 type privacyResult struct {
@@ -249,12 +263,15 @@ type privacyResult struct {
 // and the others are read from the store at once, in the background.
 // c may be nil: everything is read from the store, every time.
 func (c *privacyCache) begin(ctx context.Context, read func(ctx context.Context, ids []string) (map[string]store.Visibility, error), ids []string) *privacyRead {
-	p := &privacyRead{c: c, read: read, ids: ids, out: make([]store.Visibility, len(ids))}
+	p := &privacyRead{c: c, read: read, ids: ids}
+	p.out, p.outBox = visibilityScratch.get(len(ids))
 	if c == nil {
 		p.misses = ids
 	} else {
 		now := c.now()
-		p.hits = make([]int, 0, len(ids)) // most are hits: grown once
+		var hits []int
+		hits, p.hitsBox = positionScratch.get(len(ids)) // most are hits: grown once
+		p.hits = hits[:0]
 		var seen [PrivacyBuckets]bool
 		c.mu.Lock()
 		for i, id := range ids {

@@ -54,3 +54,38 @@ func TestReaderOneRoundTripOnRedis(t *testing.T) {
 		t.Errorf("last-seen: buffered %v, stored %v, never %v", got[1].LastSeen, got[2].LastSeen, got[3].LastSeen)
 	}
 }
+
+// The slices a query works in are kept for the next (scratch.go): a query
+// of 100 buffered users, then one of 100 others never seen, must not give
+// the second any of the first's times.
+func TestReaderScratchHoldsNothingOver(t *testing.T) {
+	ctx := context.Background()
+	buf, _, _, eng := redisEngineEnv(t, &countHook{})
+	fs := newFakeStore()
+	seen := time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Millisecond)
+	var first, second []string
+	var recs []store.LastSeen
+	for i := range 100 {
+		first = append(first, fmt.Sprintf("b%d", i))
+		second = append(second, fmt.Sprintf("n%d", i))
+		recs = append(recs, store.LastSeen{UserID: first[i], At: seen})
+	}
+	must(t, buf.Record(ctx, recs))
+	r := lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: fs})
+	for round := range 3 {
+		got, err := r.Presences(ctx, "viewer", first)
+		must(t, err)
+		for _, p := range got {
+			if p.Status != "offline" || p.LastSeen == nil {
+				t.Fatalf("round %d: buffered %s: %+v, want offline with a last-seen", round, p.UserID, p)
+			}
+		}
+		got, err = r.Presences(ctx, "viewer", second)
+		must(t, err)
+		for i, p := range got {
+			if p.UserID != second[i] || p.Status != "offline" || p.LastSeen != nil || p.LastSeenBucket != nil {
+				t.Fatalf("round %d: never seen %s: %+v, want offline with no last-seen", round, second[i], p)
+			}
+		}
+	}
+}

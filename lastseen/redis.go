@@ -149,10 +149,10 @@ func times(out []time.Time, cmd *redis.FloatSliceCmd) ([]time.Time, error) {
 // Pipeline starts a pipeline on the buffer's Redis (see PipelinedBuffer).
 func (r *Redis) Pipeline() redis.Pipeliner { return r.c.Pipeline() }
 
-// QueueGet queues Get on a pipeline of the same Redis; the returned
-// function gives the answer once the pipeline ran.
-func (r *Redis) QueueGet(ctx context.Context, pipe redis.Pipeliner, userIDs []string) func() ([]time.Time, error) {
-	out := make([]time.Time, len(userIDs))
+// QueueGet queues Get on a pipeline of the same Redis, its answer into
+// out (as many zero times as userIDs); the returned function gives it once
+// the pipeline ran.
+func (r *Redis) QueueGet(ctx context.Context, pipe redis.Pipeliner, userIDs []string, out []time.Time) func() ([]time.Time, error) {
 	if len(userIDs) == 0 {
 		return func() ([]time.Time, error) { return out, nil }
 	}
