@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,7 +109,7 @@ type window struct {
 	skipped  atomic.Int64 // sends skipped: the socket was closed by the server
 	perSec   []*hist      // latency by the second of the window the heartbeat was sent in
 	gcs      float64      // the server's GC cycles during the window
-	marks    []string     // per second: "gc" when a GC cycle ended, "refresh" when a third or more of a refresh pass ran
+	marks    []string     // per second: "gc" when a server GC cycle ended, "gen-gc" when one of this generator's did, "refresh" when a third or more of a refresh pass ran
 }
 
 func (w *window) achieved() float64 {
@@ -368,7 +369,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 				series = append(series, v)
 			}
 		}
-		r.printf("  %d/s: p99 of each second of the window ([gc]: a server GC cycle ended in that second, [refresh]: a third or more of a background refresh pass ran in it): %s; GC cycles in the window: %.0f\n", w.target, strings.Join(series, " "), w.gcs)
+		r.printf("  %d/s: p99 of each second of the window ([gc]: a server GC cycle ended in that second, [gen-gc]: one of this generator's, [refresh]: a third or more of a background refresh pass ran in it): %s; GC cycles in the window: %.0f\n", w.target, strings.Join(series, " "), w.gcs)
 		if sk := w.skipped.Load(); sk > 0 {
 			r.printf("  %d/s: %d heartbeats not sent: their socket had been closed by the server\n", w.target, sk)
 		}
@@ -468,6 +469,7 @@ func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*c
 	go func() {
 		defer close(samplerDone)
 		prevGC := scrape(n.addr, "go_gc_duration_seconds_count")["go_gc_duration_seconds_count"]
+		prevOwn := ownGCCycles()
 		prevCS, _ := e.commandStats(ctx)
 		for i := 0; i < len(w.marks); i++ {
 			if time.Until(start.Add(time.Duration(i+1)*time.Second)) > 0 {
@@ -482,6 +484,11 @@ func heartbeatWindow(ctx context.Context, o *options, e *env, n *node, live []*c
 			if gc > prevGC {
 				m = append(m, "gc")
 			}
+			own := ownGCCycles()
+			if own > prevOwn {
+				m = append(m, "gen-gc")
+			}
+			prevOwn = own
 			if cs["pexpire"]-prevCS["pexpire"] > int64(fullPass/3) {
 				m = append(m, "refresh")
 			}
@@ -644,4 +651,14 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
+}
+
+// ownGCCycles is the number of collections this generator has finished.
+func ownGCCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
