@@ -273,13 +273,11 @@ func (e *RedisEngine) sendActivity(ctx context.Context, reqs []*activityReq) {
 // round trip at all, and none costs more than one whatever the number of
 // conversations.
 func (e *RedisEngine) Heartbeat(ctx context.Context, socketID string, active bool) error {
-	if _, err := e.socket(socketID); err != nil {
+	s, err := e.socket(socketID)
+	if err != nil || !active {
 		return err
 	}
-	if !active {
-		return nil
-	}
-	return e.Touch(ctx, socketID)
+	return e.touch(ctx, s.user) // Touch would look the socket up again
 }
 
 // activityEvery is how stale this node lets a user's recorded activity get
