@@ -26,7 +26,8 @@ import (
 // the floor too, so the percent rises above 100 (at most gcMaxPercent). A
 // small node (a few thousand sockets, a live heap of 5-30 MiB) that answers
 // big reads, such as presence:query of 1,000 ids (about 400 KB allocated
-// each), collected every 10-20 such reads at Go's default 100, and a read
+// each), collected every 40 or so such reads at Go's default 100 (16 MB
+// live: a collection each 16 MB allocated), and a read
 // that met a collection took 4-6 times as long (p99 6.7-7.3 ms against p50
 // 1.75 ms; 3.8-4.0 ms at 400). The floor costs at most 32 MiB of memory.
 const gcHeadroomFloor = 32 << 20
