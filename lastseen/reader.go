@@ -134,7 +134,7 @@ func (r *Reader) Presences(ctx context.Context, viewerID string, userIDs []strin
 		read = r.settings(ctx, sids)
 	}
 	targets, box := targetScratch.get(len(users))
-	defer func() { targetScratch.put(box, targets) }()
+	defer targetScratch.put(box, targets)
 	if err := r.facts(ctx, users, read, targets); err != nil {
 		return nil, err
 	}
@@ -314,7 +314,7 @@ func (r *Reader) factsPipelined(ctx context.Context, ids []string, ps PipelinedS
 	pipe := pb.Pipeline()
 	users := ps.QueueUsers(ctx, pipe, ids)
 	tb, box := timeScratch.get(len(ids))
-	defer func() { timeScratch.put(box, tb) }()
+	defer timeScratch.put(box, tb)
 	times := pb.QueueGet(ctx, pipe, ids, tb)
 	if settings != nil {
 		settings.queue(ctx, pipe) // the settings' versions, when on this Redis
