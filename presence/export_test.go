@@ -30,6 +30,18 @@ func ClaimDueTimers(ctx context.Context, e *RedisEngine) ([]string, error) {
 // MemberTag is how member records list a socket.
 func MemberTag(sid string) string { return memberTag(sid) }
 
+// ShortMember is the member record "<since><sockets>" (memberLib) of a
+// user with sockets socks (joined by ",") since the given ms: written
+// here, independently of the scripts, to check what they write.
+func ShortMember(since int64, socks string) string {
+	var b [7]byte
+	for i := 6; i >= 0; i-- {
+		b[i] = memberB64[since%64]
+		since /= 64
+	}
+	return string(b[:]) + socks
+}
+
 // RegistryBucketKey is the key of the bucket of a node instance's registry
 // (base: "<prefix>:{n:<node>}:<token>:socks") that holds socket sid, when
 // the registry has the given number of buckets.

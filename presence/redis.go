@@ -61,6 +61,7 @@ type RedisEngine struct {
 	kUsers, kDue, kClaimed, kLease, kHolder, kReap, kNode string
 
 	token     string           // this process's instance token
+	minLevel  atomic.Int32     // the lowest readerLevel of the live instances, at the last lease renewal
 	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
 	redisSkew atomic.Int64     // ms: Redis's clock less this machine's, at the last lease renewal (redisNow)
 	claimsAt  atomic.Int64     // ms, redisNow: when anyDue looks for claims that ran out next
@@ -141,8 +142,26 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	return e
 }
 
+// readerLevel is what this release reads of the records other releases
+// write, carried in its instance token ("L<level>-<16 hex digits>"; a
+// token of 16 hex digits alone is of a release before 2026-12-05, level
+// 0). 1: the short member record (memberLib). A record form is written
+// only once every live instance reads it (nodeLease answers the lowest
+// level among the holders), so that a rolling upgrade never leaves a
+// node of the earlier release with records it cannot read.
+const readerLevel = 1
+
 // randomToken names this process among the instances of its node id.
-func randomToken() string { return fmt.Sprintf("%016x", rand.Uint64()) }
+func randomToken() string { return fmt.Sprintf("L%d-%016x", readerLevel, rand.Uint64()) }
+
+// shortMembers is the member record form argument of convJoin and
+// convLeave: "1" once every live instance reads the short form.
+func (e *RedisEngine) shortMembers() string {
+	if e.minLevel.Load() >= 1 {
+		return "1"
+	}
+	return "0"
+}
 
 // registryKey is the key of a node instance's socket registry.
 func (e *RedisEngine) registryKey(node, token string) string {

@@ -24,13 +24,13 @@ func memberTag(sid string) string {
 
 // runJoin queues convJoin of socket sid of user in the conversation of k.
 func (e *RedisEngine) runJoin(ctx context.Context, c redis.Scripter, k convKeys, sid, user string) *redis.Cmd {
-	return convJoin.Run(ctx, c, []string{k.su, k.m, k.ty}, sid, user, e.clk(), memberTag(sid))
+	return convJoin.Run(ctx, c, []string{k.su, k.m, k.ty}, sid, user, e.clk(), memberTag(sid), e.shortMembers())
 }
 
 // runLeave queues convLeave of socket sid of user from the conversation of
 // k (see convLeave for mode, graceMs and at).
 func (e *RedisEngine) runLeave(ctx context.Context, c redis.Scripter, k convKeys, sid, user, mode string, graceMs int64, at string) *redis.Cmd {
-	return convLeave.Run(ctx, c, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, sid, user, e.clk(), mode, graceMs, at, memberTag(sid))
+	return convLeave.Run(ctx, c, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, sid, user, e.clk(), mode, graceMs, at, memberTag(sid), e.shortMembers())
 }
 
 // Join implements Engine.

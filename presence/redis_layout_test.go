@@ -2,6 +2,7 @@ package presence_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +14,8 @@ import (
 )
 
 // A user's sockets live in its record ("n|act|status|grace|disc|s1,s2"),
-// and in each conversation in its member record ("n|since|grace|left|s1"):
+// and in each conversation in its member record ("<since><tags>", or
+// "n|since|grace|left|" in the user's flap grace):
 // no per-user set, no per-conversation socket keys, and no away timer
 // while the user's node watches them.
 func TestRedisUserRecordHoldsSockets(t *testing.T) {
@@ -27,9 +29,10 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	if f := strings.Split(rec, "|"); len(f) != 6 || f[0] != "2" || f[2] != "on" || f[5] != "a1,a2" {
 		t.Fatalf("alice's record %q, want 2|…|on|…|…|a1,a2", rec)
 	}
+	joined := f.clock.Now().UnixMilli()
 	tags := presence.MemberTag("a1") + "," + presence.MemberTag("a2")
-	if m := rdb.HGet(ctx, prefix+":{c:c1}:m", "alice").Val(); !strings.HasPrefix(m, "2|") || !strings.HasSuffix(m, "|0|0|"+tags) {
-		t.Errorf("alice's member record %q, want 2|…|0|0|%s (the sockets' tags)", m, tags)
+	if m, want := rdb.HGet(ctx, prefix+":{c:c1}:m", "alice").Val(), presence.ShortMember(joined, tags); m != want {
+		t.Errorf("alice's member record %q, want %q (since %d, the sockets' tags)", m, want, joined)
 	}
 	for _, k := range []string{prefix + ":{g}:usk:alice", prefix + ":{c:c1}:sk", prefix + ":{c:c1}:on", prefix + ":{c:c1}:su"} {
 		if n := rdb.Exists(ctx, k).Val(); n != 0 {
@@ -53,6 +56,94 @@ func TestRedisUserRecordHoldsSockets(t *testing.T) {
 	}
 	if err := eng.Connect(ctx, presence.Socket{ID: "a,3", UserID: "alice"}); err == nil {
 		t.Error("a socket id with a comma was accepted")
+	}
+}
+
+// A member record is "<since><tags>" while the user has sockets in the
+// conversation, and the full "0|since|graceDeadline|leftAt|" in its flap
+// grace; a join in the grace writes the short form back with the first
+// join time, which the roster gives throughout. A join time past the short
+// form's 7 characters (the year 2109) is written in the full form.
+func TestRedisMemberRecordForms(t *testing.T) {
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock := f.rdb, f.prefix, f.clock
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second, FlapGrace: 5 * time.Second})
+	m := prefix + ":{c:c1}:m"
+	connectJoin(t, eng, "a1", "alice", "c1")
+	since := clock.Now().UnixMilli()
+	if got, want := rdb.HGet(ctx, m, "alice").Val(), presence.ShortMember(since, presence.MemberTag("a1")); got != want {
+		t.Errorf("record of one socket %q, want %q", got, want)
+	}
+	clock.Advance(time.Minute)
+	if err := eng.Disconnect(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	left := clock.Now().UnixMilli()
+	if got, want := rdb.HGet(ctx, m, "alice").Val(), fmt.Sprintf("0|%d|%d|%d|", since, left+5000, left); got != want {
+		t.Errorf("record in the flap grace %q, want %q", got, want)
+	}
+	clock.Advance(time.Second)
+	connectJoin(t, eng, "a2", "alice", "c1")
+	if got, want := rdb.HGet(ctx, m, "alice").Val(), presence.ShortMember(since, presence.MemberTag("a2")); got != want {
+		t.Errorf("record after a join in the grace %q, want %q (the first join time)", got, want)
+	}
+	r, err := eng.Roster(ctx, "c1")
+	if err != nil || len(r.Online) != 1 || r.Online[0].Since.UnixMilli() != since {
+		t.Errorf("roster = %+v, %v; want alice since %d", r, err, since)
+	}
+
+	clock.Advance(time.Date(2110, 1, 1, 0, 0, 0, 0, time.UTC).Sub(clock.Now()))
+	connectJoin(t, eng, "b1", "bob", "c1")
+	far := clock.Now().UnixMilli()
+	if got, want := rdb.HGet(ctx, m, "bob").Val(), fmt.Sprintf("1|%d|0|0|%s", far, presence.MemberTag("b1")); got != want {
+		t.Errorf("record joined in 2110 %q, want %q", got, want)
+	}
+	r, err = eng.Roster(ctx, "c1")
+	if err != nil || len(r.Online) != 2 || r.Online[1].UserID != "bob" || r.Online[1].Since.UnixMilli() != far {
+		t.Errorf("roster = %+v, %v; want bob since %d second", r, err, far)
+	}
+}
+
+// The short member record is written only while every live instance
+// reads it: an instance of a release before 2026-12-05 (a token without a
+// reader level) holding a node id keeps the full form, which that release
+// reads, until it is gone; this release reads both.
+func TestRedisMemberRecordWaitsForEveryReader(t *testing.T) {
+	f := newFakeClockRedis(t)
+	rdb, prefix, clock := f.rdb, f.prefix, f.clock
+	ctx := context.Background()
+	eng := f.node(presence.Config{NodeID: "n1", TTL: 10 * time.Second, LeaseTTL: 10 * time.Second})
+	renew := func() {
+		t.Helper()
+		clock.Advance(5 * time.Second)
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := eng.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := clock.Now().UnixMilli()
+	rdb.HSet(ctx, prefix+":{g}:holder", "old", fmt.Sprintf("0123456789abcdef|%d|%d", now, now))
+	rdb.ZAdd(ctx, prefix+":{g}:lease", redis.Z{Score: float64(now + time.Hour.Milliseconds()), Member: "old"})
+	renew()
+	m := prefix + ":{c:c1}:m"
+	connectJoin(t, eng, "a1", "alice", "c1")
+	since := clock.Now().UnixMilli()
+	if got, want := rdb.HGet(ctx, m, "alice").Val(), fmt.Sprintf("1|%d|0|0|%s", since, presence.MemberTag("a1")); got != want {
+		t.Errorf("record beside an instance of an earlier release %q, want the full form %q", got, want)
+	}
+	rdb.HDel(ctx, prefix+":{g}:holder", "old")
+	rdb.ZRem(ctx, prefix+":{g}:lease", "old")
+	renew()
+	connectJoin(t, eng, "a2", "alice", "c1")
+	tags := presence.MemberTag("a1") + "," + presence.MemberTag("a2")
+	if got, want := rdb.HGet(ctx, m, "alice").Val(), presence.ShortMember(since, tags); got != want {
+		t.Errorf("record once every instance reads the short form %q, want %q", got, want)
+	}
+	if r, err := eng.Roster(ctx, "c1"); err != nil || len(r.Online) != 1 || r.Online[0].Since.UnixMilli() != since {
+		t.Errorf("roster = %+v, %v; want alice since %d", r, err, since)
 	}
 }
 
@@ -165,7 +256,9 @@ func TestRedisMemberRecordOfIds(t *testing.T) {
 		t.Errorf("a repeated join changed the record to %q", got)
 	}
 	connectJoin(t, eng, "i3", "ida", "c1")
-	if got, want := rdb.HGet(ctx, m, "ida").Val(), "3|"+at+"|0|0|i1,i2,"+presence.MemberTag("i3"); got != want {
+	since := clock.Now().UnixMilli()
+	// written back in the short form (since 2026-12-05), the ids kept
+	if got, want := rdb.HGet(ctx, m, "ida").Val(), presence.ShortMember(since, "i1,i2,"+presence.MemberTag("i3")); got != want {
 		t.Errorf("record after a new socket joined %q, want %q", got, want)
 	}
 	for _, sid := range []string{"i1", "i3"} {
@@ -173,8 +266,11 @@ func TestRedisMemberRecordOfIds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := rdb.HGet(ctx, m, "ida").Val(), "1|"+at+"|0|0|i2"; got != want {
+	if got, want := rdb.HGet(ctx, m, "ida").Val(), presence.ShortMember(since, "i2"); got != want {
 		t.Errorf("record after i1 and i3 left %q, want %q", got, want)
+	}
+	if err := eng.TypingStart(ctx, "i2", "c1"); err != nil {
+		t.Errorf("typing of a socket listed by its id in a short record: %v", err)
 	}
 	if err := eng.Disconnect(ctx, "i2"); err != nil {
 		t.Fatal(err)

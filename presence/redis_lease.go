@@ -45,13 +45,16 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, e
 	defer e.leaseMu.Unlock()
 	t0 := time.Now()
 	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk()).Int64Slice()
-	if err == nil && len(v) != 3 {
+	if err == nil && len(v) != 4 {
 		err = errors.New("unexpected script reply")
 	}
 	if err != nil {
 		return false, unavailable("lease", err)
 	}
 	e.noteRedisClock(v[2], t0, time.Now())
+	if v[0] > 0 {
+		e.minLevel.Store(int32(min(v[3], readerLevel)))
+	}
 	switch v[0] {
 	case 1:
 		renewed = true

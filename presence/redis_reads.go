@@ -96,12 +96,46 @@ func membersOf(records map[string]string, now int64) (users, since []string) {
 // record it cannot read counts as a member since now (Redis's clock, ms),
 // as the roster script of earlier releases had it.
 func sinceOf(record string, now int64) string {
-	_, rest, _ := strings.Cut(record, "|")
-	t, _, ok := strings.Cut(rest, "|")
-	if !ok || t == "" || strings.Trim(t, "0123456789") != "" {
-		return strconv.FormatInt(now, 10)
+	since, _, _, ok := parseMember(record)
+	if !ok {
+		since = now
 	}
-	return t
+	return strconv.FormatInt(since, 10)
+}
+
+// memberB64 is the alphabet of a short member record's join time.
+const memberB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+// parseMember reads a member record (memberLib): since when its user is a
+// member (ms), and its socket list (tags or ids joined by ","); legacy: a
+// record of a release before 2026-12-02, without a list (its sockets are
+// in su). ok is false for a record it cannot read.
+func parseMember(rec string) (since int64, socks string, legacy, ok bool) {
+	if !strings.Contains(rec, "|") { // the short form: since, then sockets
+		if len(rec) < 8 {
+			return 0, "", false, false
+		}
+		for i := range 7 {
+			d := strings.IndexByte(memberB64, rec[i])
+			if d < 0 {
+				return 0, "", false, false
+			}
+			since = since*64 + int64(d)
+		}
+		return since, rec[7:], false, true
+	}
+	f := strings.SplitN(rec, "|", 5)
+	if len(f) < 4 || f[1] == "" || strings.Trim(f[1], "0123456789") != "" {
+		return 0, "", false, false
+	}
+	since, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return 0, "", false, false
+	}
+	if len(f) == 4 {
+		return since, "", true, true
+	}
+	return since, f[4], false, true
 }
 
 // rosterWith builds a roster from its members, their join times, who is

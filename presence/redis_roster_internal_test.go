@@ -3,6 +3,8 @@ package presence
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -94,12 +96,17 @@ func TestMembersOf(t *testing.T) {
 		"d": "garbled",
 		"e": "1|x|0|0|s4",
 		"f": "1||0|0|s5",
+		"g": ShortMember(4000, "s6"),
+		"h": ShortMember(1796160547136, "s7,s8"),
+		"i": "AAA!AAAs9", // not of the alphabet
+		"j": "AAAAAAA",   // no socket
 	}, 9000)
 	got := map[string]string{}
 	for i, u := range users {
 		got[u] = since[i]
 	}
-	want := map[string]string{"a": "1000", "b": "2000", "c": "3000", "d": "9000", "e": "9000", "f": "9000"}
+	want := map[string]string{"a": "1000", "b": "2000", "c": "3000", "d": "9000", "e": "9000", "f": "9000",
+		"g": "4000", "h": "1796160547136", "i": "9000", "j": "9000"}
 	if len(users) != len(since) || len(got) != len(want) {
 		t.Fatalf("members %v since %v", users, since)
 	}
@@ -115,4 +122,39 @@ func TestMembersOf(t *testing.T) {
 	if !slices.EqualFunc(res.Online, []string{"a", "b"}, func(m Member, u string) bool { return m.UserID == u && m.Status == Online }) {
 		t.Errorf("roster without statuses: %+v, want a then b, both online", res.Online)
 	}
+}
+
+// parseMember reads what the scripts and ShortMember write, and anything
+// else without a panic: a short record gives back its time and sockets,
+// and a full one its time and its fifth field.
+func FuzzParseMember(f *testing.F) {
+	for _, s := range []string{"1|1000|0|0|s1", "0|1000|2000|1500|", "1|3000|0|0", ShortMember(4000, "s6"),
+		ShortMember(1796160547136, "s7,s8"), "AAA!AAAs9", "AAAAAAA", "", "|", "1|99999999999999999999|0|0|x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rec string) {
+		since, socks, legacy, ok := parseMember(rec)
+		if !ok {
+			if since != 0 || socks != "" || legacy {
+				t.Fatalf("parseMember(%q) unreadable but gave %d %q %v", rec, since, socks, legacy)
+			}
+			return
+		}
+		if since < 0 {
+			t.Fatalf("parseMember(%q): since %d", rec, since)
+		}
+		if !strings.Contains(rec, "|") {
+			if back := ShortMember(since, socks); back != rec {
+				t.Fatalf("parseMember(%q) = %d %q; written back %q", rec, since, socks, back)
+			}
+			return
+		}
+		f := strings.SplitN(rec, "|", 5)
+		if n, err := strconv.ParseInt(f[1], 10, 64); err != nil || n != since || strings.Trim(f[1], "0123456789") != "" {
+			t.Fatalf("parseMember(%q): since %d", rec, since)
+		}
+		if legacy != (len(f) == 4) || (!legacy && socks != f[4]) {
+			t.Fatalf("parseMember(%q) = %q legacy %v", rec, socks, legacy)
+		}
+	})
 }

@@ -6,9 +6,10 @@ import "github.com/redis/go-redis/v9"
 // that each script's keys share a slot):
 //
 // per conversation C, slot {c:C}
-//   P:{c:C}:m    HASH user → "n|since|graceDeadline|leftAt|sockets": who is
-//                online (users in their flap grace included), and their n
-//                sockets here (joined by ","; see memberLib)
+//   P:{c:C}:m    HASH user → "<since><sockets>", or "n|since|graceDeadline|
+//                leftAt|" in the user's flap grace: who is online (users
+//                in their flap grace included), and their sockets here
+//                (joined by ","; see memberLib)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
 //   P:{c:C}:tyo  HASH user → socket that typed last
 // cluster-wide, slot {g}
@@ -103,29 +104,69 @@ local function socksIndex(l, sid)
 end
 `
 
-// The member record: "n|since|graceDeadline|leftAt|sockets", sockets the
-// user's n sockets in the conversation, joined by ",", each as its tag
-// (memberTag: 8 characters, where a socket id has 24; a conversation's
-// roster reads every record). A record written by a release before
-// 2026-12-05 lists socket ids: a socket is found under its tag or its id,
-// and a record holds both forms until its old sockets go. memberLib parses
-// and writes it. A record written by a release before 2026-12-02 has four
-// fields, its sockets in the hash su (socket → user), and keeps that form
-// until the user leaves: as uset does, mset writes a record back in the
-// form it was read in.
+// The member record of a user with sockets in the conversation, since
+// 2026-12-05: "<since><sockets>", since when the user is a member (ms,
+// 7 characters of base64url, most significant first: until the year
+// 2109) and its sockets there, joined by ",", each as its tag (memberTag:
+// 8 characters, where a socket id has 24; a conversation's roster reads
+// every record). A user in its flap grace (no socket left) has the full
+// form "n|since|graceDeadline|leftAt|", the form of every record before
+// this one: 28 characters where the short one has 15 (Redis 7.0 keeps the
+// member hashes of conversations up to 128 members as listpacks, whose
+// entries cost their length plus two bytes: 5,000 users in 3 conversations
+// of 100, 125 → 79 bytes a user). No record of the full form has no "|";
+// none of the short form has one.
+// A record written by a release before 2026-12-05 lists socket ids: a
+// socket is found under its tag or its id, and a record holds both forms
+// until its old sockets go. memberLib parses and writes it. A record
+// written by a release before 2026-12-02 has four fields, its sockets in
+// the hash su (socket → user), and keeps that form until the user leaves:
+// as uset does, mset writes a record back in the form it was read in.
 const memberLib = socksLib + `
+local b64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 local function mget(m, user)
   local v = redis.call('HGET', m, user)
   if not v then return nil end
+  if not string.find(v, '|', 1, true) then
+    if #v < 8 then return nil end
+    local since = 0
+    for i = 1, 7 do
+      local d = string.find(b64, string.sub(v, i, i), 1, true)
+      if not d then return nil end
+      since = since * 64 + d - 1
+    end
+    local socks = string.sub(v, 8)
+    return {n = #socksList(socks), since = since, grace = 0, left = 0, socks = socks}
+  end
   local n, since, grace, left, rest = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)(.*)$')
   if not n then return nil end
-  local r = {n = tonumber(n), since = since, grace = grace, left = left}
+  local r = {n = tonumber(n), since = tonumber(since), grace = grace, left = left}
   if not socksField(r, rest) then return nil end
   return r
 end
-local function mset(m, user, r)
-  local v = r.n .. '|' .. r.since .. '|' .. r.grace .. '|' .. r.left
-  if not r.legacy then v = v .. '|' .. r.socks end
+-- mshort is since in the short record's 7 characters, or nil if it does
+-- not fit.
+local function mshort(since)
+  if since < 0 or since >= 64 ^ 7 then return nil end
+  local s = ''
+  for _ = 1, 7 do
+    local d = since % 64
+    s = string.sub(b64, d + 1, d + 1) .. s
+    since = (since - d) / 64
+  end
+  return s
+end
+-- mset writes r; the short form only if short (every live instance reads
+-- it: readerLevel).
+local function mset(m, user, r, short)
+  short = short and not r.legacy and r.n > 0 and tonumber(r.grace) == 0 and tonumber(r.left) == 0 and mshort(r.since)
+  local v
+  if short then
+    v = short .. r.socks
+  else
+    v = r.n .. '|' .. string.format('%.0f', r.since) .. '|' .. r.grace .. '|' .. r.left
+    if not r.legacy then v = v .. '|' .. r.socks end
+  end
   redis.call('HSET', m, user, v)
 end
 -- mfind is the position of socket sid (tag: its tag) in r's list (nil:
@@ -166,10 +207,12 @@ end
 // roster's members are read by a plain HGETALL of m beside it
 // (membersOf): a script that handles a hundred member records costs Redis
 // about ten times what the plain commands do (measured: 80 µs against 7).
-// KEYS su m ty; ARGV sid user clock tag → {first(0|1), now, typing[]}
+// KEYS su m ty; ARGV sid user clock tag short(0|1: mset)
+// → {first(0|1), now, typing[]}
 var convJoin = redis.NewScript(clockLib + memberLib + typingLib + `
 local su, m, ty = KEYS[1], KEYS[2], KEYS[3]
 local sid, user, now, tag = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
+local short = ARGV[5] == '1'
 local first = 0
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
@@ -179,7 +222,7 @@ if not mfind(r, su, sid, tag, user) then
   end
   madd(r, su, sid, tag, user)
   r.grace, r.left = 0, 0
-  mset(m, user, r)
+  mset(m, user, r, short)
 end
 return {first, now, typingNow(ty, now)}
 `)
@@ -223,13 +266,13 @@ end
 // there at all: its expiry was the dead node's to fire (typingTimers), so
 // nobody announced it.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
-// → {typingStopped(0|1), left(0|1), at}
+// short(0|1: mset) → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
-local tag = ARGV[7]
+local tag, short = ARGV[7], ARGV[8] == '1'
 local late = mode == 'timeout'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
@@ -247,12 +290,12 @@ if redis.call('HGET', tyo, user) == sid then
 end
 if r.n > 0 then
   r.grace, r.left = 0, 0
-  mset(m, user, r)
+  mset(m, user, r, short)
   return {stopped, 0, 0}
 end
 if mode == 'grace' then
   r.grace, r.left = deadline, now
-  mset(m, user, r)
+  mset(m, user, r, short)
   return {stopped, 0, 0}
 end
 if userLeft(on, m, ty, tyo, user, now, late) then stopped = 1 end
@@ -531,7 +574,8 @@ end
 
 // nodeLease claims or renews a node id's lease for the instance token.
 // KEYS lease holder reap; ARGV node token leaseMs clock
-// → {code, n, now}: 1 renewed without a gap since n; 2 renewed after a
+// → {code, n, now, level}: level the lowest reader level among the
+// holders' tokens (readerLevel; 0 for a token without one); code 1 renewed without a gap since n; 2 renewed after a
 // lapse nobody acted on (entries intact; the gap-free period restarts);
 // 3 claimed afresh (first start, or after a reap or a loss of data: the
 // caller registers its sockets again); -1 held by a live instance until
@@ -542,27 +586,36 @@ local node, token, len = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = clock(ARGV[4])
 local exp = tonumber(redis.call('ZSCORE', lease, node) or '0')
 local h = hget(holder, node)
+-- the lowest reader level among the holders (this instance's included)
+local function level()
+  local lv = nil
+  for _, v in ipairs(redis.call('HVALS', holder)) do
+    local l = tonumber(string.match(v, '^L(%d+)-') or '0')
+    if not lv or l < lv then lv = l end
+  end
+  return lv or 0
+end
 if h and h.tok == token then
   local code, since = 1, h.since
   if exp <= now then code, since = 2, now end
   hset(holder, node, token, since, now)
   redis.call('ZADD', lease, now + len, node)
-  return {code, since, now}
+  return {code, since, now, level()}
 end
 if h then
-  if exp > now then return {-1, exp, now} end
+  if exp > now then return {-1, exp, now, 0} end
   -- a previous instance under this id died: queue it for a reaper
   redis.call('ZREM', lease, node)
   redis.call('ZADD', reap, 0, node .. '\t' .. h.tok .. '\t' .. h.last)
 else
   local mine = node .. '\t' .. token .. '\t'
   for _, item in ipairs(redis.call('ZRANGE', reap, 0, -1)) do
-    if string.sub(item, 1, #mine) == mine then return {-2, 0, now} end
+    if string.sub(item, 1, #mine) == mine then return {-2, 0, now, 0} end
   end
 end
 hset(holder, node, token, now, now)
 redis.call('ZADD', lease, now + len, node)
-return {3, now, now}
+return {3, now, now, level()}
 `)
 
 // nodeRelease gives a node id up (a clean shutdown).

@@ -144,25 +144,24 @@ func failedCmd(cmds []redis.Cmder) error {
 // legacyMember reports whether a member record is of a release before
 // 2026-12-02 ("n|since|graceDeadline|leftAt": no socket list; its sockets
 // are in su).
-func legacyMember(rec string) bool { return strings.Count(rec, "|") == 3 }
+func legacyMember(rec string) bool {
+	_, _, legacy, ok := parseMember(rec)
+	return ok && legacy
+}
 
-// memberHas reports whether a member record ("n|since|graceDeadline|leftAt"
-// and "|sockets" since 2026-12-02, see memberLib) lists socket sid, under
-// its tag or its id; a record without a socket list has its sockets in su
-// (legacySU: su's entry for sid, the user if it is there).
+// memberHas reports whether a member record (see memberLib) lists socket
+// sid, under its tag or its id; a record without a socket list has its
+// sockets in su (legacySU: su's entry for sid, the user if it is there).
 func memberHas(rec, legacySU, sid, user string) bool {
-	if rec == "" {
+	_, socks, legacy, ok := parseMember(rec)
+	if !ok {
 		return false
 	}
-	f := strings.SplitN(rec, "|", 5)
-	if len(f) < 4 {
-		return false
-	}
-	if len(f) == 4 {
+	if legacy {
 		return legacySU == user
 	}
 	tag := memberTag(sid)
-	for socks := f[4]; socks != ""; {
+	for socks != "" {
 		var one string
 		one, socks, _ = strings.Cut(socks, ",")
 		if one == tag || one == sid {

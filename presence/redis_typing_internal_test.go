@@ -133,13 +133,18 @@ func TestMemberHas(t *testing.T) {
 		{"2|100|0|0|s0," + memberTag("s1"), "", "s1", true},
 		{"2|100|0|0|s1," + memberTag("s0"), "", "s1", true},
 		{"1|100|0|0|" + memberTag("s0"), "", "s1", false},
+		{ShortMember(100, memberTag("s1")), "", "s1", true}, // the short form (since 2026-12-05)
+		{ShortMember(100, memberTag("s0")+","+memberTag("s1")), "", "s1", true},
+		{ShortMember(100, "s0,s1"), "", "s1", true},
+		{ShortMember(100, memberTag("s0")), "", "s1", false},
+		{ShortMember(100, memberTag("s0")), "alice", "s1", false}, // not legacy: su does not count
 	} {
 		if got := memberHas(tc.rec, tc.su, tc.sid, "alice"); got != tc.want {
 			t.Errorf("memberHas(%q, %q, %q) = %v, want %v", tc.rec, tc.su, tc.sid, got, tc.want)
 		}
 	}
 	// su is read only for a record that lists no sockets
-	for rec, want := range map[string]bool{"1|100|0|0": true, "1|100|0|0|": false, "1|100|0|0|s1": false, "": false, "1|100|0": false} {
+	for rec, want := range map[string]bool{ShortMember(100, "s1"): false, "1|100|0|0": true, "1|100|0|0|": false, "1|100|0|0|s1": false, "": false, "1|100|0": false} {
 		if got := legacyMember(rec); got != want {
 			t.Errorf("legacyMember(%q) = %v, want %v", rec, got, want)
 		}
