@@ -575,11 +575,12 @@ end
 // nodeLease claims or renews a node id's lease for the instance token.
 // KEYS lease holder reap; ARGV node token leaseMs clock
 // → {code, n, now, level}: level the lowest reader level among the
-// holders' tokens (readerLevel; 0 for a token without one); code 1 renewed without a gap since n; 2 renewed after a
-// lapse nobody acted on (entries intact; the gap-free period restarts);
-// 3 claimed afresh (first start, or after a reap or a loss of data: the
-// caller registers its sockets again); -1 held by a live instance until
-// n; -2 this instance is being reaped: try again once the reap is done.
+// holders' tokens (readerLevel; 0 for a token without one); code 1
+// renewed without a gap since n; 2 renewed after a lapse nobody acted on
+// (entries intact; the gap-free period restarts); 3 claimed afresh (first
+// start, or after a reap or a loss of data: the caller registers its
+// sockets again); -1 held by a live instance until n; -2 this instance is
+// being reaped: try again once the reap is done.
 var nodeLease = redis.NewScript(clockLib + holderLib + `
 local lease, holder, reap = KEYS[1], KEYS[2], KEYS[3]
 local node, token, len = ARGV[1], ARGV[2], tonumber(ARGV[3])
