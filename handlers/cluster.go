@@ -219,3 +219,17 @@ func (h *Sockets) recheckMember(ctx context.Context, c *Conn, conv string) error
 	}
 	return errorf(CodeForbidden, "not a member of this conversation")
 }
+
+// libraryAck is an ack of the library's path as the transport's Replier,
+// which serve answers through.
+type libraryAck socket.Ack
+
+func (a libraryAck) Reply(body any) { a([]any{body}, nil) }
+
+// replierOf is a (nil for none) as a Replier (nil for none).
+func replierOf(a socket.Ack) transport.Replier {
+	if a == nil {
+		return nil
+	}
+	return libraryAck(a)
+}

@@ -3,7 +3,7 @@ package handlers
 import (
 	"time"
 
-	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/presenced/presenced/transport"
 )
 
 // Direct events. The library hands each event through a long pipeline:
@@ -39,7 +39,7 @@ const (
 // slot is the websocket's own cache (transport.Dispatcher): DirectEvent
 // keeps the connection there, so that only its first event (and the first
 // after a namespace reconnect) looks it up by engineID.
-func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack socket.Ack) bool {
+func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack transport.Replier) bool {
 	name, _ := firstString(args)
 	fn, ok := h.handlers[name]
 	if !ok {
@@ -65,14 +65,6 @@ func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack
 	start := time.Now()
 	if until := c.slowUntil.Load(); until != 0 && start.UnixNano() < until {
 		return false
-	}
-	if ack != nil {
-		sock, write := c.sock, ack
-		ack = func(reply []any, err error) {
-			if sock.Connected() { // as the library: no ack to a closed socket
-				write(reply, err)
-			}
-		}
 	}
 	h.serve(c, name, fn, args[1:], ack, time.Time{}, false)
 	if d := time.Since(start); d > slowDirect {

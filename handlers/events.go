@@ -15,7 +15,6 @@ import (
 	"github.com/presenced/presenced/internal/jsontext"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
-	"github.com/presenced/presenced/timestamp"
 	"github.com/presenced/presenced/transport"
 )
 
@@ -116,13 +115,13 @@ func (h *Sockets) handle(c *Conn, name string, fn handler, args []any) {
 	arrival, queued := c.dequeued()
 	defer c.pending.Add(-1)
 	args, ack := ackOf(args) // the library hands the ack as the last argument
-	h.serve(c, name, fn, args, ack, arrival, queued)
+	h.serve(c, name, fn, args, replierOf(ack), arrival, queued)
 }
 
 // serve runs one event of either path (handle, DirectEvent) once its place
 // in the queue is known: args are the event's arguments, ack nil when the
 // client asked for none.
-func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket.Ack, arrival time.Time, queued bool) {
+func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transport.Replier, arrival time.Time, queued bool) {
 	start := time.Now()
 	info, known := h.stats[name]
 	outcome := "ok"
@@ -131,7 +130,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 			h.log.Error("event handler panic", "event", name, "sid", c.sid, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			outcome = CodeInternal
 			if ack != nil {
-				ack([]any{ackError(errorf(CodeInternal, "internal error"))}, nil)
+				ack.Reply(ackError(errorf(CodeInternal, "internal error")))
 			}
 		}
 		took := time.Since(start).Seconds()
@@ -145,6 +144,9 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 	}()
 
 	reply := func(body any, err error) {
+		if ack != nil && c.sock != nil && !c.sock.Connected() {
+			ack = nil // as the library: no ack to a closed socket
+		}
 		if err != nil {
 			e := classify(err)
 			outcome = e.Code
@@ -152,7 +154,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 				h.log.Warn("event failed", "event", name, "sid", c.sid, "user_id", c.UserID, "err", err)
 			}
 			if ack != nil {
-				ack([]any{ackError(e)}, nil)
+				ack.Reply(ackError(e))
 			}
 			return
 		}
@@ -166,7 +168,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 			default:
 				panic(fmt.Sprintf("handlers: %s answered a %T", name, body))
 			}
-			ack([]any{body}, nil)
+			ack.Reply(body)
 		}
 	}
 
@@ -178,7 +180,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack socket
 		// events metric counts them.)
 		outcome = CodeUnavailable
 		if ack != nil {
-			ack([]any{ackError(errorf(CodeUnavailable, "server overloaded, retry"))}, nil)
+			ack.Reply(ackError(errorf(CodeUnavailable, "server overloaded, retry")))
 		}
 		return
 	}
@@ -267,8 +269,11 @@ func decode(args []any) (payload, error) {
 	switch v := args[0].(type) {
 	case map[string]any:
 		return payload{m: v}, nil
-	case transport.Object:
-		return payload{o: v}, nil
+	case *transport.Object:
+		if v == nil {
+			break
+		}
+		return payload{o: *v}, nil
 	}
 	return payload{}, errorf(CodeInvalidArgument, "payload must be an object")
 }
@@ -376,7 +381,7 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (any, error
 	if j := h.cfg.HeartbeatJitter; j > 0 {
 		next += time.Duration(rand.Int64N(int64(j)))
 	}
-	return heartbeatReply{NextInMs: next.Milliseconds(), OK: true, ServerTime: timestamp.Format(h.now())}, nil
+	return heartbeatReply{NextInMs: next.Milliseconds(), OK: true, ServerTime: h.clock.Format(h.now())}, nil
 }
 
 // heartbeatReply is the heartbeat's ack body. Its JSON is what a map of

@@ -228,7 +228,7 @@ func serveEvent(h *Sockets, c *Conn, event string, payload any, withAck bool) (m
 			got = ackBody(reply[0])
 		}
 	}
-	h.serve(c, event, h.handlers[event], []any{payload}, ack, time.Time{}, false)
+	h.serve(c, event, h.handlers[event], []any{payload}, replierOf(ack), time.Time{}, false)
 	return got, acked
 }
 
@@ -1094,13 +1094,13 @@ func TestEventServeRefusals(t *testing.T) {
 		e := newTblEnv(t, tblOptions{opTimeout: time.Second})
 		var got map[string]any
 		ack := socket.Ack(func(reply []any, _ error) { got = ackBody(reply[0]) })
-		e.h.serve(e.conns["s1"], "conversation:join", e.h.handlers["conversation:join"], []any{conv("c1")}, ack, time.Now().Add(-2*time.Second), true)
+		e.h.serve(e.conns["s1"], "conversation:join", e.h.handlers["conversation:join"], []any{conv("c1")}, replierOf(ack), time.Now().Add(-2*time.Second), true)
 		if code(got) != CodeUnavailable || !strings.Contains(got["error"].(map[string]any)["message"].(string), "overloaded") {
 			t.Fatalf("ack %v, want unavailable: overloaded", got)
 		}
 		inRoom(t, e, "s1", "c1", false)
 		// queued, but not for long: served
-		e.h.serve(e.conns["s1"], "conversation:join", e.h.handlers["conversation:join"], []any{conv("c1")}, ack, time.Now(), true)
+		e.h.serve(e.conns["s1"], "conversation:join", e.h.handlers["conversation:join"], []any{conv("c1")}, replierOf(ack), time.Now(), true)
 		if got["ok"] != true {
 			t.Fatalf("ack %v", got)
 		}
@@ -1240,7 +1240,7 @@ func TestEventRoomEventsAfterTheAck(t *testing.T) {
 		}
 		before, atAck := count(), -1
 		ack := func([]any, error) { atAck = count() }
-		e.h.serve(e.conns["s1"], ev.event, e.h.handlers[ev.event], []any{ev.payload}, ack, time.Time{}, false)
+		e.h.serve(e.conns["s1"], ev.event, e.h.handlers[ev.event], []any{ev.payload}, replierOf(ack), time.Time{}, false)
 		if atAck != before {
 			t.Errorf("%s: %d room events out when the ack was sent, want none (%d before)", ev.event, atAck-before, before)
 		}
@@ -1270,7 +1270,7 @@ func TestEventRoomEventsAfterAPanic(t *testing.T) {
 	e.mu.Unlock()
 	var acks [][]any
 	ack := func(reply []any, _ error) { acks = append(acks, reply) }
-	e.h.serve(e.conns["s1"], "conversation:join", panicking, []any{conv("c1")}, ack, time.Time{}, false)
+	e.h.serve(e.conns["s1"], "conversation:join", panicking, []any{conv("c1")}, replierOf(ack), time.Time{}, false)
 	if len(acks) != 1 || code(ackBody(acks[0][0])) != CodeInternal {
 		t.Fatalf("acks %v, want one internal error", acks)
 	}

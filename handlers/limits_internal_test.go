@@ -98,7 +98,7 @@ func limitedSockets(t *testing.T, limits EventLimits) (*Sockets, *Conn, presence
 func call(h *Sockets, c *Conn, name string, arg any) map[string]any {
 	var got map[string]any
 	ack := func(reply []any, _ error) { got = ackBody(reply[0]) }
-	h.serve(c, name, h.handlers[name], []any{arg}, ack, time.Time{}, false)
+	h.serve(c, name, h.handlers[name], []any{arg}, replierOf(ack), time.Time{}, false)
 	return got
 }
 

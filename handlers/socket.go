@@ -96,6 +96,7 @@ type Sockets struct {
 	other    eventInfo            // unknown events
 	opCtx    opContexts           // the contexts bounding events' work (opctx.go)
 	direct   sync.Map             // Engine.IO connection id → *Conn (direct.go)
+	clock    timestamp.Cache      // the heartbeat ack's server time
 }
 
 // eventInfo is what serve needs of an event besides its handler: its

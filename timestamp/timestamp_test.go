@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/presenced/presenced/timestamp"
 )
@@ -40,5 +41,38 @@ func TestMillis(t *testing.T) {
 	ms := timestamp.Millis(at)
 	if got, want := timestamp.FromMillis(ms), at.Truncate(time.Millisecond).UTC(); !got.Equal(want) || got.Location() != time.UTC {
 		t.Errorf("FromMillis(Millis(%v)) = %v, want %v", at, got, want)
+	}
+}
+
+// The cache answers Format's text; a string is shared within its
+// millisecond only; concurrent use is safe (go test -race).
+func TestCacheFormat(t *testing.T) {
+	var c timestamp.Cache
+	base := time.Date(2026, 12, 5, 17, 4, 5, 123_000_000, time.UTC)
+	times := []time.Time{base, base.Add(400 * time.Microsecond), base.Add(time.Millisecond), base, time.Unix(0, 0), time.Unix(-1, 999_999_999)}
+	for _, tm := range times {
+		if got, want := c.Format(tm), timestamp.Format(tm); got != want {
+			t.Fatalf("Cache.Format(%v) = %s, want %s", tm, got, want)
+		}
+	}
+	a, b := c.Format(base), c.Format(base.Add(999*time.Microsecond))
+	if unsafe.StringData(a) != unsafe.StringData(b) {
+		t.Error("two times of one millisecond formatted twice")
+	}
+	done := make(chan bool)
+	for g := range 4 {
+		go func() {
+			defer func() { done <- true }()
+			for i := range 1000 {
+				tm := base.Add(time.Duration(g*1000+i) * 300 * time.Microsecond)
+				if got, want := c.Format(tm), timestamp.Format(tm); got != want {
+					t.Errorf("concurrent Cache.Format(%v) = %s, want %s", tm, got, want)
+					return
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
 	}
 }

@@ -104,18 +104,30 @@ const maxDepthFast = 16
 
 // decodeArgs reads a Socket.IO packet's JSON array as json.Unmarshal into
 // []any would, except that an element of the array that is an object of at
-// most maxObjectFields fields is an Object, not a map (its nested objects
+// most maxObjectFields fields is an *Object, not a map (its nested objects
 // are maps). It reports false (nothing decoded) for anything but plain
 // input (string escapes, bytes outside printable ASCII in strings, deep
 // nesting) and for invalid JSON, which the caller then gives to
 // encoding/json, for the same result or the same error.
-func decodeArgs(b []byte) ([]any, bool) {
-	d := fastDecoder{b: b}
+func decodeArgs(b []byte) ([]any, bool) { return decodeArgsInto(b, nil) }
+
+// decodeArgsInto is decodeArgs into a direct event's scratch (nil: none):
+// the array and its Objects are the scratch's, valid until it is reused;
+// what they hold (strings, nested maps and arrays) is not, and may be kept.
+// A heartbeat so decodes without allocating (see directCall).
+func decodeArgsInto(b []byte, sc *directCall) ([]any, bool) {
+	d := fastDecoder{b: b, sc: sc}
 	d.space()
 	if d.i >= len(d.b) || d.b[d.i] != '[' {
 		return nil, false
 	}
-	v, ok := d.array(0)
+	var v []any
+	var ok bool
+	if sc != nil {
+		v, ok = d.elements(sc.args[:0], 0)
+	} else {
+		v, ok = d.array(0)
+	}
 	if !ok {
 		return nil, false
 	}
@@ -127,11 +139,11 @@ func decodeArgs(b []byte) ([]any, bool) {
 }
 
 // Object is an event's argument that is a JSON object, as the websocket
-// transport decodes it: its fields in the order sent. An event's payload
-// is read a field or two at a time and then dropped, and a map cost about
-// 300 bytes even for one field: a third of what a heartbeat allocated.
-// The handlers take an Object or a map (the library's path, and objects of
-// more than maxObjectFields fields).
+// transport decodes it (as an *Object): its fields in the order sent. An
+// event's payload is read a field or two at a time and then dropped, and a
+// map cost about 300 bytes even for one field: a third of what a heartbeat
+// allocated. The handlers take an *Object or a map (the library's path,
+// and objects of more than maxObjectFields fields).
 type Object []Field
 
 // Field is one field of an Object.
@@ -157,8 +169,9 @@ func (o Object) Get(key string) (any, bool) {
 const maxObjectFields = 8
 
 type fastDecoder struct {
-	b []byte
-	i int
+	b  []byte
+	i  int
+	sc *directCall // nil: everything decoded is allocated
 }
 
 func (d *fastDecoder) space() {
@@ -179,6 +192,9 @@ func (d *fastDecoder) value(depth int) (any, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '"':
+		if d.sc != nil {
+			return d.sc.internValue(d)
+		}
 		return d.str()
 	case c == '{':
 		if depth == 0 { // an element of the arguments' array
@@ -211,21 +227,8 @@ func (d *fastDecoder) word(w string) bool {
 
 // str reads a string without escapes, of printable ASCII.
 func (d *fastDecoder) str() (string, bool) {
-	d.i++ // the opening quote
-	start := d.i
-	for d.i < len(d.b) {
-		c := d.b[d.i]
-		if c == '"' {
-			s := string(d.b[start:d.i])
-			d.i++
-			return s, true
-		}
-		if c < 0x20 || c > 0x7e || c == '\\' {
-			return "", false
-		}
-		d.i++
-	}
-	return "", false
+	b, ok := d.strBytes()
+	return string(b), ok
 }
 
 // number reads a number of the JSON grammar as a float64.
@@ -270,10 +273,14 @@ func (d *fastDecoder) number() (any, bool) {
 }
 
 func (d *fastDecoder) array(depth int) ([]any, bool) {
+	return d.elements([]any{}, depth)
+}
+
+// elements reads an array's elements into out.
+func (d *fastDecoder) elements(out []any, depth int) ([]any, bool) {
 	if depth > maxDepthFast {
 		return nil, false
 	}
-	out := []any{}
 	if d.open(']') {
 		return out, true
 	}
@@ -323,14 +330,25 @@ func (d *fastDecoder) object(depth int) (map[string]any, bool) {
 }
 
 // flatObject reads an object of at most maxObjectFields fields as an
-// Object; for a larger one it reports false with nothing consumed, and the
-// caller reads it as a map.
-func (d *fastDecoder) flatObject() (Object, bool) {
+// *Object (the scratch's while it has one free); for a larger one it
+// reports false with nothing consumed, and the caller reads it as a map.
+func (d *fastDecoder) flatObject() (*Object, bool) {
 	start := d.i
 	var fields [maxObjectFields]Field
 	n := 0
+	done := func() (*Object, bool) {
+		if sc := d.sc; sc != nil && sc.objs < len(sc.obj) {
+			i := sc.objs
+			sc.objs++
+			copy(sc.fields[i][:], fields[:n])
+			sc.obj[i] = Object(sc.fields[i][:n:n])
+			return &sc.obj[i], true
+		}
+		o := append(Object{}, fields[:n]...)
+		return &o, true
+	}
 	if d.open('}') {
-		return Object{}, true
+		return done()
 	}
 	for {
 		d.space()
@@ -338,7 +356,13 @@ func (d *fastDecoder) flatObject() (Object, bool) {
 			d.i = start
 			return nil, false
 		}
-		k, ok := d.str()
+		var k string
+		var ok bool
+		if d.sc != nil {
+			k, ok = d.sc.internKey(d)
+		} else {
+			k, ok = d.str()
+		}
 		if !ok {
 			d.i = start
 			return nil, false
@@ -362,9 +386,29 @@ func (d *fastDecoder) flatObject() (Object, bool) {
 			return nil, false
 		}
 		if !more {
-			return append(Object(nil), fields[:n]...), true
+			return done()
 		}
 	}
+}
+
+// strBytes reads a string without escapes, of printable ASCII, and
+// returns its bytes (in d.b).
+func (d *fastDecoder) strBytes() ([]byte, bool) {
+	d.i++ // the opening quote
+	start := d.i
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		if c == '"' {
+			s := d.b[start:d.i]
+			d.i++
+			return s, true
+		}
+		if c < 0x20 || c > 0x7e || c == '\\' {
+			return nil, false
+		}
+		d.i++
+	}
+	return nil, false
 }
 
 // open consumes a container's opening bracket and reports whether the

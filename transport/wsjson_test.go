@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/presenced/presenced/internal/fuzzinput"
 )
@@ -55,9 +58,21 @@ func FuzzDecodeArgs(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) { checkDecode(t, in) })
 }
 
+// fuzzScratch is reused by every checkDecode, as readDirect's are: what
+// one input leaves in it must not show in the next one's result.
+var fuzzScratch directCall
+
 func checkDecode(t *testing.T, in []byte) {
 	t.Helper()
 	got, ok := decodeArgs(in)
+	into, okInto := decodeArgsInto(in, &fuzzScratch)
+	if okInto != ok {
+		t.Fatalf("decodeArgs(%q) ok %v, into a scratch %v", in, ok, okInto)
+	}
+	if ok && !reflect.DeepEqual(asMaps(got), asMaps(into)) {
+		t.Fatalf("decodeArgs(%q) = %#v, into a scratch %#v", in, got, into)
+	}
+	fuzzScratch.reset()
 	if !ok {
 		return // encoding/json's turn: the same result by construction
 	}
@@ -68,11 +83,11 @@ func checkDecode(t *testing.T, in []byte) {
 	// the array's objects come as Objects up to maxObjectFields fields,
 	// and as maps past that; as maps, they are what encoding/json reads
 	for i, v := range got {
-		if o, isObj := v.(Object); isObj {
-			if len(o) > maxObjectFields {
-				t.Fatalf("decodeArgs(%q): an Object of %d fields", in, len(o))
+		if o, isObj := v.(*Object); isObj {
+			if len(*o) > maxObjectFields {
+				t.Fatalf("decodeArgs(%q): an Object of %d fields", in, len(*o))
 			}
-			got[i] = objectMap(o)
+			got[i] = objectMap(*o)
 		} else if m, isMap := v.(map[string]any); isMap && len(m) <= maxObjectFields && !repeatsKey(in) {
 			t.Fatalf("decodeArgs(%q): a map of %d fields, not an Object", in, len(m))
 		}
@@ -80,6 +95,18 @@ func checkDecode(t *testing.T, in []byte) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decodeArgs(%q) = %#v, encoding/json %#v", in, got, want)
 	}
+}
+
+// asMaps is args with its Objects as maps (a copy).
+func asMaps(args []any) []any {
+	out := make([]any, len(args))
+	for i, v := range args {
+		if o, isObj := v.(*Object); isObj {
+			v = objectMap(*o)
+		}
+		out[i] = v
+	}
+	return out
 }
 
 // objectMap is o as encoding/json decodes it.
@@ -100,11 +127,14 @@ func TestDecodeArgsObjects(t *testing.T) {
 	if !ok {
 		t.Fatal("fell back")
 	}
-	hb, isObj := got[1].(Object)
-	if v, found := hb.Get("active"); !isObj || !found || v != true {
+	hb, isObj := got[1].(*Object)
+	if !isObj {
 		t.Fatalf("heartbeat payload %#v", got[1])
 	}
-	o, _ := got[2].(Object)
+	if v, found := hb.Get("active"); !found || v != true {
+		t.Fatalf("heartbeat payload %#v", got[1])
+	}
+	o := *got[2].(*Object)
 	if v, _ := o.Get("a"); v != 2.0 {
 		t.Errorf("a repeated key: %#v, want the last value", v)
 	}
@@ -114,13 +144,70 @@ func TestDecodeArgsObjects(t *testing.T) {
 	if _, found := o.Get("x"); found {
 		t.Error("a missing key found")
 	}
-	if e, isObj := got[3].(Object); !isObj || len(e) != 0 {
+	if e, isObj := got[3].(*Object); !isObj || len(*e) != 0 {
 		t.Errorf("empty object %#v", got[3])
 	}
 	many := `[{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9}]`
 	if got, ok := decodeArgs([]byte(many)); !ok || len(got[0].(map[string]any)) != 9 {
 		t.Errorf("%s: %#v, want a map", many, got)
 	}
+}
+
+// A heartbeat is decoded into a direct event's scratch without allocating,
+// once the scratch has seen the event's name and keys; a long string is
+// not kept in the scratch's names.
+func TestDecodeArgsIntoScratch(t *testing.T) {
+	in := []byte(`["heartbeat",{"active":true}]`)
+	sc := new(directCall)
+	first, ok := decodeArgsInto(in, sc)
+	if !ok {
+		t.Fatal("fell back")
+	}
+	name := first[0].(string)
+	sc.reset()
+	allocs := testing.AllocsPerRun(100, func() {
+		args, ok := decodeArgsInto(in, sc)
+		if !ok || len(args) != 2 {
+			t.Fatalf("decoded %#v, %v", args, ok)
+		}
+		if v, _ := args[1].(*Object).Get("active"); v != true {
+			t.Fatalf("active = %#v", v)
+		}
+		sc.reset()
+	})
+	if allocs != 0 {
+		t.Errorf("a heartbeat decoded into a warm scratch allocates %v times, want 0", allocs)
+	}
+	again, _ := decodeArgsInto(in, sc)
+	if s := again[0].(string); s != name || unsafe.StringData(s) != unsafe.StringData(name) {
+		t.Errorf("the event name was not interned: %q", s)
+	}
+	sc.reset()
+	// Objects beyond the scratch's are allocated; three in one event
+	many, ok := decodeArgsInto([]byte(`["x",{"a":"1"},{"b":"2"},{"c":"3"}]`), sc)
+	if !ok || len(many) != 4 {
+		t.Fatalf("decoded %#v", many)
+	}
+	for i, k := range []string{"a", "b", "c"} {
+		if v, _ := many[i+1].(*Object).Get(k); v != strconv.Itoa(i+1) {
+			t.Errorf("object %d: %s = %#v", i, k, v)
+		}
+	}
+	sc.reset()
+	long := strings.Repeat("x", maxInterned+1)
+	_, _ = decodeArgsInto([]byte(`["`+long+`"]`), sc)
+	for _, n := range sc.names {
+		if len(n.s) > maxInterned {
+			t.Errorf("a string of %d bytes was interned", len(n.s))
+		}
+	}
+	// what a released scratch held is gone; a late reply writes nothing
+	sc.w = &wsTransport{}
+	sc.reset()
+	if sc.w != nil || sc.args[0] != nil || sc.objs != 0 || sc.fields[0][0].Key != "" {
+		t.Errorf("reset left %+v", sc)
+	}
+	sc.Reply("late") // no transport: nothing to write to, and no panic
 }
 
 type marshalsItself struct{ A int }

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/zishang520/socket.io/servers/socket/v3"
 )
 
 type fakeDirect struct {
@@ -14,7 +12,7 @@ type fakeDirect struct {
 	seen  map[*any][]string
 }
 
-func (f *fakeDirect) DirectEvent(slot *any, _ func() string, args []any, _ socket.Ack) bool {
+func (f *fakeDirect) DirectEvent(slot *any, _ func() string, args []any, _ Replier) bool {
 	name, _ := args[0].(string)
 	if name == "block" {
 		<-f.block

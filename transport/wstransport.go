@@ -14,7 +14,6 @@ import (
 	"github.com/zishang520/socket.io/parsers/engine/v3/packet"
 	"github.com/zishang520/socket.io/servers/engine/v3"
 	"github.com/zishang520/socket.io/servers/engine/v3/transports"
-	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/internal/stack"
@@ -46,14 +45,25 @@ import (
 
 // Dispatcher takes EVENT packets of the main namespace read off a
 // websocket (the socket handlers plug in here). DirectEvent handles one:
-// args are the decoded packet data, the event name first; ack is nil when
-// the client asked for none. It reports false, having done nothing, when
-// the event must take the library's path instead. slot is the websocket's
-// own cache for the dispatcher (its reader is the only user): what the
-// dispatcher stores there it finds again at the connection's next event.
+// args are the decoded packet data, the event name first (an argument
+// that is a small JSON object is an *Object); ack is nil when the client
+// asked for none. It reports false, having done nothing, when the event
+// must take the library's path instead. slot is the websocket's own cache
+// for the dispatcher (its reader is the only user): what the dispatcher
+// stores there it finds again at the connection's next event.
+//
+// args, its Objects and ack are the event's scratch, reused once
+// DirectEvent returns (directCall): DirectEvent answers before it returns,
+// and keeps none of them; the values they hold (strings, nested maps and
+// arrays) it may keep.
 type Dispatcher interface {
-	DirectEvent(slot *any, engineID func() string, args []any, ack socket.Ack) bool
+	DirectEvent(slot *any, engineID func() string, args []any, ack Replier) bool
 }
+
+// Replier answers a direct event: Reply writes the ACK packet whose one
+// argument is body, in the socket's order (wsout.go). Only the first reply
+// is written.
+type Replier interface{ Reply(body any) }
 
 // WebsocketConfig configures the websocket transport.
 type WebsocketConfig struct {
@@ -399,23 +409,23 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 			return false
 		}
 	}
-	args, ok := decodeArgs(msg[i:])
+	call := directCalls.Get().(*directCall)
+	defer call.release()
+	args, ok := decodeArgsInto(msg[i:], call)
 	if !ok {
-		if err := json.Unmarshal(msg[i:], &args); err != nil {
+		var slow []any // (a variable of its own: &args would move args to the heap)
+		if err := json.Unmarshal(msg[i:], &slow); err != nil {
 			return false
 		}
+		args = slow
 	}
 	if len(args) == 0 {
 		return false
 	}
-	var ack socket.Ack
+	var ack Replier
 	if hasID {
-		var sent atomic.Bool
-		ack = func(reply []any, _ error) {
-			if sent.CompareAndSwap(false, true) {
-				w.writeAck(id, reply)
-			}
-		}
+		call.w, call.id = w, id
+		ack = call
 	}
 	return w.direct.DirectEvent(&w.slot, w.idFn, args, ack)
 }
@@ -452,17 +462,17 @@ func (w *wsTransport) holdPong(msg []byte) bool {
 	return true
 }
 
-// writeAck writes a Socket.IO ACK packet for id, as the library's encoder
-// would ("43" + id + the JSON array), in the socket's order (wsout.go).
-func (w *wsTransport) writeAck(id uint64, reply []any) {
-	if reply == nil {
-		reply = []any{}
-	}
+// writeAck writes a Socket.IO ACK packet for id whose one argument is
+// body, as the library's encoder would ("43" + id + the JSON array), in
+// the socket's order (wsout.go).
+func (w *wsTransport) writeAck(id uint64, body any) {
 	bp := ackBufs.Get().(*[]byte)
 	buf := append((*bp)[:0], make([]byte, maxFrameHeader)...)
 	buf = append(buf, '4', '3')
 	buf = strconv.AppendUint(buf, id, 10)
-	buf, err := appendJSON(buf, reply)
+	buf = append(buf, '[')
+	buf, err := appendJSON(buf, body)
+	buf = append(buf, ']')
 	if err == nil {
 		w.writeNow(sealFrame(buf, opText)) // copies the frame if it must wait
 	}
