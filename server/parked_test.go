@@ -77,6 +77,14 @@ func TestIdleReadersPark(t *testing.T) {
 	// A message soon after the one before: the wait again.
 	heartbeats("frequent heartbeats")
 	waits("frequent heartbeats")
+	// After a busy spell, the first message past a pause waits again: the
+	// client may be busy again, and parking at once woke every such
+	// connection twice through the poller when a burst of activity
+	// followed a pause. The next one after a pause parks at once again.
+	heartbeats("heartbeats after a busy spell and a pause")
+	waits("heartbeats after a busy spell and a pause")
+	heartbeats("sparse heartbeats again")
+	waitPolledWithin(t, base, n, n, transport.ParkAfter/2, "sparse heartbeats again")
 	// The client leaves: the reader wakes on the end of the stream.
 	_ = cs[0].conn.Close()
 	waitPolled(n-1, n-1, "after a client closed")

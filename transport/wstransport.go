@@ -188,11 +188,12 @@ type wsTransport struct {
 	noPark bool
 	reads  uint8 // messages read, counted up to 2 (ParkAfterConnect; the reader's)
 	// sparse: the last message came ParkAfter or more after the one
-	// before it: it is handled on the reader, and the connection parks as
-	// soon as nothing is left to read (see ParkAfter). lastRead is when
-	// that message was read (unix ns). The reader's.
-	sparse   bool
-	lastRead int64
+	// before it, and so did that one (active: it did not): it is handled on
+	// the reader, and the connection parks as soon as nothing is left to
+	// read (see ParkAfter). lastRead is when that message was read (unix
+	// ns). The reader's.
+	sparse, active bool
+	lastRead     int64
 	parked   atomic.Bool
 }
 
@@ -280,7 +281,9 @@ func (w *wsTransport) readMessages() (parked bool) {
 		}
 		if w.poll != nil {
 			now := time.Now().UnixNano()
-			w.sparse = w.reads >= 2 && now-w.lastRead >= int64(ParkAfter)
+			long := now-w.lastRead >= int64(ParkAfter)
+			w.sparse = w.reads >= 2 && long && !w.active
+			w.active = w.reads >= 2 && !long
 			w.lastRead = now
 		}
 		if w.reads < 2 {
@@ -342,6 +345,19 @@ func (w *wsTransport) dispatch(msg []byte) bool {
 // each 5 s) the server's CPU per heartbeat was 236-267 µs, and is 130-137
 // µs now (docs/benchmarks/presence-load.md). A connection that then talks
 // more often than ParkAfter waits as above.
+//
+// The message that ends a pause after a busy spell (the one before it
+// came within ParkAfter of its own predecessor) is not sparse: it waits as
+// above, and only the next message past a pause parks at once. When a
+// burst of activity followed a pause, parking at once woke each of those
+// connections twice through the poller in its first moments (the first
+// message parked, the second came soon after): in the heartbeat benchmark
+// (5,000 sockets, steps 2 s apart), the first seconds of the 30,000/s step
+// had a p99 of 110-430 ms at about 0.65 cores, against under 30 ms for the
+// rest of the step; with this rule 9-13 ms, and the step's p99 30 ms
+// instead of 112-243 (docs/benchmarks/side-by-side.md). Real clients'
+// sockets, once their heartbeats are 15-20 s apart, park at once as
+// before; one that was busy holds a reader for ParkAfter once more.
 const ParkAfter = 2 * time.Second
 
 // ParkAfterConnect is ParkAfter for the wait after a connection's first
