@@ -355,7 +355,7 @@ func (w *wsTransport) dispatch(msg []byte) bool {
 // (5,000 sockets, steps 2 s apart), the first seconds of the 30,000/s step
 // had a p99 of 110-430 ms at about 0.65 cores, against under 30 ms for the
 // rest of the step; with this rule 9-13 ms, and the step's p99 30 ms
-// instead of 112-243 (docs/benchmarks/side-by-side.md). Real clients'
+// instead of 112-243 (docs/benchmarks/presence-load.md). Real clients'
 // sockets, once their heartbeats are 15-20 s apart, park at once as
 // before; one that was busy holds a reader for ParkAfter once more.
 const ParkAfter = 2 * time.Second
