@@ -193,8 +193,8 @@ type wsTransport struct {
 	// read (see ParkAfter). lastRead is when that message was read (unix
 	// ns). The reader's.
 	sparse, active bool
-	lastRead     int64
-	parked   atomic.Bool
+	lastRead       int64
+	parked         atomic.Bool
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
