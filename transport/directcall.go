@@ -38,8 +38,10 @@ type internedName struct {
 
 var directCalls = sync.Pool{New: func() any { return new(directCall) }}
 
-// Reply writes the event's ACK packet with body, once; a second reply, or
-// one after the Dispatcher returned, writes nothing (see Replier).
+// Reply writes the event's ACK packet with body, once: a second reply
+// writes nothing, nor does one after release until the scratch serves
+// another event, whose ack it would then be: a Dispatcher keeps no ack
+// past DirectEvent (see Dispatcher).
 func (c *directCall) Reply(body any) {
 	if c.w == nil || c.sent {
 		return
