@@ -72,11 +72,11 @@ func (c *directCall) reset() {
 // which the cache would keep alive.
 const maxInterned = 64
 
-// intern returns the cached string equal to b, or caches a new one (a
-// longer one than maxInterned is returned uncached).
+// intern returns the cached string equal to b, or caches a new one; nil
+// for one longer than maxInterned (not cached).
 func (c *directCall) intern(b []byte) *internedName {
 	if len(b) > maxInterned {
-		return &internedName{s: string(b)}
+		return nil
 	}
 	for i := range c.names {
 		if n := &c.names[i]; len(n.s) == len(b) && n.s == string(b) {
@@ -87,26 +87,4 @@ func (c *directCall) intern(b []byte) *internedName {
 	c.next = (c.next + 1) % len(c.names)
 	*n = internedName{s: string(b)}
 	return n
-}
-
-// internKey reads an object's key (d.str), interned.
-func (c *directCall) internKey(d *fastDecoder) (string, bool) {
-	b, ok := d.strBytes()
-	if !ok {
-		return "", false
-	}
-	return c.intern(b).s, true
-}
-
-// internValue reads a string value (d.str), interned and boxed.
-func (c *directCall) internValue(d *fastDecoder) (any, bool) {
-	b, ok := d.strBytes()
-	if !ok {
-		return nil, false
-	}
-	n := c.intern(b)
-	if n.box == nil {
-		n.box = n.s
-	}
-	return n.box, true
 }

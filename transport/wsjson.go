@@ -192,10 +192,7 @@ func (d *fastDecoder) value(depth int) (any, bool) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '"':
-		if d.sc != nil {
-			return d.sc.internValue(d)
-		}
-		return d.str()
+		return d.strValue()
 	case c == '{':
 		if depth == 0 { // an element of the arguments' array
 			if o, ok := d.flatObject(); ok {
@@ -356,13 +353,7 @@ func (d *fastDecoder) flatObject() (*Object, bool) {
 			d.i = start
 			return nil, false
 		}
-		var k string
-		var ok bool
-		if d.sc != nil {
-			k, ok = d.sc.internKey(d)
-		} else {
-			k, ok = d.str()
-		}
+		k, ok := d.key()
 		if !ok {
 			d.i = start
 			return nil, false
@@ -389,6 +380,41 @@ func (d *fastDecoder) flatObject() (*Object, bool) {
 			return done()
 		}
 	}
+}
+
+// key reads an object's key (str), interned in the scratch if there is one.
+func (d *fastDecoder) key() (string, bool) {
+	if d.sc == nil {
+		return d.str()
+	}
+	b, ok := d.strBytes()
+	if !ok {
+		return "", false
+	}
+	if n := d.sc.intern(b); n != nil {
+		return n.s, true
+	}
+	return string(b), true
+}
+
+// strValue reads a string value (str), boxed; interned and boxed once in
+// the scratch if there is one.
+func (d *fastDecoder) strValue() (any, bool) {
+	if d.sc == nil {
+		return d.str()
+	}
+	b, ok := d.strBytes()
+	if !ok {
+		return nil, false
+	}
+	n := d.sc.intern(b)
+	if n == nil {
+		return string(b), true
+	}
+	if n.box == nil {
+		n.box = n.s
+	}
+	return n.box, true
 }
 
 // strBytes reads a string without escapes, of printable ASCII, and
