@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -219,6 +220,18 @@ func TestReleaseRequest(t *testing.T) {
 		if got := fmt.Sprintf("%T", s.StrictEventEmitter.EventEmitter); got != "*transport.emitter" {
 			t.Errorf("socket %s's emitter is a %s, want ours", s.Id(), got)
 		}
+	}
+	// the websocket's engine connection and its upgraded connection are on
+	// our emitters too, adopted once the engine's initialization was done
+	// (transport/adopt.go); the polling one keeps the library's
+	if got := embeddedEmitter(reflect.ValueOf(wes.Conn())); got != "*transport.emitter" {
+		t.Errorf("the websocket's engine connection has a %s emitter, want ours", got)
+	}
+	if got := embeddedEmitter(reflect.ValueOf(wes.Conn().Transport()).Elem().FieldByName("conn")); got != "*transport.emitter" {
+		t.Errorf("the upgraded websocket connection has a %s emitter, want ours", got)
+	}
+	if got := embeddedEmitter(reflect.ValueOf(polly.Conn())); got != "*types.emmiter" {
+		t.Errorf("the polling engine connection has a %s emitter, want the library's", got)
 	}
 	if got := c.call(t, "heartbeat", `{"active":true}`); !strings.Contains(string(got), `"nextInMs"`) {
 		t.Fatalf("heartbeat ack after the release: %s", got)
@@ -552,4 +565,14 @@ func TestConnectGateReleased(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// embeddedEmitter names the type of the emitter embedded in the struct p
+// (a reflect.Value of a pointer to it) points to.
+func embeddedEmitter(p reflect.Value) string {
+	f := p.Elem().FieldByName("EventEmitter")
+	if !f.IsValid() || f.IsNil() {
+		return "none"
+	}
+	return f.Elem().Type().String()
 }

@@ -22,7 +22,7 @@ import (
 // owns several emitters with a handful of listeners each: about 3.5 KB
 // of heap per idle socket, 1.4 KB of it in the three above (measured,
 // docs/benchmarks/presence-load.md). This one is a mutex and one slice
-// of (event, listener) pairs, in the order they were added: 40 bytes a
+// of (event, listener) pairs, in the order they were added: 32 bytes a
 // listener, and an Emit copies its listeners to the stack.
 //
 // It behaves as the library's does: listeners run in the order they were
@@ -42,10 +42,11 @@ type emitter struct {
 	ls []listener
 }
 
+// listener is 32 bytes; RemoveListener finds a function's code pointer
+// when it needs it.
 type listener struct {
 	evt  types.EventName
 	fn   types.EventListener
-	ptr  uintptr
 	once bool
 }
 
@@ -59,7 +60,7 @@ func (e *emitter) add(evt types.EventName, once bool, fns []types.EventListener)
 	defer e.mu.Unlock()
 	for _, fn := range fns {
 		if fn != nil {
-			e.ls = append(e.ls, listener{evt: evt, fn: fn, ptr: reflect.ValueOf(fn).Pointer(), once: once})
+			e.ls = append(e.ls, listener{evt: evt, fn: fn, once: once})
 		}
 	}
 	return nil
@@ -164,7 +165,7 @@ func (e *emitter) RemoveListener(evt types.EventName, fn types.EventListener) bo
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i, l := range e.ls {
-		if l.evt == evt && l.ptr == ptr {
+		if l.evt == evt && reflect.ValueOf(l.fn).Pointer() == ptr {
 			e.ls = slices.Delete(e.ls, i, i+1) // zeroes the freed slot
 			return true
 		}

@@ -184,3 +184,49 @@ func isOurs(v any) bool {
 	f := reflect.ValueOf(v).Elem().FieldByName("EventEmitter")
 	return f.IsValid() && !f.IsNil() && f.Elem().Type() == reflect.TypeFor[*emitter]()
 }
+
+// adoptEmitter moves a library emitter's listeners onto ours: in order,
+// On listeners as they are, Once listeners unwrapped (they still run once,
+// and RemoveListener finds them by the function given to Once).
+func TestAdoptEmitter(t *testing.T) {
+	if info := libEmitterInfo(); !info.ok {
+		t.Fatal("the library's Once wrapper is not the layout adopt.go mirrors")
+	}
+	var seen []string
+	mark := func(s string) types.EventListener { return func(...any) { seen = append(seen, s) } }
+	onA1, onceA2, onA3 := mark("a1"), mark("a2"), mark("a3")
+	onceB := func(...any) { seen = append(seen, "b") }
+	removed := func(...any) { seen = append(seen, "removed") }
+	old := types.NewEventEmitter()
+	_ = old.On("a", onA1)
+	_ = old.Once("a", onceA2)
+	_ = old.On("a", onA3)
+	_ = old.Once("b", onceB)
+	_ = old.Once("c", removed)
+	_ = old.Once("spent", mark("spent"))
+	old.Emit("spent") // a fired Once listener leaves the library's event empty
+	host := &struct{ types.EventEmitter }{old}
+	if !adoptField(host) || !isOurs(host) {
+		t.Fatal("adoptField did not swap the library's emitter")
+	}
+	e := host.EventEmitter
+	if !e.RemoveListener("c", removed) {
+		t.Fatal("RemoveListener did not find a Once listener by its function")
+	}
+	e.Emit("a")
+	e.Emit("a")
+	e.Emit("b")
+	e.Emit("b")
+	e.Emit("c")
+	e.Emit("spent")
+	if got := strings.Join(seen, ","); got != "spent,a1,a2,a3,a1,a3,b" {
+		t.Fatalf("listeners run: %s; want spent,a1,a2,a3,a1,a3,b", got)
+	}
+	if n := e.ListenerCount("a"); n != 2 {
+		t.Fatalf("%d listeners of a left, want 2", n)
+	}
+	// ours, a nil one and a struct without an emitter are left alone
+	if adoptField(host) || adoptField(&struct{ types.EventEmitter }{}) || adoptField(&struct{ x int }{}) || adoptField(nil) {
+		t.Fatal("adoptField swapped what is not the library's emitter")
+	}
+}

@@ -205,7 +205,12 @@ func (h *heartbeat) advance(now time.Time, pings []*wsTransport, late []func()) 
 
 // takeHeartbeat is the engine's "connection" listener (Websocket.Attach):
 // a connection on our websocket from its handshake, speaking Engine.IO v4,
-// gets its heartbeat from the wheel instead of the engine.
+// gets its heartbeat from the wheel instead of the engine, and emitters of
+// ours for the engine socket's and the websocket's (adopt.go). The engine
+// calls its transport-ready callback, which would start its heartbeat,
+// last in the initialization, after its own last use of those emitters
+// and after the read permission that lets the reader start: the callback
+// here swaps the emitters under initMu, which the reader waits for.
 func (b *Websocket) takeHeartbeat(args ...any) {
 	if len(args) == 0 || b.beats == nil {
 		return
@@ -221,7 +226,12 @@ func (b *Websocket) takeHeartbeat(args ...any) {
 	if !ok || !canClose || w.upgradeSid != "" || ctx == nil || ctx.TransportReadPermission() == nil {
 		return
 	}
-	ctx.SetTransportReady(nil) // the engine's heartbeat never starts
+	w.initMu.Lock()
+	ctx.SetTransportReady(func() { // instead of the engine's heartbeat
+		defer w.initMu.Unlock()
+		adoptField(conn)
+		adoptField(w.conn)
+	})
 	if b.beats.add(w, func() { closer.OnClose("ping timeout") }) {
 		w.ownBeat.Store(true)
 	}

@@ -149,13 +149,6 @@ type wsTransport struct {
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
-	// settled: the engine hands this transport everything in order, so
-	// frames may be queued on it directly (Frame.WriteTo). A connection's
-	// first transport is settled from the start; an upgrade once the
-	// engine has handled its UPGRADE packet, which makes it the transport
-	// and then flushes the packets the engine held meanwhile (until then a
-	// direct frame could pass them).
-	settled atomic.Bool
 
 	netConn net.Conn        // the hijacked connection, written by wsout.go
 	raw     syscall.RawConn // netConn's, for writes that must not block (nil: none)
@@ -163,10 +156,8 @@ type wsTransport struct {
 	// byte to its last: a write that stopped inside a frame (tryWrite)
 	// hands it on to the writer that finishes the frame (frameMuHeld), so
 	// that no control frame lands in the middle.
-	frameMu     sync.Mutex
-	frameMuHeld bool      // the writer goroutine owns frameMu already (set by tryWrite)
-	closeSent   bool      // a CLOSE frame is written (writeControl; under frameMu)
-	one         [1][]byte // a coalesced batch, as net.Buffers (under frameMu)
+	frameMu sync.Mutex
+	one     [1][]byte // a coalesced batch, as net.Buffers (under frameMu)
 	// rawCall is rawWrite's call, made once per connection so that a write
 	// allocates nothing; it belongs to the holder of frameMu.
 	rawCall rawCall
@@ -195,6 +186,20 @@ type wsTransport struct {
 	sparse, active bool
 	lastRead       int64
 	parked         atomic.Bool
+
+	// settled: the engine hands this transport everything in order, so
+	// frames may be queued on it directly (Frame.WriteTo). A connection's
+	// first transport is settled from the start; an upgrade once the
+	// engine has handled its UPGRADE packet, which makes it the transport
+	// and then flushes the packets the engine held meanwhile (until then a
+	// direct frame could pass them).
+	settled     atomic.Bool
+	frameMuHeld bool // the writer goroutine owns frameMu already (set by tryWrite)
+	closeSent   bool // a CLOSE frame is written (writeControl; under frameMu)
+	// initMu is held from takeHeartbeat until the engine has done with the
+	// connection's initialization and its emitters are ours (adopt.go):
+	// the reader starts once it can take it (readAfterInit).
+	initMu sync.Mutex
 }
 
 func (w *wsTransport) Construct(ctx *types.HttpContext) {
@@ -226,7 +231,7 @@ func (w *wsTransport) Construct(ctx *types.HttpContext) {
 
 	w.SetWritable(true)
 	w.SetPerMessageDeflate(nil)
-	transports.StartReader(w, ctx.TransportReadPermission(), w.read)
+	transports.StartReader(w, ctx.TransportReadPermission(), w.readAfterInit)
 }
 
 func (w *wsTransport) Name() string          { return transports.WEBSOCKET }
@@ -243,6 +248,13 @@ func (w *wsTransport) engineID() string {
 // connection fails or closes, or, with the poller, until nothing is left to
 // read: the connection is then parked (see park) and the goroutine ends.
 // It does not allocate for a direct event (wsframes.go, wspool.go).
+// readAfterInit is the reader's start: it waits for initMu (see there).
+func (w *wsTransport) readAfterInit() {
+	w.initMu.Lock()
+	w.initMu.Unlock() //nolint:staticcheck // an empty critical section: a wait for takeHeartbeat's hand-over
+	w.read()
+}
+
 func (w *wsTransport) read() {
 	if !w.readMessages() {
 		w.conn.Emit("close") // once-listener: a no-op after the first
