@@ -35,7 +35,7 @@ type libOnce struct {
 // methodValue is how Go represents a bound method value: a pointer to
 // the wrapper's code, then the receiver.
 type methodValue struct {
-	code uintptr
+	_    uintptr // the wrapper's code
 	recv unsafe.Pointer
 }
 
