@@ -21,6 +21,14 @@ import (
 // listeners onto an emitter of ours, in order, with each Once listener
 // unwrapped so that it stays a once listener with its own code pointer
 // (RemoveListener finds it as the library's did).
+//
+// What may use those emitters afterwards is ordered after the swap: the
+// reader (it waits for initMu), the heartbeat wheel (the connection joins
+// it after the swap), and what they and the handlers start. One library
+// goroutine is not: the Socket.IO client's connect timeout (45 s), started
+// before the swap, which closes a connection that never sent its CONNECT.
+// It reads the emitter 45 s after the swap wrote it, with no
+// synchronization between the two that the race detector would see.
 
 // libOnce mirrors the library's oneTimeListener (pkg/types/events.go,
 // v3.0.6): what its Once stores for a listener is the method value

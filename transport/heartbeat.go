@@ -210,7 +210,9 @@ func (h *heartbeat) advance(now time.Time, pings []*wsTransport, late []func()) 
 // calls its transport-ready callback, which would start its heartbeat,
 // last in the initialization, after its own last use of those emitters
 // and after the read permission that lets the reader start: the callback
-// here swaps the emitters under initMu, which the reader waits for.
+// here swaps the emitters under initMu, which the reader waits for, and
+// then puts the connection on the wheel (a connection whose initialization
+// failed never joins it).
 func (b *Websocket) takeHeartbeat(args ...any) {
 	if len(args) == 0 || b.beats == nil {
 		return
@@ -231,8 +233,11 @@ func (b *Websocket) takeHeartbeat(args ...any) {
 		defer w.initMu.Unlock()
 		adoptField(conn)
 		adoptField(w.conn)
+		// After the swap: the wheel's goroutine, which may close the
+		// connection (and so emit on its emitter), takes the wheel's lock
+		// after add has, and so sees the new emitter.
+		if b.beats.add(w, func() { closer.OnClose("ping timeout") }) {
+			w.ownBeat.Store(true)
+		}
 	})
-	if b.beats.add(w, func() { closer.OnClose("ping timeout") }) {
-		w.ownBeat.Store(true)
-	}
 }
