@@ -122,12 +122,8 @@ func adoptEmitter(old types.EventEmitter) (e *emitter, ok bool) {
 // adoptField swaps the types.EventEmitter embedded in the struct v points
 // to for adoptEmitter's, and reports whether it did.
 func adoptField(v any) bool {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	f := rv.Elem().FieldByName("EventEmitter")
-	if !f.IsValid() || !f.CanSet() || f.Type() != reflect.TypeFor[types.EventEmitter]() {
+	f, ok := emitterField(v)
+	if !ok {
 		return false
 	}
 	old, _ := f.Interface().(types.EventEmitter)

@@ -194,12 +194,8 @@ func (e *emitter) Len() int { return len(e.EventNames()) }
 // other goroutine has v yet; SetEmitter reports false, and changes
 // nothing, when v already has listeners or has no such field.
 func SetEmitter(v any) bool {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	f := rv.Elem().FieldByName("EventEmitter")
-	if !f.IsValid() || !f.CanSet() || f.Type() != reflect.TypeFor[types.EventEmitter]() {
+	f, ok := emitterField(v)
+	if !ok {
 		return false
 	}
 	if old, ok := f.Interface().(types.EventEmitter); ok && old != nil && old.Len() > 0 {
@@ -207,6 +203,20 @@ func SetEmitter(v any) bool {
 	}
 	f.Set(reflect.ValueOf(NewEmitter()))
 	return true
+}
+
+// emitterField is the settable types.EventEmitter field embedded in the
+// struct v points to; false if v is not a pointer to such a struct.
+func emitterField(v any) (reflect.Value, bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}, false
+	}
+	f := rv.Elem().FieldByName("EventEmitter")
+	if !f.IsValid() || !f.CanSet() || f.Type() != reflect.TypeFor[types.EventEmitter]() {
+		return reflect.Value{}, false
+	}
+	return f, true
 }
 
 // SetSocketEmitter gives a Socket.IO socket that the namespace has not
