@@ -6,6 +6,7 @@ package handlers
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,7 @@ type SessionConfig struct {
 	HeartbeatJitter   time.Duration // default 5s
 	TypingTTL         time.Duration // default 5s
 	// MaxSocketsPerUser caps a user's sockets across the cluster (default
-	// 20; negative: no cap). Needs SocketDeps.Admission.
+	// 20; negative: no cap). The engine counts them (presence.Socket.Max).
 	MaxSocketsPerUser int
 	// Limits are the per-socket event limits (limits.go; zero values: the
 	// contract's defaults).
@@ -66,8 +67,6 @@ type SocketDeps struct {
 	// presence:subscribe. Without them those events answer "unavailable".
 	Viewers       Viewers
 	Subscriptions *Subscriptions
-	// Admission, when set, enforces MaxSocketsPerUser at the handshake.
-	Admission presence.Admission
 	// Activity, when set, is told of each heartbeat (the last-seen
 	// pipeline coarsens these).
 	Activity func(ctx context.Context, userID string, at time.Time)
@@ -82,7 +81,6 @@ type Sockets struct {
 	membership presence.Membership
 	rooms      *Rooms
 	activity   func(ctx context.Context, userID string, at time.Time)
-	admission  presence.Admission
 	viewers    Viewers
 	subs       *Subscriptions
 	now        func() time.Time
@@ -118,7 +116,7 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	}
 	h := &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
-		membership: d.Membership, rooms: d.Rooms, activity: d.Activity, admission: d.Admission,
+		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
 		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
 	}
 	h.opCtx.timeout = h.cfg.OpTimeout
@@ -148,8 +146,8 @@ type Conn struct {
 	sock     *socket.Socket
 	rooms    roomSet // the socket's rooms: sock, or a fake in tests
 
-	ready     chan struct{} // closed once Connect's work is done
-	reserved  bool          // Admit reserved its place, until Connect (or the close before it) ends that
+	ready     chan struct{} // closed once the engine's connect is done (Prepare)
+	started   atomic.Bool   // Connect has begun: the library connected the socket
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
 
@@ -207,17 +205,20 @@ type HeartbeatPayload struct {
 }
 
 // Prepare is called by the handshake middleware once the token is verified,
-// before the library acknowledges the connection to the client. The event
-// listeners are registered here, not in Connect: the client may send events
-// the instant it sees the CONNECT packet, and the library delivers them on
-// another goroutine, possibly before the "connection" listeners would run.
-// Each listener waits for Connect's work (the ready gate) before acting.
+// before the library acknowledges the connection to the client. The engine
+// counts the socket here, in the same step as the cap on the user's sockets
+// (MaxSocketsPerUser; a user with that many is refused): one round trip
+// before the client's CONNECT, where there were two (a reservation here,
+// the count after the CONNECT), and the client's first events find the
+// socket known. The event listeners are registered here too, not in
+// Connect: the client may send events the instant it sees the CONNECT
+// packet, and the library delivers them on another goroutine, possibly
+// before the "connection" listeners would run.
 //
-// A token with an exp ends the connection when it expires (expireAt); a
-// user with MaxSocketsPerUser sockets is refused (admit).
+// A token with an exp ends the connection when it expires (expireAt).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: socketRooms{s}, ready: make(chan struct{})}
-	if err := h.admit(c); err != nil {
+	if err := h.connectEngine(c); err != nil {
 		return err
 	}
 	if h.rooms != nil {
@@ -229,15 +230,13 @@ func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 	if !claims.ExpiresAt.IsZero() {
 		h.expireAt(c, claims.ExpiresAt)
 	}
-	// Also on the connection's close: a socket that never completes the
-	// library's connect gets no disconnect work.
+	// A socket the library never connects (its connection closed first)
+	// gets no "disconnect" from it: its disconnect work runs here.
 	_ = s.Conn().Once("close", func(...any) {
 		h.direct.CompareAndDelete(c.engineID, c)
 		c.stopExpiry()
-		select {
-		case <-c.ready:
-		default: // closed before Connect: its place is free at once
-			h.release(c)
+		if !c.started.Load() {
+			h.disconnect(c, "closed before connect")
 		}
 	})
 	s.On("disconnect", func(args ...any) {
@@ -250,43 +249,34 @@ func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
 // errTooManySockets refuses a handshake over MaxSocketsPerUser.
 var errTooManySockets = errorf(CodeUnauthorized, "too many connections")
 
-// admit reserves the socket's place among its user's sockets
-// (MaxSocketsPerUser, cluster-wide). When the count cannot be read (the
-// backend is down) the socket is let in: the cap guards against abuse and
-// is not worth refusing every user during an outage.
-func (h *Sockets) admit(c *Conn) error {
-	if h.admission == nil || h.cfg.MaxSocketsPerUser < 0 {
-		return nil
+// connectEngine has the engine count the socket, refused if its user has
+// MaxSocketsPerUser sockets already (cluster-wide). When the engine cannot
+// be reached the socket is let in, unknown to it until one of its events
+// connects it (serve): the cap guards against abuse and is not worth
+// refusing every user during an outage. The socket is open from here on
+// (its disconnect work will run once).
+func (h *Sockets) connectEngine(c *Conn) error {
+	max := h.cfg.MaxSocketsPerUser
+	if max < 0 {
+		max = 0 // no cap
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
 	defer cancel()
-	ok, err := h.admission.Admit(ctx, c.UserID, c.sid, h.cfg.MaxSocketsPerUser)
+	err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID, Max: max})
 	switch {
-	case err != nil:
-		h.log.Warn("socket count unavailable; admitting", "sid", c.sid, "user_id", c.UserID, "err", err)
-	case !ok:
+	case errors.Is(err, presence.ErrTooManySockets):
 		h.metrics.SocketsRefused.Inc()
-		h.log.Debug("too many sockets", "user_id", c.UserID, "max", h.cfg.MaxSocketsPerUser)
+		h.log.Debug("too many sockets", "user_id", c.UserID, "max", max)
 		return errTooManySockets
+	case err != nil:
+		h.log.Warn("presence connect failed; admitting", "sid", c.sid, "user_id", c.UserID, "err", err)
 	default:
-		c.reserved = true
+		c.connected.Store(true)
 	}
+	h.open.Add(1)
+	h.metrics.SocketsConnected.Inc()
+	close(c.ready)
 	return nil
-}
-
-// release ends the reservation of a socket the engine did not count: it
-// closed before Connect (the close hook), or the engine's Connect failed.
-// Should both run, the second call does nothing (Release is idempotent).
-func (h *Sockets) release(c *Conn) {
-	if !c.reserved {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
-	defer cancel()
-	if err := h.admission.Release(ctx, c.UserID, c.sid); err != nil {
-		// it lapses by itself (presence.ReservationTTL)
-		h.log.Debug("reservation not released", "sid", c.sid, "user_id", c.UserID, "err", err)
-	}
 }
 
 // expireAt closes the socket's Engine.IO connection when its token
@@ -322,7 +312,8 @@ func (c *Conn) stopExpiry() {
 }
 
 // Connect is called for every socket that passed authentication, after the
-// library sent the CONNECT packet.
+// library sent the CONNECT packet. The engine knows the socket already
+// (Prepare).
 func (h *Sockets) Connect(s *socket.Socket) {
 	// The library runs this on a goroutine it has just started, and the
 	// session's encoding (encoding/json) is deep.
@@ -333,26 +324,10 @@ func (h *Sockets) Connect(s *socket.Socket) {
 		s.Disconnect(false)
 		return
 	}
-	h.open.Add(1)
-	h.metrics.SocketsConnected.Inc()
-
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
-	defer cancel()
-	// The engine ends the socket's reservation as it counts the socket.
-	err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID, Reserved: c.reserved})
-	if err != nil {
-		h.log.Warn("presence connect failed", "sid", c.sid, "user_id", c.UserID, "err", err)
-	} else {
-		c.connected.Store(true)
-	}
-	close(c.ready)
-	if err != nil {
-		// After ready: the socket's first events (a join sent the moment
-		// the client saw CONNECT) need not wait for this round trip.
-		h.release(c)
-	}
-	// The socket may have closed meanwhile; its disconnect work then runs
-	// here (once), after the engine knew it.
+	c.started.Store(true)
+	// The socket may have closed meanwhile (its close hook then saw it not
+	// started, or the library's disconnect came): its disconnect work runs
+	// once, whichever calls it.
 	if s.Disconnected() {
 		h.disconnect(c, "closed before connect")
 		return
@@ -377,13 +352,6 @@ func (h *Sockets) Connect(s *socket.Socket) {
 // disconnect runs a socket's disconnect work exactly once, however many
 // times the library reports the disconnect.
 func (h *Sockets) disconnect(c *Conn, reason string) {
-	select {
-	case <-c.ready:
-	default:
-		// Connect has not finished; it will see the socket closed and call
-		// us again.
-		return
-	}
 	c.closed.Do(func() {
 		h.direct.CompareAndDelete(c.engineID, c)
 		c.stopExpiry()

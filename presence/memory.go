@@ -17,9 +17,6 @@ type Memory struct {
 	convs   map[string]*mConv
 	users   map[string]*mUser
 	leases  map[string]time.Time // node → last lease renewal
-	// reserved: user → sid → deadline of an admitted socket's reservation
-	// (MemoryAdmission), ended by the engine's Connect.
-	reserved map[string]map[string]time.Time
 
 	// pending timers, so that a tick visits only what may be due
 	typingConvs map[string]struct{}
@@ -67,7 +64,6 @@ func NewMemory() *Memory {
 		users:   map[string]*mUser{},
 		leases:  map[string]time.Time{},
 
-		reserved:    map[string]map[string]time.Time{},
 		typingConvs: map[string]struct{}{},
 		graceConvs:  map[string]struct{}{},
 		graceUsers:  map[string]struct{}{},
@@ -112,6 +108,10 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 	m := e.m
 	m.mu.Lock()
 	if _, ok := m.sockets[s.ID]; !ok {
+		if u := m.users[s.UserID]; s.Max > 0 && u != nil && len(u.socks) >= s.Max {
+			m.mu.Unlock()
+			return ErrTooManySockets
+		}
 		m.sockets[s.ID] = &mSocket{id: s.ID, user: s.UserID, node: e.cfg.NodeID, convs: map[string]struct{}{}, refreshed: now}
 		u := m.users[s.UserID]
 		if u == nil {
@@ -125,9 +125,6 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 			u.status = Online
 			b = append(b, Event{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online})
 		}
-	}
-	if s.Reserved {
-		m.release(s.UserID, s.ID)
 	}
 	m.mu.Unlock()
 	e.emit(ctx, b)

@@ -28,6 +28,8 @@ var (
 	ErrLimit       = errors.New("presence: too many conversations for this socket")
 	ErrUnknown     = errors.New("presence: unknown socket")
 	ErrUnavailable = errors.New("presence: backend unavailable")
+	// ErrTooManySockets refuses a Connect over Socket.Max.
+	ErrTooManySockets = errors.New("presence: too many sockets for this user")
 )
 
 // Status is a user's presence status.
@@ -124,11 +126,13 @@ type Sink func(ctx context.Context, events []Event)
 type Socket struct {
 	ID     string
 	UserID string
-	// Reserved: Admit reserved the socket's place (Admission). Connect then
-	// ends the reservation once the engine counts the socket, in the same
-	// step (for Redis, the same round trip), so the caller does not call
-	// Release.
-	Reserved bool
+	// Max, when positive, caps the sockets of the user across the cluster
+	// (CONTRACT §1: 20 by default): Connect refuses the socket with
+	// ErrTooManySockets if its user has Max sockets already, unless it is
+	// one of them (a Connect tried again). The count and the socket's entry
+	// are one step (for Redis, one script), so concurrent handshakes of a
+	// user never admit more than Max.
+	Max int
 }
 
 // Member is a user present in a conversation.

@@ -2,6 +2,7 @@ package presence_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -178,11 +179,11 @@ func TestRedisLegacyUserRecord(t *testing.T) {
 	if got := userSockets(t, eng, "old"); !slices.Equal(got, []string{"o1"}) {
 		t.Errorf("admin view of a legacy record: sockets %q, want [o1]", got)
 	}
-	if ok, err := eng.Admit(ctx, "old", "o2", 1); err != nil || ok {
-		t.Errorf("Admit with the legacy set full = %v, %v; want refused", ok, err)
+	if err := eng.Connect(ctx, presence.Socket{ID: "o2", UserID: "old", Max: 1}); !errors.Is(err, presence.ErrTooManySockets) {
+		t.Errorf("Connect with the legacy set full: %v; want ErrTooManySockets", err)
 	}
-	if ok, err := eng.Admit(ctx, "old", "o2", 2); err != nil || !ok {
-		t.Errorf("Admit with room in the legacy set = %v, %v; want admitted", ok, err)
+	if rec := rdb.HGet(ctx, users, "old").Val(); rec != "1|"+at+"|on|0|0" || !rdb.SIsMember(ctx, usk, "o1").Val() {
+		t.Errorf("a refused Connect changed the legacy record: %q, set %v", rec, rdb.SMembers(ctx, usk).Val())
 	}
 	if ps, err := eng.Users(ctx, []string{"old"}); err != nil || len(ps) != 1 || ps[0].Status != presence.Online {
 		t.Errorf("Users of a legacy record = %+v, %v; want online", ps, err)

@@ -117,7 +117,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.regKey(s), s.id, regs[s.id])
-		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk())
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user), e.userReserved(s.user)}, s.user, s.id, e.clk(), 0)
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)

@@ -16,6 +16,8 @@ import "github.com/redis/go-redis/v9"
 //   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt|sockets"
 //                (sockets: the user's n socket ids, joined by ","; see userLib)
 //   P:{g}:usk:U  SET of U's sockets, in records of releases before 2026-12-02
+//   P:{g}:usr:U  ZSET socket → deadline ms: places under the socket cap that
+//                nodes of releases before 2026-12-06 reserve (read only)
 //   P:{g}:due    ZSET timer → due ms   ("g\tC\tU" grace of U in C, "u\tU"
 //                grace of U, "a\tU" away check of U: only for a user handed
 //                over by a disconnect; nodes watch their own users in
@@ -383,12 +385,28 @@ end
 
 // userConnect counts a new connection of a user: its socket joins the
 // user's socket list (so that counting is idempotent per socket). The
-// node watches the user for away (redis_away.go).
-// KEYS users due usk; ARGV user sid clock → 1 if the user came online
+// node watches the user for away (redis_away.go). With max > 0 a socket
+// not in the list yet is refused if the user has max sockets already:
+// those of the list, and the places that nodes of a release before
+// 2026-12-06 reserve for their handshakes (usr, a sorted set by deadline,
+// which they end at their Connect); nothing is written then.
+// KEYS users due usk usr; ARGV user sid clock max → 1 if the user came
+// online, 0 if not, -1 refused
 var userConnect = redis.NewScript(clockLib + userLib + `
-local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
-local user, sid, now = ARGV[1], ARGV[2], clock(ARGV[3])
-local u = uget(h, user) or {n = 0, act = now, st = 'off', grace = 0, disc = 0, socks = ''}
+local h, due, usk, usr = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local user, sid, now, max = ARGV[1], ARGV[2], clock(ARGV[3]), tonumber(ARGV[4]) or 0
+local u = uget(h, user)
+if max > 0 then
+  local l = usocklist(u, usk)
+  if not socksIndex(l, sid) then
+    local n = #l
+    for _, s in ipairs(redis.call('ZRANGEBYSCORE', usr, '(' .. now, '+inf')) do
+      if s ~= sid and not socksIndex(l, s) then n = n + 1 end
+    end
+    if n >= max then return -1 end
+  end
+end
+u = u or {n = 0, act = now, st = 'off', grace = 0, disc = 0, socks = ''}
 local l = usocks(u, usk)
 if not socksIndex(l, sid) then l[#l + 1] = sid end
 usave(u, l)

@@ -31,9 +31,6 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	e.mu.Lock()
 	if _, ok := e.local[s.ID]; ok {
 		e.mu.Unlock()
-		if s.Reserved { // counted already: the reservation still ends
-			return e.Release(ctx, s.UserID, s.ID)
-		}
 		return nil
 	}
 	rs := &rSocket{id: s.ID, user: s.UserID, convs: map[string]struct{}{}, bucket: regHash(s.ID, e.regBuckets)}
@@ -49,10 +46,8 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 	now := e.cfg.Now()
 	pipe := e.rdb.Pipeline()
 	pipe.HSet(ctx, e.regKey(rs), s.ID, reg)
-	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID)}, s.UserID, s.ID, e.clk())
-	if s.Reserved { // counted by the script above: the reservation ends
-		pipe.ZRem(ctx, e.userReserved(s.UserID), s.ID)
-	}
+	came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.UserID), e.userReserved(s.UserID)},
+		s.UserID, s.ID, e.clk(), s.Max)
 	if err := e.exec(ctx, pipe); err != nil {
 		// The scripts may have run although the reply was lost: the
 		// socket is cleaned up (idempotently) by the pending retries.
@@ -65,13 +60,41 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		e.mu.Unlock()
 		return unavailable("connect", err)
 	}
+	n, _ := came.Int()
+	if n < 0 {
+		e.refused(ctx, rs)
+		return ErrTooManySockets
+	}
 	e.away.arm(s.UserID, now.Add(e.cfg.AwayAfter))
 	e.noteActivity(s.UserID, now) // userConnect recorded it
-	if n, _ := came.Int(); n == 1 {
+	if n == 1 {
 		e.emit(ctx, batch{{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online}})
 	}
 	e.cleanIfGone(rs)
 	return nil
+}
+
+// refused takes back what Connect wrote for a socket that userConnect
+// refused: its local entry and its registry line (in the same pipeline as
+// the script: the registry is in the node's slot). A line that cannot be
+// removed now is left to the pending cleanup, which finds the socket in
+// no list.
+func (e *RedisEngine) refused(ctx context.Context, rs *rSocket) {
+	e.mu.Lock()
+	if e.local[rs.id] == rs {
+		delete(e.local, rs.id)
+		e.away.remove(rs.user)
+	}
+	e.mu.Unlock()
+	pipe := e.rdb.Pipeline()
+	pipe.HDel(ctx, e.regKey(rs), rs.id)
+	if err := e.exec(ctx, pipe); err != nil {
+		e.mu.Lock()
+		if _, live := e.local[rs.id]; !live {
+			e.pending[rs.id] = rs
+		}
+		e.mu.Unlock()
+	}
 }
 
 // redisSocketID refuses a socket id with a character that separates

@@ -59,7 +59,7 @@ func TestMaxSocketsPerUser(t *testing.T) {
 	mem := presence.NewMemory()
 	engine := presence.NewMemoryEngine(mem, presence.Config{NodeID: "n1", Sink: rooms.Sink()})
 	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: 2}, handlers.SocketDeps{
-		Log: log, Metrics: m, Engine: engine, Rooms: rooms, Admission: presence.NewMemoryAdmission(mem, nil),
+		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
 	})
 	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
 	if err != nil {
@@ -99,5 +99,62 @@ func TestMaxSocketsPerUser(t *testing.T) {
 			t.Fatalf("no place after a socket closed: %s", got)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMaxSocketsHandshakesClosedAtOnce: the engine counts a socket before
+// its CONNECT is answered (Prepare); a client that closes its connection
+// right after sending CONNECT, before or after the answer, leaves nothing
+// counted: the disconnect work runs once for each (Open returns to 0) and
+// the user's places are free.
+func TestMaxSocketsHandshakesClosedAtOnce(t *testing.T) {
+	v, err := auth.NewHS256([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: 2}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
+	})
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+
+	tok := mint(t, "flaky")
+	u := "ws" + strings.TrimPrefix(hs.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
+	for i := range 30 {
+		conn, _, err := ws.DefaultDialer.Dial(u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := conn.ReadMessage(); err != nil { // the open packet
+			t.Fatal(err)
+		}
+		if err := conn.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+tok+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 {
+			time.Sleep(time.Duration(i) * 100 * time.Microsecond)
+		}
+		_ = conn.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sockets.Open() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := sockets.Open(); n != 0 {
+		t.Fatalf("%d sockets open after every connection closed", n)
+	}
+	for i := range 2 {
+		if _, got := wsHandshake(t, hs.URL, tok); !strings.HasPrefix(got, `42["session"`) {
+			t.Fatalf("socket %d after the closed handshakes: %s (their places were not freed)", i+1, got)
+		}
 	}
 }

@@ -249,18 +249,15 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		defer cancel()
 		return events.Close(ctx)
 	})
-	var admission presence.Admission
 	if a.rdb != nil {
 		eng := presence.NewRedisEngine(a.rdb, pcfg, presence.RedisConfig{Prefix: cfg.RedisPrefix, Log: log.With("component", "presence")})
 		a.metrics.Registry.MustRegister(eng.Collectors()...)
-		a.engine, admission = eng, eng // the sockets-per-user cap is cluster-wide
+		a.engine = eng
 		if err := claimNodeID(ctx, eng, cfg, log, perr); err != nil {
 			return nil, err
 		}
 	} else {
-		mem := presence.NewMemory()
-		a.engine = presence.NewMemoryEngine(mem, pcfg)
-		admission = presence.NewMemoryAdmission(mem, nil)
+		a.engine = presence.NewMemoryEngine(presence.NewMemory(), pcfg)
 	}
 
 	var membership presence.Membership = presence.Open{}
@@ -307,7 +304,6 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Limits:            cfg.EventLimits,
 		MaxSocketsPerUser: maxSockets(cfg.MaxSocketsPerUser),
 	}, handlers.SocketDeps{
-		Admission:     admission,
 		Log:           log.With("component", "sockets"),
 		Metrics:       a.metrics,
 		Engine:        a.engine,
