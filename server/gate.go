@@ -25,6 +25,17 @@ import (
 // answered the joins in half the time (join ack p50 17–20 against
 // 46 ms; bench/, join burst). Connects alone (nothing else busy) keep
 // every slot: two at a time cost a fifth of their rate.
+//
+// The narrow width is half GOMAXPROCS (at least one). A connect holds its
+// slot through its Redis round trips, and it had two until 2026-12-05;
+// since the engine counts the socket and checks the cap in one, a slot
+// turns over faster, and two narrow slots let so many more connects
+// through that the joins of a burst waited longer (join ack p50 20-28
+// against 14 ms before). One narrow slot on two cores restored it and
+// set the burst up no slower: join ack p50 14.0 / 14.4 ms, p99 138 / 144,
+// setups of 16.9 / 18.0 s, against 27.8 / 21.1 ms, 249 / 594 ms and 19.4
+// / 27.2 s with two (5,000 sockets × 3 conversations of ~100, 500 in
+// flight, alternated runs).
 type connectGate struct {
 	slots  chan struct{} // wide: every connect takes one
 	narrow chan struct{} // while busy, a connect takes one of these too
@@ -40,11 +51,11 @@ type connectGate struct {
 const gateMaxWait = 5 * time.Second
 
 // newConnectGate returns a gate of 4×GOMAXPROCS slots, narrowed to
-// GOMAXPROCS while busy (nil: never).
+// GOMAXPROCS/2 (at least one) while busy (nil: never).
 func newConnectGate(busy func() bool) *connectGate {
 	return &connectGate{
 		slots:   make(chan struct{}, 4*runtime.GOMAXPROCS(0)),
-		narrow:  make(chan struct{}, runtime.GOMAXPROCS(0)),
+		narrow:  make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
 		busy:    busy,
 		wait:    gateMaxWait,
 		holders: map[string]func(){},
