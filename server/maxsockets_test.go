@@ -45,10 +45,11 @@ func wsHandshake(t *testing.T, url, token string) (*ws.Conn, string) {
 	}
 }
 
-// TestMaxSocketsPerUser: beyond the cap a handshake gets connect_error
-// "unauthorized" with reason "too many connections"; a closed socket frees
-// its place.
-func TestMaxSocketsPerUser(t *testing.T) {
+// maxSocketsServer serves one node on the memory engine with
+// MaxSocketsPerUser max; it returns the test server, the node's metrics and
+// its socket handlers.
+func maxSocketsServer(t *testing.T, max int) (*httptest.Server, *metrics.Metrics, *handlers.Sockets) {
+	t.Helper()
 	v, err := auth.NewHS256([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
@@ -56,9 +57,8 @@ func TestMaxSocketsPerUser(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
 	rooms := handlers.NewRooms(0, log)
-	mem := presence.NewMemory()
-	engine := presence.NewMemoryEngine(mem, presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: 2}, handlers.SocketDeps{
+	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: max}, handlers.SocketDeps{
 		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
 	})
 	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
@@ -67,6 +67,14 @@ func TestMaxSocketsPerUser(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+	return hs, m, sockets
+}
+
+// TestMaxSocketsPerUser: beyond the cap a handshake gets connect_error
+// "unauthorized" with reason "too many connections"; a closed socket frees
+// its place.
+func TestMaxSocketsPerUser(t *testing.T) {
+	hs, m, _ := maxSocketsServer(t, 2)
 
 	tok := mint(t, "many")
 	first, got := wsHandshake(t, hs.URL, tok)
@@ -108,23 +116,7 @@ func TestMaxSocketsPerUser(t *testing.T) {
 // counted: the disconnect work runs once for each (Open returns to 0) and
 // the user's places are free.
 func TestMaxSocketsHandshakesClosedAtOnce(t *testing.T) {
-	v, err := auth.NewHS256([]byte(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	rooms := handlers.NewRooms(0, log)
-	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: 2}, handlers.SocketDeps{
-		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
-	})
-	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+	hs, _, sockets := maxSocketsServer(t, 2)
 
 	tok := mint(t, "flaky")
 	u := "ws" + strings.TrimPrefix(hs.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
