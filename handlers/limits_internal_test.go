@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -109,7 +110,7 @@ func ackBody(v any) map[string]any {
 	switch b := v.(type) {
 	case map[string]any:
 		return b
-	case heartbeatReply:
+	case *heartbeatReply: // (back in its pool once the ack returns: copied out here)
 		return map[string]any{"nextInMs": b.NextInMs, "ok": b.OK, "serverTime": b.ServerTime}
 	}
 	b, err := json.Marshal(v)
@@ -206,5 +207,36 @@ func BenchmarkAllow(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.allow(c, classHeartbeat, time.Now())
+	}
+}
+
+// appendReplier encodes each ack body into its buffer before Reply
+// returns, as the direct path's ack does.
+type appendReplier struct{ buf []byte }
+
+func (r *appendReplier) Reply(body any) {
+	if a, ok := body.(interface{ AppendJSON([]byte) []byte }); ok {
+		r.buf = a.AppendJSON(r.buf[:0])
+	}
+}
+
+// TestHeartbeatAllocatesNothing: a heartbeat, from serve to its encoded
+// ack, allocates nothing (its ack body comes from a pool), so that the
+// goroutines running heartbeats do not drive GC cycles: at 30,000
+// heartbeats/s the seconds with a cycle held the p99.
+func TestHeartbeatAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops pooled values")
+	}
+	h, c, _, _ := limitedSockets(t, EventLimits{Heartbeat: Limit{Rate: 1e9, Burst: 1e9}})
+	r := &appendReplier{}
+	fn := h.handlers["heartbeat"]
+	args := []any{nil}
+	n := testing.AllocsPerRun(1000, func() { h.serve(c, "heartbeat", fn, args, r, time.Time{}, false) })
+	if !bytes.HasPrefix(r.buf, []byte(`{"nextInMs":`)) || !bytes.Contains(r.buf, []byte(`"ok":true`)) {
+		t.Fatalf("ack %s", r.buf)
+	}
+	if n != 0 {
+		t.Errorf("a heartbeat allocates %v times, want 0", n)
 	}
 }
