@@ -316,7 +316,9 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 			sleepCtx(ctx, 2*time.Second)
 		}
 		o.logf("heartbeat: %d/s for %s", rate, durs)
+		resumeGC := pauseGC() // the generator's collections would time acks late (see pauseGC)
 		w := heartbeatWindow(ctx, o, e, n, live, body, rate, durs)
+		resumeGC()
 		w.lostSock, w.lostWhy = lost(live)
 		wins = append(wins, w)
 		if len(rates) > 1 && i < len(rates)-1 && o.stepStop && w.overloaded(o) {
