@@ -171,9 +171,8 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 			}
 			ack.Reply(body)
 		}
-		if r, ok := body.(*heartbeatReply); ok {
-			*r = heartbeatReply{}
-			heartbeatReplies.Put(r)
+		if r, ok := body.(pooledReply); ok {
+			r.release() // its ack is encoded (or there is none)
 		}
 	}
 
@@ -399,6 +398,15 @@ func (h *Sockets) heartbeat(ctx context.Context, c *Conn, p payload) (any, error
 // allocation rate costs there is GC cycles: the seconds with a cycle
 // held the heartbeats' p99 (docs/benchmarks/presence-load.md).
 var heartbeatReplies = sync.Pool{New: func() any { return new(heartbeatReply) }}
+
+// pooledReply is an ack body that goes back to its pool once serve has
+// had it encoded.
+type pooledReply interface{ release() }
+
+func (r *heartbeatReply) release() {
+	*r = heartbeatReply{}
+	heartbeatReplies.Put(r)
+}
 
 // heartbeatReply is the heartbeat's ack body. Its JSON is what a map of
 // the same fields encodes to (keys in order); in MessagePack the fields

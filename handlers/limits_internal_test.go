@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/presenced/presenced/internal/race"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 )
@@ -225,7 +226,7 @@ func (r *appendReplier) Reply(body any) {
 // goroutines running heartbeats do not drive GC cycles: at 30,000
 // heartbeats/s the seconds with a cycle held the p99.
 func TestHeartbeatAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector drops pooled values")
 	}
 	h, c, _, _ := limitedSockets(t, EventLimits{Heartbeat: Limit{Rate: 1e9, Burst: 1e9}})

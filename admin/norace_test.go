@@ -1,5 +1,0 @@
-//go:build !race
-
-package admin_test
-
-const raceEnabled = false
