@@ -63,6 +63,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"shutdown timeout", c.ShutdownTimeout, 20 * time.Second},
 		{"log level", c.LogLevel, "info"},
 		{"gc headroom", c.GCHeadroom, 25},
+		{"sysmon steady", c.SysmonSteady, true},
 		{"dev origins", slices.Contains(c.CORSOrigins, "http://localhost:5173"), true},
 		{"node id set", c.NodeID != "", true},
 	}

@@ -28,6 +28,7 @@ import (
 )
 
 func main() {
+	reexec = execSelf
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
@@ -111,6 +112,12 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
 	}
 	log := newLogger(cfg, stderr).With("node", cfg.NodeID)
+	if cfg.SysmonSteady && reexec != nil {
+		if env := steadySysmonEnv(os.Environ()); env != nil {
+			err := reexec(env) // returns only if it failed
+			log.Warn("could not execute again with GODEBUG=schedtrace set: the Go runtime's system monitor sleeps deeply when the node idles (PRESENCE_SYSMON_STEADY)", "err", err)
+		}
+	}
 	// GOGC, where the operator set it, is the runtime's own setting.
 	_, gogcSet := os.LookupEnv("GOGC")
 	stopGC, _ := startGCTuner(cfg.GCHeadroom, gcHeadroomFloor, gogcSet)
