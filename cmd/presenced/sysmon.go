@@ -14,14 +14,12 @@ import "strings"
 // recipient), so sysmon spent every event waking each 20 µs (about 70 µs
 // with the kernel's timer slack) for as long as the node worked.
 //
-// Measured with presence-load's typing scenario on two nodes (2 vCPUs, each
-// window 8 s into a 20 s run, deep sleep against none, two runs each):
-//   - 100 changes/s: 6,300-6,800 context switches a second against
-//     3,200-3,400, half of them sysmon's; server CPU 0.28-0.30 cores against
-//     0.22-0.23; delivery p99 3.5-4.8 ms against 2.5-3.3;
-//   - 500 changes/s: 12,800-13,500 context switches a second against
-//     7,100-7,200; server CPU 0.72-0.78 cores against 0.64-0.65; delivery
-//     p99 42-54 ms against 11-29.
+// Measured with presence-load's typing scenario on two nodes (2 vCPUs,
+// 20 rooms of 100, deep sleep against none, alternated runs): context
+// switches halved (6,300-6,800 a second against 3,200-3,500 at 100
+// changes/s, 12,800-13,500 against 7,100-7,200 at 500/s), server CPU 8-16 %
+// lower at 100/s (perf's task-clock) and 10-18 % at 500/s, heartbeat CPU
+// 10-20 % lower on one node (docs/benchmarks/presence-load.md).
 //
 // Only GODEBUG's schedtrace keeps sysmon out of its deep sleep (the runtime
 // keeps it awake to print the trace on time), and GODEBUG is read once, at
