@@ -46,12 +46,19 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // announcement needs: of concurrent starts of one user only the one whose
 // ZADD (GT) adds the entry announces it (or, rarely, also one that found it
 // expired and not yet removed), of concurrent stops only the one whose
-// ZREM removes it. The member record read beside them says whether Redis
-// has the socket joined, as this node does (joinedSocket): if not (its
+// ZREM removes it. The member record read beside a start says whether
+// Redis has the socket joined, as this node does (joinedSocket): if not (its
 // entries were reaped, or Redis lost them, and the resync has not run
 // yet), an entry the start added is taken back and the change refused.
 // A member record of a release before 2026-12-02 lists no sockets: for
 // one of those only, su is read as well, in a second round trip.
+//
+// A stop reads no member record: it can only take an entry away, and one
+// that a start added passed that check; if Redis has lost the socket
+// since, the stop of what the others were shown is still right to
+// announce. Each command costs Redis its dispatch, statistics and latency
+// histogram on top of its own work: without the record's HGET a stop is
+// ZSCORE, ZREM and HDEL (docs/benchmarks/presence-load.md).
 func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
@@ -64,7 +71,10 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	rnow := e.redisNow()
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
-	rec := pipe.HGet(ctx, k.m, s.user)
+	var rec *redis.StringCmd
+	if start {
+		rec = pipe.HGet(ctx, k.m, s.user)
+	}
 	cur := pipe.ZScore(ctx, k.ty, s.user)
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
@@ -98,24 +108,8 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	}
 	if !start {
 		e.typing.stopped(conv, s.user, mark) // its ZREM ran
-	}
-	var legacySU string
-	if legacyMember(rec.Val()) {
-		legacySU, err = e.rdb.HGet(ctx, k.su, socketID).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return unavailable("typing", err)
-		}
-	}
-	if !memberHas(rec.Val(), legacySU, socketID, s.user) {
-		if start && changed.Val() == 1 {
-			undo := e.rdb.Pipeline()
-			undo.ZRem(ctx, k.ty, s.user)
-			undo.HDel(ctx, k.tyo, s.user)
-			if err := e.exec(ctx, undo); err != nil {
-				e.log.Warn("typing entry of a socket Redis does not have joined left for its expiry", "sid", socketID, "conversation_id", conv, "err", err)
-			}
-		}
-		return ErrNotJoined
+	} else if err := e.typingStartJoined(ctx, k, conv, s.user, socketID, rec.Val(), changed.Val() == 1); err != nil {
+		return err
 	}
 	was, typed := cur.Val(), cur.Err() == nil // the expiry before this change
 	var announce bool
@@ -128,6 +122,32 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		e.emit(ctx, batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID}})
 	}
 	return nil
+}
+
+// typingStartJoined checks a start against the member record read beside
+// it (rec): ErrNotJoined if Redis does not have the socket joined, and the
+// entry the start added (added) taken back.
+func (e *RedisEngine) typingStartJoined(ctx context.Context, k convKeys, conv, user, socketID, rec string, added bool) error {
+	var legacySU string
+	if legacyMember(rec) {
+		var err error
+		legacySU, err = e.rdb.HGet(ctx, k.su, socketID).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return unavailable("typing", err)
+		}
+	}
+	if memberHas(rec, legacySU, socketID, user) {
+		return nil
+	}
+	if added {
+		undo := e.rdb.Pipeline()
+		undo.ZRem(ctx, k.ty, user)
+		undo.HDel(ctx, k.tyo, user)
+		if err := e.exec(ctx, undo); err != nil {
+			e.log.Warn("typing entry of a socket Redis does not have joined left for its expiry", "sid", socketID, "conversation_id", conv, "err", err)
+		}
+	}
+	return ErrNotJoined
 }
 
 // failedCmd is the error of the first command that failed other than by

@@ -322,3 +322,106 @@ func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
 		t.Errorf("typing timers left: %v %v", eng.typing.own, eng.typing.at)
 	}
 }
+
+// cmdNames records the commands of each pipeline sent.
+type cmdNames struct {
+	mu   sync.Mutex
+	sent [][]string
+}
+
+func (h *cmdNames) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *cmdNames) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *cmdNames) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		var names []string
+		for _, c := range cmds {
+			names = append(names, strings.ToUpper(c.Name()))
+		}
+		h.mu.Lock()
+		h.sent = append(h.sent, names)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (h *cmdNames) take() [][]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.sent
+	h.sent = nil
+	return s
+}
+
+// A stop costs Redis three commands, ZSCORE, ZREM and HDEL: no member
+// record. A stop of a socket whose entry Redis has lost from its member
+// record still ends the typing it started, and says so; the socket's leave
+// afterwards stops nothing and announces nothing.
+func TestTypingStopWithoutMemberRecord(t *testing.T) {
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "tystop")
+	ctx := context.Background()
+	var mu sync.Mutex
+	var typing []bool
+	sink := func(_ context.Context, evs []Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			if ev.Kind == EventTyping {
+				typing = append(typing, ev.Typing)
+			}
+		}
+	}
+	eng := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: 5 * time.Second, Sink: sink}, RedisConfig{Prefix: prefix})
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Join(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	k := eng.conv("c1")
+	if err := eng.TypingStart(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	hook := &cmdNames{}
+	rdb.AddHook(hook)
+	// Redis loses s1 from alice's record; this node still has it joined
+	rdb.HSet(ctx, k.m, "alice", "1|100|0|0|sX")
+	hook.take()
+	if err := eng.TypingStop(ctx, "s1", "c1"); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	var stop []string
+	for _, p := range hook.take() {
+		if slices.Contains(p, "ZREM") {
+			stop = p
+		}
+	}
+	if !slices.Equal(stop, []string{"ZSCORE", "ZREM", "HDEL"}) {
+		t.Fatalf("the stop's pipeline %q, want [ZSCORE ZREM HDEL]", stop)
+	}
+	if n := rdb.ZCard(ctx, k.ty).Val(); n != 0 {
+		t.Fatalf("%d typing entries after the stop", n)
+	}
+	mu.Lock()
+	got := slices.Clone(typing)
+	mu.Unlock()
+	if !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("typing events %v, want the start and the stop", got)
+	}
+	if owner, err := rdb.HGet(ctx, k.tyo, "alice").Result(); err != redis.Nil {
+		t.Fatalf("typing owner after the stop %q (%v), want none", owner, err)
+	}
+	rdb.HSet(ctx, k.m, "alice", "1|100|0|0|s1")
+	if err := eng.Leave(ctx, "s1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got = slices.Clone(typing)
+	mu.Unlock()
+	if !slices.Equal(got, []bool{true, false}) {
+		t.Fatalf("typing events after the leave %v, want no second stop", got)
+	}
+}
