@@ -59,6 +59,7 @@ type RedisEngine struct {
 	log  *slog.Logger
 
 	kUsers, kDue, kClaimed, kLease, kHolder, kReap, kNode string
+	kTentative                                            string // this node id's tentative claim (nodeLease)
 
 	token     string           // this process's instance token
 	minLevel  atomic.Int32     // the lowest readerLevel of the live instances, at the last lease renewal
@@ -67,9 +68,10 @@ type RedisEngine struct {
 	claimsAt  atomic.Int64     // ms, redisNow: when anyDue looks for claims that ran out next
 
 	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
-	held       atomic.Bool // this instance holds (or held) the node id
+	held       atomic.Bool // this instance holds the node id (or held it, until it found the id taken)
 	lastLse    time.Time   // node clock: the last lease renewal (schedule only)
 	takenUntil int64       // while starting: the live holder's expiry first seen
+	tentative  time.Time   // node clock: until when this instance's claim is tentative (nodeLease)
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
 	reaped     prometheus.Counter
 
@@ -123,8 +125,9 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	e := &RedisEngine{
 		rdb: rdb, cfg: cfg, rcfg: rcfg, log: rcfg.Log,
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
-		token: randomToken(),
-		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
+		kTentative: p + ":{g}:tentative:" + cfg.NodeID,
+		token:      randomToken(),
+		local:      map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
 		leaving:     map[string]struct{}{},
 		regBuckets:  regMinBuckets,
 		alarm:       newAlarm(alarmStep, alarmGap),
@@ -272,7 +275,7 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 	now := e.cfg.Now()
 	var errs []error
 	if e.leaseDue(now) {
-		renewed, err := e.lease(ctx, now)
+		renewed, err := e.lease(ctx, now, false)
 		switch {
 		case errors.Is(err, ErrNodeIDTaken):
 			return err

@@ -24,7 +24,7 @@ func (e *RedisEngine) leaseDue(now time.Time) bool {
 // ends with ErrNodeIDTaken if the id is taken then.
 func (e *RedisEngine) Claim(ctx context.Context) error {
 	for {
-		_, err := e.lease(ctx, e.cfg.Now())
+		_, err := e.lease(ctx, e.cfg.Now(), true)
 		if !errors.Is(err, errLeaseWait) {
 			return err
 		}
@@ -40,11 +40,24 @@ func (e *RedisEngine) Claim(ctx context.Context) error {
 // clock) and acts on the answer: renewed reports a lease renewed without a
 // gap for at least the last renewal period (the caller may reap others;
 // the script checks the full period).
-func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, err error) {
+//
+// A claim made outside Claim, at the first connection of a node that
+// started while Redis was unreachable, is tentative for a lease period: if
+// Redis lost its data meanwhile, the id may be that of a running node,
+// whose renewal then takes it back (nodeLease), and this node ends with
+// ErrNodeIDTaken. A node that held the id renews as prior holder.
+func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (renewed bool, err error) {
 	e.leaseMu.Lock()
 	defer e.leaseMu.Unlock()
+	prior, probation := "0", int64(0)
+	if e.held.Load() {
+		prior = "1"
+	} else if !claiming {
+		probation = e.cfg.LeaseTTL.Milliseconds()
+	}
 	t0 := time.Now()
-	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap}, e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk()).Int64Slice()
+	v, err := nodeLease.Run(ctx, e.rdb, []string{e.kLease, e.kHolder, e.kReap, e.kTentative},
+		e.cfg.NodeID, e.token, e.cfg.LeaseTTL.Milliseconds(), e.clk(), prior, probation).Int64Slice()
 	if err == nil && len(v) != 4 {
 		err = errors.New("unexpected script reply")
 	}
@@ -61,12 +74,24 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time) (renewed bool, e
 	case 2:
 		e.log.Warn("this node's lease had lapsed (a stall of Redis or of this node); renewed before anyone reaped it")
 	case 3:
+		if probation > 0 {
+			e.tentative = t0.Add(e.cfg.LeaseTTL)
+		}
 		if e.held.Load() {
 			e.log.Warn("this node's lease had lapsed and its entries were reaped (or Redis lost its data); registering its sockets again")
 			e.resyncDue = true
 		}
 	case -1:
 		if e.held.Load() {
+			// Another instance holds the id now: nothing more is written
+			// as its holder (Close leaves its keys alone, Connect claims
+			// again and is refused).
+			e.held.Store(false)
+			if time.Now().Before(e.tentative) {
+				// our claim was tentative, and the running node whose id
+				// it was took it back
+				return false, fmt.Errorf("%w (a node running under this id before Redis lost its data took it back from this one, which had claimed it at its first connection)", ErrNodeIDTaken)
+			}
 			// we lapsed, and another process took the id meanwhile
 			return false, fmt.Errorf("%w (it was taken over while this node's lease had lapsed)", ErrNodeIDTaken)
 		}

@@ -360,6 +360,69 @@ func TestRedisNodeIDUnique(t *testing.T) {
 	}
 }
 
+// A node that started while Redis was unreachable claims its id at its
+// first connection. If Redis lost its data meanwhile, the id may be that of
+// a running node, whose lease went with the data: the running node takes
+// it back at its next renewal and keeps its sockets; the newcomer finds the
+// id taken. A node that claims a free id at its start (Claim) is not
+// tentative: a running node that comes back after it finds the id taken,
+// as after a stall.
+func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	const lease = 1500 * time.Millisecond
+	node := func() *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: "same", LeaseTTL: lease}, presence.RedisConfig{Prefix: prefix})
+	}
+	loseData := func() {
+		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	}
+	running := node()
+	if err := running.Claim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connectJoin(t, running, "s1", "alice", "c1")
+	loseData()
+	late := node() // started while Redis was unreachable: no Claim
+	if err := late.Tick(ctx); err != nil {
+		t.Fatalf("first connection of the late node: %v", err)
+	}
+	time.Sleep(lease / 3) // the running node's renewal is due
+	if err := running.Tick(ctx); err != nil {
+		t.Fatalf("the running node's renewal: %v, want the id taken back", err)
+	}
+	if r := rosterUsers(t, running, "c1"); len(r) != 1 || r[0] != "alice" {
+		t.Fatalf("the running node's sockets after it took its id back: roster %v", r)
+	}
+	time.Sleep(lease / 3)
+	err := late.Tick(ctx)
+	if !errors.Is(err, presence.ErrNodeIDTaken) || !strings.Contains(err.Error(), "took it back") {
+		t.Fatalf("the late node after the running one took its id back: %v, want ErrNodeIDTaken", err)
+	}
+	if err := late.Connect(ctx, presence.Socket{ID: "x1", UserID: "mallory"}); err == nil {
+		t.Fatal("the late node connected a socket after losing the id")
+	}
+	time.Sleep(lease / 3)
+	if err := running.Tick(ctx); err != nil {
+		t.Fatalf("the running node's next renewal: %v", err)
+	}
+
+	// A claim at start is not tentative.
+	loseData()
+	fresh := node()
+	if err := fresh.Claim(ctx); err != nil {
+		t.Fatalf("claim of a free id at start: %v", err)
+	}
+	time.Sleep(lease / 3)
+	if err := running.Tick(ctx); !errors.Is(err, presence.ErrNodeIDTaken) {
+		t.Fatalf("the running node after a node claimed its free id at start: %v, want ErrNodeIDTaken", err)
+	}
+}
+
 // A user's status is the one the timers on Redis's clock keep: a node
 // whose clock runs 6 s ahead does not call a user away early.
 func TestRedisStatusClockSkew(t *testing.T) {

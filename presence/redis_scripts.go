@@ -591,18 +591,28 @@ end
 `
 
 // nodeLease claims or renews a node id's lease for the instance token.
-// KEYS lease holder reap; ARGV node token leaseMs clock
-// → {code, n, now, level}: level the lowest reader level among the
-// holders' tokens (readerLevel; 0 for a token without one); code 1
-// renewed without a gap since n; 2 renewed after a lapse nobody acted on
+// KEYS lease holder reap tentative; ARGV node token leaseMs clock prior
+// probationMs → {code, n, now, level}: level the lowest reader level
+// among the holders' tokens (readerLevel; 0 for a token without one); code
+// 1 renewed without a gap since n; 2 renewed after a lapse nobody acted on
 // (entries intact; the gap-free period restarts); 3 claimed afresh (first
 // start, or after a reap or a loss of data: the caller registers its
 // sockets again); -1 held by a live instance until n; -2 this instance is
 // being reaped: try again once the reap is done.
+//
+// A claim with probationMs > 0 is tentative for that long (the tentative
+// key names its token): a node that started while Redis was unreachable
+// claims at its first connection, and if Redis lost its data meanwhile,
+// the id may be a running node's whose lease went with the data. That
+// node, renewing with prior = 1 (it held the id), takes the id back from a
+// tentative holder, queues it to be reaped as a successor queues a dead
+// instance, and registers its sockets again (code 3); the tentative holder
+// finds the id taken at its next renewal. Anyone else meets -1 as before.
 var nodeLease = redis.NewScript(clockLib + holderLib + `
-local lease, holder, reap = KEYS[1], KEYS[2], KEYS[3]
+local lease, holder, reap, tent = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local node, token, len = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local now = clock(ARGV[4])
+local prior, probation = ARGV[5] == '1', tonumber(ARGV[6])
 local exp = tonumber(redis.call('ZSCORE', lease, node) or '0')
 local h = hget(holder, node)
 -- the lowest reader level among the holders (this instance's included)
@@ -622,9 +632,11 @@ if h and h.tok == token then
   return {code, since, now, level()}
 end
 if h then
-  if exp > now then return {-1, exp, now, 0} end
-  -- a previous instance under this id died: queue it for a reaper
+  if exp > now and not (prior and redis.call('GET', tent) == h.tok) then return {-1, exp, now, 0} end
+  -- a previous instance under this id died, or claimed it tentatively from
+  -- this one: queue it for a reaper
   redis.call('ZREM', lease, node)
+  redis.call('DEL', tent)
   redis.call('ZADD', reap, 0, node .. '\t' .. h.tok .. '\t' .. h.last)
 else
   local mine = node .. '\t' .. token .. '\t'
@@ -634,6 +646,7 @@ else
 end
 hset(holder, node, token, now, now)
 redis.call('ZADD', lease, now + len, node)
+if probation > 0 then redis.call('SET', tent, token, 'PX', probation) end
 return {3, now, now, level()}
 `)
 

@@ -18,7 +18,7 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		return err
 	}
 	if !e.held.Load() {
-		if _, err := e.lease(ctx, e.cfg.Now()); err != nil {
+		if _, err := e.lease(ctx, e.cfg.Now(), false); err != nil {
 			if errors.Is(err, errLeaseWait) {
 				return unavailable("connect", err)
 			}
