@@ -808,10 +808,12 @@ func TestEventTyping(t *testing.T) {
 			},
 		},
 		{
-			name: "start after the TTL: broadcast again", setup: typing,
+			// the entry expired and no tick removed it yet: its stop (to
+			// the whole room, as the expiry's), then the new start
+			name: "start after the TTL: the expiry's stop, then the start", setup: typing,
 			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(6 * time.Second) },
 			event:   "typing:start", payload: conv("c1"), code: "ok",
-			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "typing", Payload: start}},
+			sent: []tblEmit{{Room: "conversation:c1", Event: "typing", Payload: stop}, {Room: "conversation:c1", Except: "s1", Event: "typing", Payload: start}},
 		},
 		{
 			name: "start not joined", setup: []tblStep{join("s2", "c1")}, event: "typing:start", payload: conv("c1"),
@@ -835,9 +837,12 @@ func TestEventTyping(t *testing.T) {
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "typing", Payload: stop}}, after: isTyping(false)},
 		{name: "stop not typing: silent", setup: joined, event: "typing:stop", payload: conv("c1"), code: "ok"},
 		{
-			name: "stop after the TTL: silent", setup: typing,
+			// the entry expired and no tick removed it yet: nobody was
+			// told, so the stop is announced
+			name: "stop after the TTL: announced", setup: typing,
 			prepare: func(_ *testing.T, e *tblEnv) { e.clock.Advance(6 * time.Second) },
 			event:   "typing:stop", payload: conv("c1"), code: "ok",
+			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "typing", Payload: stop}},
 		},
 		{name: "stop reason bogus", setup: typing, event: "typing:stop", payload: stopWith("bogus"),
 			code: CodeInvalidArgument, message: `reason must be "sent" or "cleared"`, after: isTyping(true)},

@@ -359,13 +359,19 @@ func (e *MemoryEngine) Touch(ctx context.Context, socketID string) error {
 // TypingStart implements Engine.
 func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) error {
 	return e.typingUpdate(ctx, socketID, conv, func(m *Memory, s *mSocket, c *mConv, now time.Time) batch {
-		if t := c.typing[s.user]; t != nil && t.until.After(now) {
-			t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
-			return nil
+		var b batch
+		if t := c.typing[s.user]; t != nil {
+			if t.until.After(now) {
+				t.until, t.sid = now.Add(e.cfg.TypingTTL), socketID
+				return nil
+			}
+			// expired, and not removed yet: its stop first, as the
+			// expiry would have announced it
+			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 		}
 		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
 		m.typingConvs[conv] = struct{}{}
-		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID}}
+		return append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
 	})
 }
 
@@ -376,10 +382,7 @@ func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) er
 		if t == nil {
 			return nil
 		}
-		delete(c.typing, s.user)
-		if !t.until.After(now) {
-			return nil
-		}
+		delete(c.typing, s.user) // expired or not: its stop was not announced yet
 		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID}}
 	})
 }

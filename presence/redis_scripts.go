@@ -63,17 +63,18 @@ end
 `
 
 // userLeftLib removes a user from a conversation's members (m, and on of
-// earlier releases) and its typing (ty, tyo); userLeft is true if the user
-// was still typing at now, or had an entry at all if late (see convLeave).
+// earlier releases) and its typing (ty, tyo); userLeft is true if it
+// removed a typing entry, which its caller announces stopped: whoever
+// removes an entry announces it, expired or not (an expired one that is
+// still there has not been announced: the expiry check removes what it
+// announces).
 const userLeftLib = `
-local function userLeft(on, m, ty, tyo, user, now, late)
+local function userLeft(on, m, ty, tyo, user)
   redis.call('HDEL', m, user)
   redis.call('ZREM', on, user)
-  local exp = redis.call('ZSCORE', ty, user)
-  if not exp then return false end
-  redis.call('ZREM', ty, user)
+  if redis.call('ZREM', ty, user) == 0 then return false end
   redis.call('HDEL', tyo, user)
-  return late or tonumber(exp) > now
+  return true
 end
 `
 
@@ -263,10 +264,8 @@ end
 // The keys on and sk of releases before 2026-12-02 are cleared here too
 // (and on in userLeft), so that what such a release left in Redis goes
 // with its sockets.
-// A typing entry this removes is announced stopped if it had not expired,
-// or, in mode "timeout" (a dead node's reap, a ghost's removal), if it was
-// there at all: its expiry was the dead node's to fire (typingTimers), so
-// nobody announced it.
+// A typing entry this removes is announced stopped, expired or not (see
+// userLeftLib).
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
 // short(0|1: mset) → {typingStopped(0|1), left(0|1), at}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
@@ -275,7 +274,6 @@ local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
 local tag, short = ARGV[7], ARGV[8] == '1'
-local late = mode == 'timeout'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
   if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
@@ -286,9 +284,7 @@ redis.call('ZREM', sk, sid)
 local stopped = 0
 if redis.call('HGET', tyo, user) == sid then
   redis.call('HDEL', tyo, user)
-  local exp = redis.call('ZSCORE', ty, user)
-  redis.call('ZREM', ty, user)
-  if exp and (late or tonumber(exp) > now) then stopped = 1 end
+  if redis.call('ZREM', ty, user) == 1 then stopped = 1 end
 end
 if r.n > 0 then
   r.grace, r.left = 0, 0
@@ -300,7 +296,7 @@ if mode == 'grace' then
   mset(m, user, r, short)
   return {stopped, 0, 0}
 end
-if userLeft(on, m, ty, tyo, user, now, late) then stopped = 1 end
+if userLeft(on, m, ty, tyo, user) then stopped = 1 end
 return {stopped, 1, at}
 `)
 
@@ -317,7 +313,7 @@ local deadline = tonumber(r.grace)
 if r.n > 0 or deadline == 0 then return {0, 0, 0, 0} end
 if deadline > now then return {0, 0, 0, deadline - now} end
 local stopped = 0
-if userLeft(on, m, ty, tyo, user, now, false) then stopped = 1 end
+if userLeft(on, m, ty, tyo, user) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}
 `)
 

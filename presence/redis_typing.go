@@ -111,16 +111,22 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	} else if err := e.typingStartJoined(ctx, k, conv, s.user, socketID, rec.Val(), changed.Val() == 1); err != nil {
 		return err
 	}
+	// Whoever adds an entry announces the start, whoever removes one the
+	// stop. A start that finds the user's entry expired and not removed
+	// yet (its expiry check had not run) moves it later (GT): nobody will
+	// remove the expired entry then, so the start announces its stop
+	// first. One that finds it removed between its ZSCORE and its ZADD
+	// (the check removed and announced it) adds it anew: the start alone.
 	was, typed := cur.Val(), cur.Err() == nil // the expiry before this change
-	var announce bool
-	if start {
-		announce = changed.Val() == 1 || typed && int64(was) <= rnow
-	} else {
-		announce = changed.Val() == 1 && int64(was) > rnow
+	var b batch
+	switch {
+	case changed.Val() == 1:
+	case start && typed && int64(was) <= rnow:
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
+	default:
+		return nil
 	}
-	if announce {
-		e.emit(ctx, batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID}})
-	}
+	e.emit(ctx, append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID}))
 	return nil
 }
 

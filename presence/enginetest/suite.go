@@ -376,13 +376,39 @@ func testTyping(e *env) {
 	e.tick(n)
 	e.expect("typing c1 alice true", "typing c1 alice false")
 
+	// a start after the entry expired, before the expiry check removed
+	// it: the expiry's stop, then the new start (CONTRACT §1: a stop is
+	// sent when an entry expires)
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice true")
+	e.clock.Advance(5 * time.Second)
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice false", "typing c1 alice true")
+	e.tick(n) // the new entry has not expired
+	e.expect()
+	// a stop after the entry expired, before the check: announced
+	e.clock.Advance(5 * time.Second)
+	e.must(n.TypingStop(e.ctx, "s1", "c1"))
+	e.expect("typing c1 alice false")
+	e.tick(n)
+	e.expect()
+	// a leave after it expired, before the check: its stop, then the leave
+	e.must(n.TypingStart(e.ctx, "s1", "c1"))
+	e.clock.Advance(5 * time.Second)
+	e.must(n.Leave(e.ctx, "s1", "c1"))
+	e.tick(n)
+	e.expect("typing c1 alice true", "typing c1 alice false", "leave c1 alice left")
+	_, err := n.Join(e.ctx, "s1", "c1")
+	e.must(err)
+	e.rec.Take()
+
 	// leave stops typing, then the leave
 	e.must(n.TypingStart(e.ctx, "s1", "c1"))
 	e.must(n.Leave(e.ctx, "s1", "c1"))
 	e.expect("typing c1 alice true", "typing c1 alice false", "leave c1 alice left")
 
 	// disconnect stops typing at once; the leave waits for the grace
-	_, err := n.Join(e.ctx, "s1", "c1")
+	_, err = n.Join(e.ctx, "s1", "c1")
 	e.must(err)
 	e.must(n.TypingStart(e.ctx, "s1", "c1"))
 	e.rec.Take()
