@@ -474,6 +474,9 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 		if _, isObj := raw.(map[string]any); !isObj {
 			return nil, errorf(CodeInvalidArgument, "state must be an object or null")
 		}
+		if !plainJSON(raw, 0) {
+			return nil, errorf(CodeInvalidArgument, "state must be plain JSON: no binary attachments, at most %d levels deep", maxStateDepth)
+		}
 		b, err := json.Marshal(raw)
 		if err != nil {
 			return nil, errorf(CodeInvalidArgument, "state is not JSON")
@@ -490,6 +493,38 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 	}
 	h.queueState(c, conv, raw)
 	return nil, nil
+}
+
+// maxStateDepth bounds how deeply a state's objects and arrays nest.
+const maxStateDepth = 32
+
+// plainJSON reports whether v holds only what JSON has (objects, arrays,
+// strings, numbers, booleans, null), nested at most maxStateDepth deep. A
+// binary attachment decodes to something else, which the JSON encoding of
+// a broadcast would turn into {}: the bytes would be lost silently.
+func plainJSON(v any, depth int) bool {
+	if depth > maxStateDepth {
+		return false
+	}
+	switch x := v.(type) {
+	case nil, bool, string, float64, json.Number:
+		return true
+	case map[string]any:
+		for _, e := range x {
+			if !plainJSON(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !plainJSON(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // queueState records the latest state and broadcasts it now or when the

@@ -907,6 +907,14 @@ func TestEventStateSet(t *testing.T) {
 		{name: "state a number", setup: withState, event: "state:set", payload: set(5.0), code: CodeInvalidArgument, message: "state must be an object or null"},
 		{name: "state an array", setup: withState, event: "state:set", payload: set([]any{1.0}), code: CodeInvalidArgument, message: "state must be an object or null"},
 		{name: "state a string", setup: withState, event: "state:set", payload: set("s"), code: CodeInvalidArgument, message: "state must be an object or null"},
+		// a binary attachment is not JSON: broadcast as JSON it would be {}
+		{name: "state with binary", setup: withState, event: "state:set", payload: set(map[string]any{"img": types.NewBytesBuffer(make([]byte, 50000)), "n": 1.0}), code: CodeInvalidArgument, message: "no binary attachments", after: latest(`{"x":1}`)},
+		{name: "state with binary in an array", setup: withState, event: "state:set", payload: set(map[string]any{"a": []any{1.0, types.NewBytesBuffer([]byte{1})}}), code: CodeInvalidArgument, message: "no binary attachments", after: latest(`{"x":1}`)},
+		{name: "state too deep", setup: withState, event: "state:set", payload: set(nested(maxStateDepth + 1)), code: CodeInvalidArgument, message: "levels deep", after: latest(`{"x":1}`)},
+		{
+			name: "state at the depth limit", setup: joined, event: "state:set", payload: set(nested(maxStateDepth)), code: "ok",
+			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "state", Payload: `{"conversationId":"c1","userId":"u1","state":` + strings.Repeat(`{"a":`, maxStateDepth) + `1` + strings.Repeat(`}`, maxStateDepth) + `}`}},
+		},
 		{name: "not joined", event: "state:set", payload: set(map[string]any{}), code: CodeForbidden, message: "join the conversation first"},
 		{
 			name: "rate limited", opts: tblOptions{limits: EventLimits{State: Limit{Rate: 0.001, Burst: 1}}},
@@ -1285,4 +1293,13 @@ func TestEventRoomEventsAfterAPanic(t *testing.T) {
 	if len(after) != 1 || after[0].Event != "presence:join" || after[0].Room != string(ConversationRoom("c1")) || !strings.Contains(after[0].Payload, `"userId":"u1"`) {
 		t.Fatalf("emits after the panic %+v, want u1's presence:join to c1, made by the engine's join", after)
 	}
+}
+
+// nested is an object nested levels deep: {"a":{"a":…1…}}.
+func nested(levels int) map[string]any {
+	var v any = 1.0
+	for range levels - 1 {
+		v = map[string]any{"a": v}
+	}
+	return map[string]any{"a": v}
 }

@@ -86,7 +86,7 @@ for (const kind of TOPOLOGIES) {
       assert.equal(new Set(ns).size, ns.length, `no value twice: ${ns}`);
     });
 
-    it('state over 1 KiB, or not an object: invalid_argument; exactly 1 KiB is fine', { timeout: 30000 }, async (t) => {
+    it('state over 1 KiB, not an object, or with binary: invalid_argument; exactly 1 KiB is fine', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23c' });
       const markA = a.rec.mark();
       const big = await ack(b.socket, 'state:set', { conversationId: c, state: stateOfBytes(1025) });
@@ -100,6 +100,11 @@ for (const kind of TOPOLOGIES) {
       }
       const missing = await ack(b.socket, 'state:set', { conversationId: c });
       assert.equal(missing?.error?.code, 'invalid_argument', `state missing: ${show(missing)}`);
+      // a binary attachment is not JSON (it would reach the others as {})
+      for (const bin of [{ img: Buffer.from([1, 2, 3]), n: 1 }, { a: [1, new Uint8Array(50000)] }]) {
+        const r = await ack(b.socket, 'state:set', { conversationId: c, state: bin });
+        assert.equal(r?.error?.code, 'invalid_argument', `state with binary: ${show(r)}`);
+      }
       await sleep(300);
       assert.deepEqual(a.rec.list('state', { since: markA }), [], 'refused states are not broadcast');
 
