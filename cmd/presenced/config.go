@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -83,6 +84,9 @@ type setting struct {
 
 func (s setting) flag() string { return settingFlag(s.env) }
 
+// defaultDataPath is PRESENCE_DATA's default.
+const defaultDataPath = "./presenced.db"
+
 // settingFlag is an environment variable's flag: its name in kebab case,
 // without PRESENCE_.
 func settingFlag(env string) string {
@@ -91,6 +95,24 @@ func settingFlag(env string) string {
 
 func str(dst func(*Config) *string) func(*Config, string) error {
 	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+// checkListenAddr checks a listen address's form, host:port (the host may
+// be empty; the port a number from 0 to 65535 or a service name), so that
+// a typo is a configuration error, not a failure to listen.
+func checkListenAddr(v string) error {
+	const form = "must be host:port or :port (such as :3000 or 127.0.0.1:3000)"
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
+		return errors.New(form)
+	}
+	if strings.ContainsAny(host, " /") {
+		return errors.New(form)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%s: port %q is neither a number from 0 to 65535 nor a known service", form, port)
+	}
+	return nil
 }
 
 func dur(dst func(*Config) *time.Duration, min time.Duration) func(*Config, string) error {
@@ -175,7 +197,13 @@ func listItems(v string) []string {
 
 // settings is every setting of this build; later features add rows.
 var settings = []setting{
-	{"PRESENCE_ADDR", ":3000", "listen address", str(func(c *Config) *string { return &c.Addr })},
+	{"PRESENCE_ADDR", ":3000", "listen address", func(c *Config, v string) error {
+		if err := checkListenAddr(v); err != nil {
+			return err
+		}
+		c.Addr = v
+		return nil
+	}},
 	{"PRESENCE_JWT_SECRET", "", "HS256 secret for client tokens (at least 16 bytes); dev mode generates one", str(func(c *Config) *string { return &c.JWTSecret })},
 	{"PRESENCE_JWKS_URL", "", "verify RS256/ES256 tokens with keys from this JWKS URL instead",
 		serverURL(func(c *Config) *string { return &c.JWKSURL }, "must be an http(s) URL", "http", "https")},
@@ -219,7 +247,7 @@ var settings = []setting{
 	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA",
 		serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")},
-	{"PRESENCE_DATA", "./presenced.db", "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
+	{"PRESENCE_DATA", defaultDataPath, "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
 		if v == "" {
 			return errors.New("must not be empty")
 		}
@@ -414,7 +442,7 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 			return Config{}, nil, &ConfigError{Setting: fmt.Sprintf("%s (--%s)", s.env, s.flag()), Value: shown, Err: err}
 		}
 	}
-	if err := c.finish(); err != nil {
+	if err := c.finish(name != "migrate" && name != "healthcheck"); err != nil {
 		return Config{}, nil, err
 	}
 	return c, fs.Args(), nil
@@ -447,8 +475,10 @@ func checkPresentButEmpty(lookupEnv func(string) (string, bool), flags map[strin
 	return nil
 }
 
-// finish derives dev mode and checks settings against each other.
-func (c *Config) finish() error {
+// finish derives dev mode and checks settings against each other. The
+// commands that check no token (migrate, healthcheck: verifies false) need
+// no JWT secret outside dev mode.
+func (c *Config) finish(verifies bool) error {
 	c.DevMode = c.JWTSecret == "" && c.JWKSURL == "" && c.RedisURL == "" && c.DatabaseURL == ""
 	if c.JWTSecret != "" && c.JWKSURL != "" {
 		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "(hidden)", Err: errors.New("set either PRESENCE_JWT_SECRET or PRESENCE_JWKS_URL, not both")}
@@ -456,7 +486,7 @@ func (c *Config) finish() error {
 	if c.JWTSecret != "" && len(c.JWTSecret) < 16 {
 		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
 	}
-	if !c.DevMode && c.JWTSecret == "" && c.JWKSURL == "" {
+	if verifies && !c.DevMode && c.JWTSecret == "" && c.JWKSURL == "" {
 		return &ConfigError{Setting: "PRESENCE_JWT_SECRET (--jwt-secret)", Value: "", Err: errors.New("required outside dev mode (or set PRESENCE_JWKS_URL)")}
 	}
 	if c.RedisURL != "" && c.DatabaseURL == "" {

@@ -162,6 +162,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad flush batch", []string{"--lastseen-flush-batch", "0"}, nil, "PRESENCE_LASTSEEN_FLUSH_BATCH"},
 		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
+		{"addr without a port", []string{"--addr", "notanaddress"}, nil, "PRESENCE_ADDR"},
+		{"addr with a port out of range", []string{"--addr", "127.0.0.1:99999"}, nil, "PRESENCE_ADDR"},
+		{"addr with an empty port", nil, []string{"PRESENCE_ADDR", "127.0.0.1:"}, "PRESENCE_ADDR"},
+		{"addr with an unknown service", []string{"--addr", ":no-such-service"}, nil, "PRESENCE_ADDR"},
+		{"outside dev mode without a secret", nil, []string{"DATABASE_URL", "postgres://x@127.0.0.1/db"}, "PRESENCE_JWT_SECRET"},
 		{"bad trusted proxy", []string{"--trusted-proxies", "10.0.0.0/8,lb.internal"}, nil, "PRESENCE_TRUSTED_PROXIES"},
 		// present but empty: a configuration error, never dev mode (CONTRACT §4)
 		{"empty secret", nil, []string{"PRESENCE_JWT_SECRET", ""}, "PRESENCE_JWT_SECRET"},
@@ -185,6 +190,26 @@ func TestParseConfigErrors(t *testing.T) {
 				t.Errorf("exit code %d, want 2", got)
 			}
 		})
+	}
+}
+
+func TestListenAddrForms(t *testing.T) {
+	for _, addr := range []string{":3000", "127.0.0.1:3000", "[::1]:3000", "localhost:0", ":http"} {
+		c, _, err := parseConfig("serve", []string{"--addr", addr}, env(), &bytes.Buffer{}, nil)
+		if err != nil || c.Addr != addr {
+			t.Errorf("--addr %s: %v (addr %q)", addr, err, c.Addr)
+		}
+	}
+}
+
+// The commands that verify no token need no JWT secret outside dev mode:
+// a migration step of a deployment has only the database URL.
+func TestMigrateNeedsNoSecret(t *testing.T) {
+	for _, cmd := range []string{"migrate", "healthcheck"} {
+		c, _, err := parseConfig(cmd, nil, env("DATABASE_URL", "postgres://x@127.0.0.1/db"), &bytes.Buffer{}, nil)
+		if err != nil || c.DevMode {
+			t.Errorf("%s with DATABASE_URL alone: %v (dev mode %v)", cmd, err, c.DevMode)
+		}
 	}
 }
 

@@ -134,7 +134,7 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		return fmt.Errorf("listen on %s (PRESENCE_ADDR, --addr): %w", cfg.Addr, err)
 	}
 	if cfg.DevMode {
 		printDevBanner(stdout, cfg, ln.Addr(), devSecretPath(cfg.DataPath))
@@ -303,15 +303,31 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// printDevBanner prints what a developer needs to start (CONTRACT §5): the
+// generated secret, and a command that mints tokens with it (the token
+// command finds the secret beside PRESENCE_DATA: it is given the same one).
 func printDevBanner(w io.Writer, cfg Config, addr net.Addr, secretFile string) {
 	url := "http://" + displayAddr(addr)
+	secret, _, _ := secretFor(cfg)
 	example, _ := mintDev(cfg, "alice", 24*time.Hour)
+	data := ""
+	if cfg.DataPath != defaultDataPath {
+		data = " --data " + shellQuote(cfg.DataPath)
+	}
 	fmt.Fprintf(w, `presenced is running in dev mode (one node, in memory) on %s
-  dev secret:  %s (kept across restarts; delete it to rotate)
-  mint token:  go run ./cmd/presenced token alice      (or: presenced token alice)
+  dev secret:  %s (HS256; kept in %s across restarts, delete that file to rotate)
+  mint token:  go run ./cmd/presenced token alice%s      (or: presenced token alice%s)
   try it:      npm i socket.io-client && node -e "require('socket.io-client').io('%s',{auth:{token:process.argv[1]}}).on('session',s=>{console.log(s);process.exit()})" %s
   admin panel: %s/admin/login#token=%s
-`, url, secretFile, url, example, url, cfg.AdminToken)
+`, url, secret, secretFile, data, data, url, example, url, cfg.AdminToken)
+}
+
+// shellQuote quotes s for a POSIX shell where it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:@%+=,-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func mintDev(cfg Config, user string, validFor time.Duration) (string, error) {

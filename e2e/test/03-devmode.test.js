@@ -49,7 +49,11 @@ test('dev mode: generated secret, banner, `presenced token`, kept across restart
   assert.equal(mode, 0o600, `dev secret file mode ${mode.toString(8)}`);
   const secret = fs.readFileSync(secretFile, 'utf8').trim();
   assert.ok(secret.length >= 16, 'dev secret has at least 16 bytes');
-  assert.ok(!banner.includes(secret), 'the banner does not print the secret itself');
+  // CONTRACT §5: the generated secret is printed at start, with a way to
+  // mint a token: with --data not the default, the command carries it.
+  assert.ok(banner.includes(secret), 'the banner prints the dev secret');
+  assert.ok(banner.includes(`token alice --data ${data}`) || banner.includes(`token alice --data '${data}'`),
+    `the banner's mint command names --data ${data}:\n${banner}`);
 
   // The banner's example token works.
   const bannerToken = /\b(eyJ[\w-]+\.[\w-]+\.[\w-]+)/.exec(banner)[1];
