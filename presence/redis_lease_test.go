@@ -287,17 +287,25 @@ func TestRedisResyncAfterReap(t *testing.T) {
 	}
 }
 
+// leaseTTL is the lease of the node id tests (sameIDNodes).
+const leaseTTL = 1500 * time.Millisecond
+
+// sameIDNodes returns Redis, a fresh key prefix on it, and a maker of
+// engines that all have node id id and a lease of leaseTTL.
+func sameIDNodes(t *testing.T, id string) (redis.UniversalClient, string, func() *presence.RedisEngine) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	return rdb, prefix, func() *presence.RedisEngine {
+		return presence.NewRedisEngine(rdb, presence.Config{NodeID: id, LeaseTTL: leaseTTL}, presence.RedisConfig{Prefix: prefix})
+	}
+}
+
 // Node ids are unique: a second live instance under an id is refused; the
 // id of a crashed instance is taken over once its lease lapsed, and that of
 // a cleanly stopped one at once.
 func TestRedisNodeIDUnique(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	_, _, node := sameIDNodes(t, "dup")
 	ctx := context.Background()
-	const lease = 1500 * time.Millisecond
-	node := func() *presence.RedisEngine {
-		return presence.NewRedisEngine(rdb, presence.Config{NodeID: "dup", LeaseTTL: lease}, presence.RedisConfig{Prefix: prefix})
-	}
 	first := node()
 	if err := first.Claim(ctx); err != nil {
 		t.Fatal(err)
@@ -330,7 +338,7 @@ func TestRedisNodeIDUnique(t *testing.T) {
 	if err := second.Claim(ctx); err != nil {
 		t.Fatalf("restart after a crash: %v", err)
 	}
-	if d := time.Since(t0); d > lease+time.Second {
+	if d := time.Since(t0); d > leaseTTL+time.Second {
 		t.Fatalf("restart after a crash waited %s", d)
 	}
 	// the crashed instance's socket is reaped (by the new instance itself,
@@ -345,7 +353,7 @@ func TestRedisNodeIDUnique(t *testing.T) {
 		if ps[0].Status == presence.Offline {
 			break
 		}
-		if time.Since(t0) > 2*lease+2*time.Second {
+		if time.Since(t0) > 2*leaseTTL+2*time.Second {
 			t.Fatal("the crashed instance's socket was not reaped")
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -368,13 +376,8 @@ func TestRedisNodeIDUnique(t *testing.T) {
 // tentative: a running node that comes back after it finds the id taken,
 // as after a stall.
 func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
-	rdb := testRedis(t)
-	prefix := uniquePrefix(t, rdb)
+	rdb, prefix, node := sameIDNodes(t, "same")
 	ctx := context.Background()
-	const lease = 1500 * time.Millisecond
-	node := func() *presence.RedisEngine {
-		return presence.NewRedisEngine(rdb, presence.Config{NodeID: "same", LeaseTTL: lease}, presence.RedisConfig{Prefix: prefix})
-	}
 	loseData := func() {
 		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 		for iter.Next(ctx) {
@@ -391,14 +394,14 @@ func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
 	if err := late.Tick(ctx); err != nil {
 		t.Fatalf("first connection of the late node: %v", err)
 	}
-	time.Sleep(lease / 3) // the running node's renewal is due
+	time.Sleep(leaseTTL / 3) // the running node's renewal is due
 	if err := running.Tick(ctx); err != nil {
 		t.Fatalf("the running node's renewal: %v, want the id taken back", err)
 	}
 	if r := rosterUsers(t, running, "c1"); len(r) != 1 || r[0] != "alice" {
 		t.Fatalf("the running node's sockets after it took its id back: roster %v", r)
 	}
-	time.Sleep(lease / 3)
+	time.Sleep(leaseTTL / 3)
 	err := late.Tick(ctx)
 	if !errors.Is(err, presence.ErrNodeIDTaken) || !strings.Contains(err.Error(), "took it back") {
 		t.Fatalf("the late node after the running one took its id back: %v, want ErrNodeIDTaken", err)
@@ -406,7 +409,7 @@ func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
 	if err := late.Connect(ctx, presence.Socket{ID: "x1", UserID: "mallory"}); err == nil {
 		t.Fatal("the late node connected a socket after losing the id")
 	}
-	time.Sleep(lease / 3)
+	time.Sleep(leaseTTL / 3)
 	if err := running.Tick(ctx); err != nil {
 		t.Fatalf("the running node's next renewal: %v", err)
 	}
@@ -417,7 +420,7 @@ func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
 	if err := fresh.Claim(ctx); err != nil {
 		t.Fatalf("claim of a free id at start: %v", err)
 	}
-	time.Sleep(lease / 3)
+	time.Sleep(leaseTTL / 3)
 	if err := running.Tick(ctx); !errors.Is(err, presence.ErrNodeIDTaken) {
 		t.Fatalf("the running node after a node claimed its free id at start: %v, want ErrNodeIDTaken", err)
 	}
