@@ -759,7 +759,7 @@ func (a *NamespaceAdapter) onFetchResponse(requestID string, sockets any) {
 }
 
 func (a *NamespaceAdapter) onAllRoomsResponse(requestID string, rooms any) {
-	list, ok := rooms.([]any)
+	list, ok := decodeRooms(rooms)
 	if !ok {
 		return
 	}
@@ -767,7 +767,7 @@ func (a *NamespaceAdapter) onAllRoomsResponse(requestID string, rooms any) {
 		if r.kind != reqAllRooms {
 			return false
 		}
-		r.rooms.Add(decodeRooms(list)...)
+		r.rooms.Add(list...)
 		r.got++
 		return r.got >= r.expected
 	})
@@ -785,6 +785,16 @@ func (a *NamespaceAdapter) onServerSideEmitResponse(requestID string, data any) 
 }
 
 // localSockets answers a fetchSockets request of another node.
+// fetchLocal answers a fetchSockets request of another node with this
+// node's sockets that match its options (none if they are malformed).
+func (a *NamespaceAdapter) fetchLocal(opts any) []any {
+	o, ok := decodeOpts(opts)
+	if !ok {
+		return []any{}
+	}
+	return a.localSockets(o)
+}
+
 func (a *NamespaceAdapter) localSockets(opts *socket.BroadcastOptions) []any {
 	opts.Flags = &socket.BroadcastFlags{Local: true}
 	var local []socket.SocketDetails

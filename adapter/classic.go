@@ -108,7 +108,12 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 	if err != nil || packet.Nsp != a.name {
 		return
 	}
-	a.Adapter.Broadcast(packet, decodeOpts(msg[2]))
+	opts, ok := decodeOpts(msg[2])
+	if !ok {
+		a.log.Debug("ignoring a broadcast with malformed options")
+		return
+	}
+	a.Adapter.Broadcast(packet, opts)
 }
 
 // onClassicRequest handles a request of another node or of an emitter.
@@ -135,7 +140,11 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 	}
 	switch int(t) {
 	case classicSockets:
-		sids := a.Adapter.Sockets(types.NewSet(decodeRooms(m["rooms"])...))
+		rooms, ok := decodeRooms(m["rooms"])
+		if !ok {
+			return
+		}
+		sids := a.Adapter.Sockets(types.NewSet(rooms...))
 		list := make([]any, 0, sids.Len())
 		for _, id := range sids.Keys() {
 			list = append(list, string(id))
@@ -148,12 +157,17 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 
 	case classicRemoteJoin, classicRemoteLeave, classicRemoteDisconnect:
 		if has(m, "opts") {
-			opts := decodeOpts(m["opts"])
+			opts, ok := decodeOpts(m["opts"])
+			rooms, roomsOK := decodeRooms(m["rooms"])
+			if !ok || !roomsOK {
+				a.log.Debug("ignoring a remote join, leave or disconnect with malformed options or rooms")
+				return
+			}
 			switch int(t) {
 			case classicRemoteJoin:
-				a.Adapter.AddSockets(opts, decodeRooms(m["rooms"]))
+				a.Adapter.AddSockets(opts, rooms)
 			case classicRemoteLeave:
-				a.Adapter.DelSockets(opts, decodeRooms(m["rooms"]))
+				a.Adapter.DelSockets(opts, rooms)
 			default:
 				closeConn, _ := m["close"].(bool)
 				a.Adapter.DisconnectSockets(opts, closeConn)
@@ -177,8 +191,7 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 		a.classicRespond(obj{{"requestId", requestID}}, false)
 
 	case classicRemoteFetch:
-		sockets := a.localSockets(decodeOpts(m["opts"]))
-		a.classicRespond(obj{{"requestId", requestID}, {"sockets", sockets}}, false)
+		a.classicRespond(obj{{"requestId", requestID}, {"sockets", a.fetchLocal(m["opts"])}}, false)
 
 	case classicServerSideEmit:
 		data, _ := m["data"].([]any)
@@ -201,7 +214,11 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 		if err != nil {
 			return
 		}
-		a.Adapter.BroadcastWithAck(packet, decodeOpts(m["opts"]), func(clientCount uint64) {
+		opts, ok := decodeOpts(m["opts"])
+		if !ok {
+			return
+		}
+		a.Adapter.BroadcastWithAck(packet, opts, func(clientCount uint64) {
 			a.classicRespond(obj{
 				{"type", classicBroadcastClientCount},
 				{"requestId", requestID},

@@ -3,12 +3,15 @@ package adapter_test
 import (
 	"context"
 	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/vmihailenco/msgpack/v5"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/adapter"
@@ -301,6 +304,53 @@ func testGoGo(t *testing.T, rdb redis.UniversalClient, sharded bool) {
 		eventually(t, 3*time.Second, "emitter note on n3", func() bool {
 			return hasCallWith(n3.sseCalls("note"), "from-emitter")
 		})
+	})
+
+	// What a backend publishes by mistake on the broadcast channel: options
+	// that are no list of rooms reach nobody (read as "no rooms" they went
+	// to every socket), a packet of no packet type or of a namespace that
+	// is no string is dropped, and numbers JSON has no form for arrive as
+	// null, as a Node server's JSON.stringify writes them (they made the
+	// packet unencodable: the clients got an event without data).
+	t.Run("malformed from Redis", func(t *testing.T) {
+		if sharded {
+			t.Skip("the classic channel's messages; the sharded decoder shares decodeOpts and decodePacket (wire_decode_test.go)")
+		}
+		publish := func(packet, opts any) {
+			b, err := msgpack.Marshal([]any{"emitter", packet, opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.Publish(context.Background(), prefix+"#/#", b).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		leak := map[string]any{"type": 2, "data": []any{"leak"}, "nsp": "/"}
+		for _, opts := range []any{
+			map[string]any{"rooms": "r1"},
+			map[string]any{"rooms": map[string]any{"r1": true}},
+			map[string]any{"rooms": []any{"r1"}, "except": "r2"},
+			map[string]any{"rooms": []any{map[string]any{}}},
+			"r1", nil, 5,
+		} {
+			publish(leak, opts)
+		}
+		publish(map[string]any{"type": "2", "data": []any{"leak"}, "nsp": "/"}, map[string]any{})
+		publish(map[string]any{"type": 2, "data": []any{"leak"}, "nsp": 5}, map[string]any{})
+		publish(map[string]any{"type": 2.5, "data": []any{"leak"}, "nsp": "/"}, map[string]any{})
+		publish(map[string]any{"type": 2, "data": []any{"nan", map[string]any{"x": math.NaN(), "ok": 1}, math.Inf(1), []any{math.Inf(-1)}}, "nsp": "/"},
+			map[string]any{"rooms": []any{"user:c"}})
+		fence(t, func(ev string, args ...any) {
+			_ = adapter.NewEmitter(rdb, adapter.EmitterConfig{Prefix: prefix}).Emit(ev, args...)
+		}, all...)
+		got(t, "leak", all, []int{0, 0, 0, 0})
+		ev, ok := c3.wait("nan", 3*time.Second)
+		if !ok {
+			t.Fatal("the event with NaN and Infinity did not arrive")
+		}
+		if want := []any{map[string]any{"x": nil, "ok": 1.0}, nil, []any{nil}}; !reflect.DeepEqual(ev.args, want) {
+			t.Errorf("args %#v, want %#v", ev.args, want)
+		}
 	})
 
 	t.Run("remote disconnect", func(t *testing.T) {

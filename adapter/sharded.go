@@ -85,7 +85,10 @@ func (a *NamespaceAdapter) onShardedMessage(channel, payload string) {
 		if err != nil {
 			return
 		}
-		opts := decodeOpts(data["opts"])
+		opts, ok := decodeOpts(data["opts"])
+		if !ok {
+			return
+		}
 		requestID, withAck := data["requestId"].(string)
 		if !withAck {
 			a.Adapter.Broadcast(packet, opts)
@@ -104,20 +107,28 @@ func (a *NamespaceAdapter) onShardedMessage(channel, payload string) {
 			a.shardedRespond(uid, clusterBroadcastAck, d)
 		})
 
-	case clusterSocketsJoin:
-		a.Adapter.AddSockets(decodeOpts(data["opts"]), decodeRooms(data["rooms"]))
-
-	case clusterSocketsLeave:
-		a.Adapter.DelSockets(decodeOpts(data["opts"]), decodeRooms(data["rooms"]))
+	case clusterSocketsJoin, clusterSocketsLeave:
+		opts, ok := decodeOpts(data["opts"])
+		rooms, roomsOK := decodeRooms(data["rooms"])
+		if !ok || !roomsOK {
+			return
+		}
+		if int(t) == clusterSocketsJoin {
+			a.Adapter.AddSockets(opts, rooms)
+		} else {
+			a.Adapter.DelSockets(opts, rooms)
+		}
 
 	case clusterDisconnectSockets:
 		closeConn, _ := data["close"].(bool)
-		a.Adapter.DisconnectSockets(decodeOpts(data["opts"]), closeConn)
+		if opts, ok := decodeOpts(data["opts"]); ok {
+			a.Adapter.DisconnectSockets(opts, closeConn)
+		}
 
 	case clusterFetchSockets:
 		a.shardedRespond(uid, clusterFetchSocketsResponse, obj{
 			{"requestId", str(data, "requestId")},
-			{"sockets", a.localSockets(decodeOpts(data["opts"]))},
+			{"sockets", a.fetchLocal(data["opts"])},
 		})
 
 	case clusterServerSideEmit:

@@ -220,13 +220,28 @@ func roomOf(v any) socket.Room {
 	return socket.Room(keyString(v))
 }
 
-func decodeRooms(v any) []socket.Room {
-	list, _ := v.([]any)
+// decodeRooms reads a list of rooms: an array of names (strings, or
+// numbers as Node may send them), or nothing (nil: none). Anything else is
+// malformed (false): a Node adapter makes no usable set of it either (a
+// string's Set is of its characters; an object is not iterable).
+func decodeRooms(v any) ([]socket.Room, bool) {
+	if v == nil {
+		return nil, true
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, false
+	}
 	rooms := make([]socket.Room, 0, len(list))
 	for _, r := range list {
+		switch r.(type) {
+		case string, float64, int64, uint64:
+		default:
+			return nil, false
+		}
 		rooms = append(rooms, roomOf(r))
 	}
-	return rooms
+	return rooms, true
 }
 
 func decodeFlags(v any) *socket.BroadcastFlags {
@@ -248,37 +263,85 @@ func decodeFlags(v any) *socket.BroadcastFlags {
 	return f
 }
 
-func decodeOpts(v any) *socket.BroadcastOptions {
-	m, _ := asMap(v)
-	return &socket.BroadcastOptions{
-		Rooms:  types.NewSet(decodeRooms(m["rooms"])...),
-		Except: types.NewSet(decodeRooms(m["except"])...),
-		Flags:  decodeFlags(m["flags"]),
+// decodeOpts reads broadcast options {rooms, except, flags}. Options that
+// are not an object, or rooms or except that are not lists of rooms, are
+// malformed (false): the message is dropped. Read as "no rooms", they
+// would send a broadcast to every socket, or disconnect every socket. (A
+// Node adapter throws on some of these, matches no room with a string of
+// rooms, and sends to every socket when the options are a string or a
+// number: dropping is the reading that leaks nothing.)
+func decodeOpts(v any) (*socket.BroadcastOptions, bool) {
+	m, ok := asMap(v)
+	if !ok {
+		return nil, false
 	}
+	rooms, ok := decodeRooms(m["rooms"])
+	if !ok {
+		return nil, false
+	}
+	except, ok := decodeRooms(m["except"])
+	if !ok {
+		return nil, false
+	}
+	return &socket.BroadcastOptions{
+		Rooms:  types.NewSet(rooms...),
+		Except: types.NewSet(except...),
+		Flags:  decodeFlags(m["flags"]),
+	}, true
 }
 
-// decodePacket reads {type, data, nsp, id}; a missing nsp is "/".
+// decodePacket reads {type, data, nsp, id}; a missing nsp is "/". A type
+// that is not one of Socket.IO's packet types, or an nsp that is not a
+// string, is malformed. Numbers that JSON cannot carry (NaN, ±Infinity)
+// become null in data, as JSON.stringify writes them in a Node server:
+// encoding/json would refuse the whole packet and the clients would get
+// an event without data.
 func decodePacket(v any) (*parser.Packet, error) {
 	m, ok := asMap(v)
 	if !ok {
 		return nil, fmt.Errorf("%w: packet", errMalformed)
 	}
-	t, _ := num(m, "type")
-	p := &parser.Packet{Type: parser.PacketType(t), Nsp: "/", Data: m["data"]}
+	t, ok := num(m, "type")
+	if !ok || t != math.Trunc(t) || t < float64(parser.CONNECT) || t > float64(parser.BINARY_ACK) {
+		return nil, fmt.Errorf("%w: packet type %v", errMalformed, m["type"])
+	}
+	p := &parser.Packet{Type: parser.PacketType(t), Nsp: "/", Data: jsonNumbers(m["data"])}
 	switch p.Type {
 	case parser.BINARY_EVENT:
 		p.Type = parser.EVENT
 	case parser.BINARY_ACK:
 		p.Type = parser.ACK
 	}
-	if nsp, ok := m["nsp"].(string); ok {
-		p.Nsp = nsp
+	if nsp, ok := m["nsp"]; ok && nsp != nil {
+		s, isStr := nsp.(string)
+		if !isStr {
+			return nil, fmt.Errorf("%w: packet nsp %v", errMalformed, nsp)
+		}
+		p.Nsp = s
 	}
 	if id, ok := num(m, "id"); ok && id >= 0 {
 		u := uint64(id)
 		p.Id = &u
 	}
 	return p, nil
+}
+
+// jsonNumbers replaces, in place, the numbers JSON has no form for (NaN,
+// ±Infinity) by nil, in v and in the arrays and objects within it.
+func jsonNumbers(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+	case float32:
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil
+		}
+	case []any, map[string]any:
+		return replaceElems(x, jsonNumbers)
+	}
+	return v
 }
 
 func isLocal(opts *socket.BroadcastOptions) bool {
@@ -377,10 +440,14 @@ func decodeSocket(v any) (*remoteSocket, bool) {
 	if id == "" {
 		return nil, false
 	}
+	rooms, ok := decodeRooms(m["rooms"])
+	if !ok {
+		return nil, false
+	}
 	return &remoteSocket{
 		id:        socket.SocketId(id),
 		handshake: decodeHandshake(m["handshake"]),
-		rooms:     types.NewSet(decodeRooms(m["rooms"])...),
+		rooms:     types.NewSet(rooms...),
 		data:      m["data"],
 	}, true
 }
