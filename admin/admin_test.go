@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,6 +53,36 @@ type fixture struct {
 	sockets *fakeSockets
 	store   store.Store
 	reg     *prometheus.Registry
+	logs    *syncBuffer // the panel's log, as text
+}
+
+// syncBuffer is a log destination that handlers write to concurrently.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// count is how many lines of the log contain all of parts.
+func (s *syncBuffer) count(parts ...string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, line := range strings.Split(s.b.String(), "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
 }
 
 // counter reads a counter of the panel's registry.
@@ -107,8 +138,9 @@ func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClien
 	pipe := lastseen.NewPipeline(buf, st, lastseen.Config{})
 	fs := &fakeSockets{local: map[string][]handlers.LocalSocket{}}
 	reg := prometheus.NewRegistry()
+	logs := &syncBuffer{}
 	p, err := admin.New(admin.Config{Token: token, NodeID: "n1", Prefix: prefix}, admin.Deps{
-		Log: slog.New(slog.DiscardHandler), Engine: eng, View: eng.(presence.AdminView), Redis: rdb,
+		Log: slog.New(slog.NewTextHandler(logs, nil)), Engine: eng, View: eng.(presence.AdminView), Redis: rdb,
 		Reader:   lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st}),
 		Pipeline: pipe, Buffer: buf, Store: st, Sockets: fs,
 		Ready:    []admin.Check{{Name: "store", Check: st.Ping}},
@@ -121,7 +153,7 @@ func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClien
 	mux.Handle("/admin/", http.StripPrefix("/admin", p.Handler()))
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
-	return &fixture{panel: p, srv: srv, engine: eng, sockets: fs, store: st, reg: reg}
+	return &fixture{panel: p, srv: srv, engine: eng, sockets: fs, store: st, reg: reg, logs: logs}
 }
 
 // client returns an HTTP client with a cookie jar that does not follow
@@ -280,6 +312,9 @@ func TestLogin(t *testing.T) {
 		if res.StatusCode != http.StatusForbidden {
 			t.Fatalf("got %d", res.StatusCode)
 		}
+		if n := f.logs.count("admin login refused", "reason=cross-origin", "evil.example"); n != 1 {
+			t.Errorf("%d log lines of the cross-origin refusal, want 1", n)
+		}
 	})
 }
 
@@ -304,6 +339,13 @@ func TestLoginRateLimited(t *testing.T) {
 	}
 	if got := f.counter(t, "presenced_admin_logins_total", "outcome", "rate_limited"); got != 2 {
 		t.Errorf("rate_limited logins: %v", got)
+	}
+	// each wrong token is logged, and the block once, not each refusal in it
+	if n := f.logs.count("admin login refused", `reason="wrong token"`); n != 5 {
+		t.Errorf("%d log lines of wrong tokens, want 5", n)
+	}
+	if n := f.logs.count("refused until its window passes"); n != 1 {
+		t.Errorf("%d log lines of the block, want 1", n)
 	}
 }
 

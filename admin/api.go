@@ -420,7 +420,11 @@ func (p *Panel) health(ctx context.Context, _ url.Values) (any, error) {
 // session's CSRF token and a reason, which is logged.
 func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	nonce, _ := p.sessionNonce(r)
-	if !sameOrigin(r) || !tokenMatches(r.Header.Get("X-CSRF-Token"), p.sessions.csrf(nonce)) {
+	if !sameOrigin(r) {
+		handlers.WriteError(w, http.StatusForbidden, "forbidden", "cross-origin request: its Origin is not this host")
+		return
+	}
+	if !tokenMatches(r.Header.Get("X-CSRF-Token"), p.sessions.csrf(nonce)) {
 		handlers.WriteError(w, http.StatusForbidden, "forbidden", "missing or wrong X-CSRF-Token")
 		return
 	}

@@ -105,17 +105,20 @@ func (f *failures) blocked(ip string) (time.Duration, bool) {
 	return ts[0].Add(f.window).Sub(now), true
 }
 
-func (f *failures) add(ip string) {
+// add notes a wrong token of ip; it reports whether ip is blocked from now.
+func (f *failures) add(ip string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
 	f.byIP[ip] = append(f.prune(ip, now), now)
+	blocked := len(f.byIP[ip]) == f.limit
 	if len(f.byIP) > 10000 {
 		// a scan from many addresses: forget the ones whose window passed
 		for k := range f.byIP {
 			f.prune(k, now)
 		}
 	}
+	return blocked
 }
 
 func (f *failures) prune(ip string, now time.Time) []time.Time {

@@ -83,12 +83,17 @@ func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (i
 	}
 	if !sameOrigin(r) {
 		p.logins.WithLabelValues("forbidden").Inc()
+		p.log.Warn("admin login refused", "ip", ip, "reason", "cross-origin", "origin", r.Header.Get("Origin"))
 		return http.StatusForbidden, 0
 	}
 	if !tokenMatches(token, p.cfg.Token) {
 		p.logins.WithLabelValues("wrong_token").Inc()
-		p.fails.add(ip)
-		p.log.Warn("admin login refused", "ip", ip)
+		p.log.Warn("admin login refused", "ip", ip, "reason", "wrong token")
+		if p.fails.add(ip) {
+			// the refusals while it is blocked are counted, not logged
+			// one by one: a flood would flood the log
+			p.log.Warn("admin logins of this IP refused until its window passes", "ip", ip, "wrong_tokens", p.cfg.LoginLimit, "window", p.cfg.LoginWindow)
+		}
 		return http.StatusUnauthorized, 0
 	}
 	http.SetCookie(w, &http.Cookie{

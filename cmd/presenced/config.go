@@ -19,53 +19,54 @@ import (
 
 // Config is the validated configuration of one process (CONTRACT §4).
 type Config struct {
-	Addr              string
-	JWTSecret         string
-	JWKSURL           string
-	JWTAudience       []string // accepted aud values; empty: not checked
-	JWTIssuer         string   // required iss; empty: not checked
-	ServiceToken      string
-	AdminToken        string
-	CORSOrigins       []string
-	RedisURL          string
-	DatabaseURL       string
-	DataPath          string
-	NodeID            string
-	NodeLease         time.Duration
-	PingInterval      time.Duration
-	PingTimeout       time.Duration
-	HeartbeatInterval time.Duration
-	HeartbeatJitter   time.Duration
-	TypingTTL         time.Duration
-	TTL               time.Duration
-	FlapGrace         time.Duration
-	AwayAfter         time.Duration
-	MaxConversations  int
-	MaxSocketsPerUser int    // 0: no cap
-	Membership        string // store | open
-	RedisPrefix       string
-	RedisSharded      bool
-	LastSeenCoarse    time.Duration
-	LastSeenFlush     time.Duration
-	LastSeenBatch     int
-	LastSeenRetention time.Duration
-	RESTLimit         int
-	RESTWindow        time.Duration
-	MaxBuffer         int64
-	AllowEIO3         bool
-	HandshakeLimit    int
-	EventLimits       handlers.EventLimits
-	HandshakeWindow   time.Duration
-	TrustedProxies    []netip.Prefix
-	Parser            string        // json | msgpack
-	MaxUnread         int64         // -1: no bound
-	MaxUnreadAge      time.Duration // -1: no bound
-	ShutdownTimeout   time.Duration
-	LogFormat         string // text | json
-	LogLevel          string // debug | info | warn | error
-	DebugAddr         string // pprof listener; empty: off
-	GCHeadroom        int    // percent of the live heap (gc.go); 0: off
-	SysmonSteady      bool   // sysmon.go
+	Addr                string
+	JWTSecret           string
+	JWKSURL             string
+	JWTAudience         []string // accepted aud values; empty: not checked
+	JWTIssuer           string   // required iss; empty: not checked
+	ServiceToken        string
+	AdminToken          string
+	AdminTokenGenerated bool // dev mode made AdminToken: the banner may print it
+	CORSOrigins         []string
+	RedisURL            string
+	DatabaseURL         string
+	DataPath            string
+	NodeID              string
+	NodeLease           time.Duration
+	PingInterval        time.Duration
+	PingTimeout         time.Duration
+	HeartbeatInterval   time.Duration
+	HeartbeatJitter     time.Duration
+	TypingTTL           time.Duration
+	TTL                 time.Duration
+	FlapGrace           time.Duration
+	AwayAfter           time.Duration
+	MaxConversations    int
+	MaxSocketsPerUser   int    // 0: no cap
+	Membership          string // store | open
+	RedisPrefix         string
+	RedisSharded        bool
+	LastSeenCoarse      time.Duration
+	LastSeenFlush       time.Duration
+	LastSeenBatch       int
+	LastSeenRetention   time.Duration
+	RESTLimit           int
+	RESTWindow          time.Duration
+	MaxBuffer           int64
+	AllowEIO3           bool
+	HandshakeLimit      int
+	EventLimits         handlers.EventLimits
+	HandshakeWindow     time.Duration
+	TrustedProxies      []netip.Prefix
+	Parser              string        // json | msgpack
+	MaxUnread           int64         // -1: no bound
+	MaxUnreadAge        time.Duration // -1: no bound
+	ShutdownTimeout     time.Duration
+	LogFormat           string // text | json
+	LogLevel            string // debug | info | warn | error
+	DebugAddr           string // pprof listener; empty: off
+	GCHeadroom          int    // percent of the live heap (gc.go); 0: off
+	SysmonSteady        bool   // sysmon.go
 
 	// DevMode: none of PRESENCE_JWT_SECRET, PRESENCE_JWKS_URL, REDIS_URL,
 	// DATABASE_URL set (CONTRACT §4).
@@ -499,7 +500,7 @@ func (c *Config) finish(verifies bool) error {
 		}
 	}
 	if c.AdminToken == "" && c.DevMode {
-		c.AdminToken = randomHex(16)
+		c.AdminToken, c.AdminTokenGenerated = randomHex(16), true
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		return &ConfigError{Setting: "PRESENCE_ADMIN_TOKEN (--admin-token)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}

@@ -418,3 +418,23 @@ func TestREADMEListsEverySetting(t *testing.T) {
 		}
 	}
 }
+
+// The dev banner's admin link carries the token only if this start
+// generated it: an operator's own PRESENCE_ADMIN_TOKEN is not printed.
+func TestDevBannerAdminLink(t *testing.T) {
+	gen, _, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := adminLink("http://h", gen); !strings.Contains(l, "#token="+gen.AdminToken) || gen.AdminToken == "" {
+		t.Errorf("generated token: link %q", l)
+	}
+	const own = "operator-chosen-secret-XYZ"
+	set, _, err := parseConfig("serve", nil, env("PRESENCE_ADMIN_TOKEN", own), &bytes.Buffer{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := adminLink("http://h", set); strings.Contains(l, own) || !set.DevMode {
+		t.Errorf("the operator's token: link %q (dev mode %v)", l, set.DevMode)
+	}
+}

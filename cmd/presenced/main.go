@@ -318,8 +318,19 @@ func printDevBanner(w io.Writer, cfg Config, addr net.Addr, secretFile string) {
   dev secret:  %s (HS256; kept in %s across restarts, delete that file to rotate)
   mint token:  go run ./cmd/presenced token alice%s      (or: presenced token alice%s)
   try it:      npm i socket.io-client && node -e "require('socket.io-client').io('%s',{auth:{token:process.argv[1]}}).on('session',s=>{console.log(s);process.exit()})" %s
-  admin panel: %s/admin/login#token=%s
-`, url, secret, secretFile, data, data, url, example, url, cfg.AdminToken)
+  admin panel: %s
+`, url, secret, secretFile, data, data, url, example, adminLink(url, cfg))
+}
+
+// adminLink is the banner's way into the admin panel: with the token
+// generated at this start, a login link that carries it; with the
+// operator's own PRESENCE_ADMIN_TOKEN, the login page alone (an operator's
+// secret is not printed).
+func adminLink(url string, cfg Config) string {
+	if cfg.AdminTokenGenerated {
+		return url + "/admin/login#token=" + cfg.AdminToken
+	}
+	return url + "/admin/login (log in with PRESENCE_ADMIN_TOKEN)"
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it.

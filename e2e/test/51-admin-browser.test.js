@@ -24,6 +24,8 @@ describe('admin panel in a browser (single node)', { timeout: 120000 }, () => {
     await page.goto(base + '/admin/');
     await page.waitForURL(/\/admin\/login$/);
     await page.screenshot({ path: path.join(out, 'login.png') });
+    const box = await page.locator('#token').boundingBox();
+    assert.ok(box.height < 60, `the token field is one line high, not ${box.height} px`);
     await page.fill('#token', 'not-the-admin-token-xyz');
     await Promise.all([page.waitForNavigation(), page.click('button[type=submit]')]);
     assert.match(page.url(), /\/admin\/login\?e=wrong$/);

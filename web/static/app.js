@@ -252,7 +252,7 @@
         el('dt', null, 'user'), el('dd', null, d.userId),
         el('dt', null, 'status'), el('dd', { class: statusCls, id: 'user-status' }, d.status),
         el('dt', null, 'last activity'), el('dd', null, d.since || '—'),
-        el('dt', null, 'last seen (exact)'), el('dd', null, d.lastSeen || (d.status === 'offline' ? 'never' : '— (online)')),
+        el('dt', null, 'last seen (exact)'), el('dd', null, d.lastSeen || (d.status === 'offline' ? 'never' : `— (${d.status})`)),
         el('dt', null, 'privacy'), el('dd', null, d.privacy),
         el('dt', null, 'subscriptions'), el('dd', null, String(d.subscriptions)),
         el('dt', null, 'conversations'), el('dd', null, pills(d.conversations)))));
