@@ -59,9 +59,20 @@ describe('admin panel in a browser (single node)', { timeout: 120000 }, () => {
     // search by prefix on the server
     await page.fill('#conv-search', conv.slice(0, 6));
     await page.waitForFunction((c) => [...document.querySelectorAll('#conversations tr[data-conversation]')].every((r) => r.dataset.conversation.startsWith(c.slice(0, 6))), conv);
+    // the search is kept in the address: a reload, and Back from a row, come back to it
+    await page.waitForFunction((c) => location.hash === `#conversations?q=${c.slice(0, 6)}`, conv);
+    await page.reload();
+    await page.waitForSelector(row);
+    assert.equal(await page.inputValue('#conv-search'), conv.slice(0, 6));
     await page.click(row);
     await page.waitForSelector(`#roster tr[data-user="${user}"]`);
     await page.screenshot({ path: path.join(out, 'conversation.png'), fullPage: true });
+    await page.goBack();
+    await page.waitForSelector(row);
+    assert.equal(await page.inputValue('#conv-search'), conv.slice(0, 6), 'Back comes to the search');
+    await page.goForward();
+    await page.waitForSelector(`#roster tr[data-user="${user}"]`);
+    await page.evaluate(() => { window.notReloaded = true; }); // from here on, live again
 
     // the user
     await page.click(`#roster tr[data-user="${user}"]`);

@@ -165,10 +165,13 @@
     });
   };
 
-  pages.conversations = function (arg) {
+  pages.conversations = function (arg, params) {
     if (arg) return pages.conversation(arg);
-    var state = { q: '', page: 1, limit: 25 };
+    // the search and the page are kept in the address (#conversations?q=…&page=…),
+    // so that Back and a reload come back to them
+    var state = { q: params.get('q') || '', page: Math.max(1, parseInt(params.get('page'), 10) || 1), limit: 25 };
     var input = el('input', { type: 'search', id: 'conv-search', placeholder: 'conversation id prefix', 'aria-label': 'search by id prefix' });
+    input.value = state.q;
     var body = el('div');
     main.appendChild(el('section', null, el('h2', null, 'Conversations ', el('span', { class: 'muted' }, 'busiest first')),
       el('form', { class: 'inline', role: 'search' }, input), body));
@@ -178,6 +181,10 @@
     });
     input.form.addEventListener('submit', function (e) { e.preventDefault(); });
     function open() {
+      var kept = new URLSearchParams();
+      if (state.q) kept.set('q', state.q);
+      if (state.page > 1) kept.set('page', String(state.page));
+      history.replaceState(null, '', '#conversations' + (kept.toString() ? '?' + kept.toString() : ''));
       stream('conversations', { q: state.q, page: state.page, limit: state.limit }, render);
     }
     function render(d) {
@@ -346,9 +353,17 @@
   // --- router --------------------------------------------------------------
   function route() {
     var h = location.hash.replace(/^#/, '') || 'cluster';
+    var query = '';
+    var qi = h.indexOf('?');
+    if (qi >= 0) { query = h.slice(qi + 1); h = h.slice(0, qi); }
     var slash = h.indexOf('/');
     var name = slash < 0 ? h : h.slice(0, slash);
-    var arg = slash < 0 ? '' : decodeURIComponent(h.slice(slash + 1));
+    var arg = '';
+    try {
+      arg = slash < 0 ? '' : decodeURIComponent(h.slice(slash + 1));
+    } catch (e) { // a malformed address: the page, without its argument
+      live.textContent = 'that address is malformed';
+    }
     if (!pages[name]) name = 'cluster';
     if (source) { source.close(); source = null; }
     clearTimeout(pending);
@@ -356,7 +371,7 @@
     document.querySelectorAll('nav a').forEach(function (a) {
       a.classList.toggle('active', a.getAttribute('data-page') === name || (name === 'conversation' && a.getAttribute('data-page') === 'conversations'));
     });
-    pages[name](arg);
+    pages[name](arg, new URLSearchParams(query));
   }
 
   api('session').then(function (s) {
