@@ -88,6 +88,28 @@ func (s *Server) cors(next http.Handler) http.Handler {
 	})
 }
 
+// refuseWebsocketReupgrade refuses a websocket upgrade of a session that is
+// on a websocket already (400, Engine.IO's "Bad request"): Engine.IO
+// upgrades only from polling, and a second websocket that took a session
+// over left it without its heartbeat (the first transport's), so that a
+// client that then froze stayed connected for good.
+func (s *Server) refuseWebsocketReupgrade(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if sid := q.Get("sid"); sid != "" && q.Get("transport") == "websocket" {
+			if c, ok := s.io.Engine().Clients().Load(sid); ok {
+				if t := c.Transport(); t != nil && t.Name() == "websocket" {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusBadRequest)
+					_, _ = w.Write([]byte(`{"code":3,"message":"Bad request"}`))
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // rejectWhileDraining refuses new Engine.IO sessions once shutdown began.
 func (s *Server) rejectWhileDraining(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

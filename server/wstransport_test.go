@@ -2,6 +2,10 @@ package server_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +95,67 @@ func TestWebsocketHeartbeat(t *testing.T) {
 			t.Fatalf("open sockets after a ping timeout: %d, want 0", ts.Sockets.Open())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A session that is on a websocket is not upgraded again: a second
+// websocket with its sid gets Engine.IO's 400, and the first connection
+// keeps the session and its heartbeat (a takeover left the session with no
+// PING, and a client that then froze stayed connected for good). A
+// polling session still upgrades.
+func TestWebsocketSessionNotUpgradedAgain(t *testing.T) {
+	ts := newTestServer(t, server.Config{PingInterval: 150 * time.Millisecond, PingTimeout: 300 * time.Millisecond})
+	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
+	first, _, err := ws.DefaultDialer.Dial(base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	_, open, err := first.ReadMessage()
+	if err != nil || !bytes.HasPrefix(open, []byte("0{")) {
+		t.Fatalf("open packet %q: %v", open, err)
+	}
+	var hs struct {
+		SID string `json:"sid"`
+	}
+	if err := json.Unmarshal(open[1:], &hs); err != nil {
+		t.Fatal(err)
+	}
+	second, resp, err := ws.DefaultDialer.Dial(base+"&sid="+hs.SID, nil)
+	if err == nil {
+		second.Close()
+		t.Fatal("a second websocket took the session over")
+	}
+	if resp == nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("second websocket: %v (response %+v)", err, resp)
+	}
+	// the first one still has the session, and its PINGs
+	_ = first.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, msg, err := first.ReadMessage(); err != nil || string(msg) != "2" {
+		t.Fatalf("the first connection after the refused takeover: %q, %v", msg, err)
+	}
+
+	// polling → websocket, the upgrade Engine.IO has, still works
+	res, err := http.Get(ts.URL + "/socket.io/?EIO=4&transport=polling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err := json.Unmarshal(bytes.TrimPrefix(body, []byte("0")), &hs); err != nil {
+		t.Fatalf("polling handshake %q: %v", body, err)
+	}
+	sid := hs.SID
+	up, _, err := ws.DefaultDialer.Dial(base+"&sid="+sid, nil)
+	if err != nil {
+		t.Fatalf("upgrade of a polling session: %v", err)
+	}
+	defer up.Close()
+	if err := up.WriteMessage(ws.TextMessage, []byte("2probe")); err != nil {
+		t.Fatal(err)
+	}
+	_ = up.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, msg, err := up.ReadMessage(); err != nil || string(msg) != "3probe" {
+		t.Fatalf("probe answer %q, %v", msg, err)
 	}
 }
