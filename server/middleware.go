@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-chi/httprate"
+	eioparser "github.com/zishang520/socket.io/parsers/engine/v3/parser"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/internal/stack"
@@ -181,6 +183,38 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 				r.ContentLength = int64(len(body))
 			}
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// closeOnBadPollingPayload ends a session whose long-polling POST is no
+// Engine.IO payload (an unknown packet type, bad base64, an empty body), as
+// Engine.IO does. The library's polling transport drops the decoder's
+// error and kept the session open: a client could go on posting garbage
+// for as long as it answered pings. (Our websocket transport closes at
+// once.) The body is handed on as a CLOSE packet, so that the transport
+// closes the way it does for a client's close (200 "ok", as Node answers
+// such a POST; the session is gone for the next request). Closing the
+// engine socket from here instead left the transport's close timer
+// running for 30 s.
+func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		sid := q.Get("sid")
+		if r.Method != http.MethodPost || sid == "" || q.Get("transport") != "polling" || q.Get("EIO") != "4" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body) // bounded by capPollingBody
+		if err != nil {
+			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
+			return
+		}
+		if _, derr := eioparser.Parserv4().DecodePayload(types.NewStringBuffer(body)); derr != nil || len(body) == 0 {
+			body = []byte{'1'} // Engine.IO's CLOSE
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
 }

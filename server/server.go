@@ -272,7 +272,7 @@ func (s *Server) routes() chi.Router {
 
 	ioHandler := releaseOnHijack(s.io.ServeHandler(nil))
 	r.Group(func(r chi.Router) {
-		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.capPollingBody, s.refuseWebsocketReupgrade)
+		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.capPollingBody, s.closeOnBadPollingPayload, s.refuseWebsocketReupgrade)
 		r.Handle("/socket.io", ioHandler)
 		r.Handle("/socket.io/*", ioHandler)
 	})

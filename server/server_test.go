@@ -576,3 +576,41 @@ func embeddedEmitter(p reflect.Value) string {
 	}
 	return f.Elem().Type().String()
 }
+
+// A long-polling POST that is no Engine.IO payload ends its session, as
+// Engine.IO does: the library's polling transport dropped the decoder's
+// error and kept the session open. A connected socket is disconnected with
+// it. A good payload passes.
+func TestPollingBadPayloadEndsSession(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	for _, bad := range []string{"zzz", "9", "", "b!!!notbase64", "4hi\x1e9"} {
+		sid := handshake(t, ts.URL, nil)
+		u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+		if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "garbler")+`"}`, nil); resp.StatusCode != 200 {
+			t.Fatalf("connect: %d %q", resp.StatusCode, body)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+		do(t, "POST", u, bad, nil)
+		if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Session ID unknown") {
+			t.Errorf("GET after POST %q: %d %q, want the session gone", bad, resp.StatusCode, body)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
+	}
+	sid := handshake(t, ts.URL, nil)
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	if resp, body := do(t, "POST", u, "6\x1e6", nil); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("POST of two NOOPs: %d %q", resp.StatusCode, body)
+	}
+}
+
+// waitFor waits up to 3 s for cond.
+func waitFor(tb testing.TB, cond func() bool, what string) {
+	tb.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("not within 3 s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
