@@ -80,6 +80,10 @@ func TestWebsocketHeartbeat(t *testing.T) {
 			if d := time.Since(pingAt); d < 250*time.Millisecond || d > time.Second {
 				t.Errorf("closed %v after an unanswered PING; the ping timeout is 300ms", d)
 			}
+			// with a CLOSE frame, as RFC 6455 asks: not 1006, an abnormal closure
+			if !ws.IsCloseError(err, ws.CloseNormalClosure) {
+				t.Errorf("the server's close: %v, want a CLOSE frame with 1000", err)
+			}
 			break
 		}
 		if string(msg) == "2" {

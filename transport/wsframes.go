@@ -160,6 +160,9 @@ func (f *frameReader) next() (int, []byte, error) {
 				mt = ws.BinaryMessage
 			}
 			if fin {
+				if mt == ws.TextMessage && !utf8.Valid(payload) {
+					return 0, nil, f.refuse(ws.CloseInvalidFramePayloadData, errProtocol) // RFC 6455 §8.1
+				}
 				return mt, payload, nil
 			}
 			fragType = mt
@@ -170,6 +173,9 @@ func (f *frameReader) next() (int, []byte, error) {
 			}
 			f.frag = append(f.frag, payload...)
 			if fin {
+				if fragType == ws.TextMessage && !utf8.Valid(f.frag) {
+					return 0, nil, f.refuse(ws.CloseInvalidFramePayloadData, errProtocol)
+				}
 				return fragType, f.frag, nil
 			}
 		default:
@@ -290,9 +296,12 @@ var readBufs = sync.Pool{New: func() any { return new([frameBufStart]byte) }}
 // closed answers the client's CLOSE frame and reports it as gorilla does.
 func (f *frameReader) closed(payload []byte) error {
 	code, text := ws.CloseNoStatusReceived, ""
+	if len(payload) == 1 {
+		return f.refuse(ws.CloseProtocolError, errProtocol) // RFC 6455 §5.5.1: a code is two bytes
+	}
 	if len(payload) >= 2 {
 		code, text = int(binary.BigEndian.Uint16(payload)), string(payload[2:])
-		if !utf8.ValidString(text) {
+		if !utf8.ValidString(text) || !closeCodeValid(code) {
 			return f.refuse(ws.CloseProtocolError, errProtocol)
 		}
 	}
@@ -302,6 +311,20 @@ func (f *frameReader) closed(payload []byte) error {
 	}
 	_ = f.ctl.WriteControl(ws.CloseMessage, reply, time.Now().Add(controlWait))
 	return &ws.CloseError{Code: code, Text: text}
+}
+
+// closeCodeValid reports whether a peer may send code in a CLOSE frame
+// (RFC 6455 §7.4): the defined codes but those only reported locally
+// (1005, 1006, 1015) and the reserved 1004, and the ranges 3000-4999 of
+// libraries and applications.
+func closeCodeValid(code int) bool {
+	switch {
+	case code >= 1000 && code <= 1003, code >= 1007 && code <= 1014:
+		return true
+	case code >= 3000 && code <= 4999:
+		return true
+	}
+	return false
 }
 
 // refuse closes the connection with code, and returns err.

@@ -142,6 +142,15 @@ func TestFrameReaderRefuses(t *testing.T) {
 		{"text inside a fragmented message", append(frame(false, opText, []byte("x"), false), frame(true, opText, []byte("y"), false)...), errProtocol, ws.CloseProtocolError},
 		{"fragmented ping", frame(false, opPing, []byte("x"), false), errProtocol, ws.CloseProtocolError},
 		{"unknown opcode", frame(true, 3, []byte("x"), false), errProtocol, ws.CloseProtocolError},
+		// RFC 6455 §5.5.1, §7.4, §8.1
+		{"close code of one byte", frame(true, opClose, []byte{3}, false), errProtocol, ws.CloseProtocolError},
+		{"close code 1005 (never sent)", frame(true, opClose, []byte{0x03, 0xed}, false), errProtocol, ws.CloseProtocolError},
+		{"close code 1006 (never sent)", frame(true, opClose, []byte{0x03, 0xee}, false), errProtocol, ws.CloseProtocolError},
+		{"close code 999", frame(true, opClose, ws.FormatCloseMessage(999, ""), false), errProtocol, ws.CloseProtocolError},
+		{"close code 2999", frame(true, opClose, ws.FormatCloseMessage(2999, ""), false), errProtocol, ws.CloseProtocolError},
+		{"close code 5000", frame(true, opClose, ws.FormatCloseMessage(5000, ""), false), errProtocol, ws.CloseProtocolError},
+		{"text not UTF-8", frame(true, opText, []byte("42[\"a\xff\"]"), false), errProtocol, ws.CloseInvalidFramePayloadData},
+		{"fragmented text not UTF-8", append(frame(false, opText, []byte("42[\"\xe2\x82"), false), frame(true, opContinuation, []byte("\"]"), false)...), errProtocol, ws.CloseInvalidFramePayloadData},
 		{"too big", frame(true, opText, make([]byte, 100<<10+1), false), ws.ErrReadLimit, ws.CloseMessageTooBig},
 		{"too big in fragments", append(frame(false, opText, make([]byte, 60<<10), false), frame(true, opContinuation, make([]byte, 60<<10), false)...), ws.ErrReadLimit, ws.CloseMessageTooBig},
 	} {

@@ -197,7 +197,7 @@ func (w *wsTransport) writerDoneLocked() {
 	}
 	o.mu.Unlock()
 	if closing {
-		w.closeConn()
+		w.endConn()
 	}
 }
 
@@ -528,6 +528,17 @@ func (w *wsTransport) closeOut() {
 	}
 	o.dead = true
 	o.mu.Unlock()
+	w.endConn()
+}
+
+// normalClose is a CLOSE frame's payload: 1000, normal closure.
+var normalClose = ws.FormatCloseMessage(ws.CloseNormalClosure, "")
+
+// endConn ends a connection the server closes, once what was queued is
+// written: a CLOSE frame first (1000, within closeWait), as RFC 6455 asks
+// and as Node's engine.io does; clients saw 1006, an abnormal closure.
+func (w *wsTransport) endConn() {
+	_ = w.writeControl(ws.CloseMessage, normalClose, time.Now().Add(closeWait))
 	w.closeConn()
 }
 
