@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,7 @@ type Server struct {
 	router   chi.Router
 	draining atomic.Bool
 	gate     *connectGate
+	refusals sync.Map // Engine.IO connection id → *atomic.Int32: its refused CONNECTs (countRefusal)
 }
 
 // New builds the server; it does not listen yet.
@@ -190,7 +192,39 @@ const verifyTimeout = 5 * time.Second
 // authenticate is the Socket.IO namespace middleware that verifies the
 // handshake token (CONTRACT §1). A refusal reaches the client as
 // connect_error with message "unauthorized" and data {code, reason}.
+// maxRefusals is how many refused CONNECTs one Engine.IO connection may
+// make before it is closed. A client may try again on the same connection
+// with a new token (socket.auth, then socket.connect()); thousands a second
+// on one connection, each a token check that the per-IP handshake limit
+// never sees, are no client's.
+const maxRefusals = 10
+
+// countRefusal counts a refused CONNECT of sock's connection.
+func (s *Server) countRefusal(sock *socket.Socket) {
+	conn := sock.Conn()
+	id := string(conn.Id())
+	v, loaded := s.refusals.LoadOrStore(id, new(atomic.Int32))
+	if !loaded {
+		_ = conn.Once("close", func(...any) { s.refusals.Delete(id) })
+	}
+	v.(*atomic.Int32).Add(1)
+}
+
+// refusedTooOften reports whether sock's connection had maxRefusals
+// CONNECTs refused: its next one closes it, unchecked.
+func (s *Server) refusedTooOften(sock *socket.Socket) bool {
+	v, ok := s.refusals.Load(string(sock.Conn().Id()))
+	return ok && v.(*atomic.Int32).Load() >= maxRefusals
+}
+
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
+	if s.refusedTooOften(sock) {
+		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
+		s.log.Info("connection closed after refused CONNECTs", "refused", maxRefusals, "ip", sock.Handshake().Address)
+		sock.Conn().Close(true)
+		next(socket.NewExtendedError("unauthorized", map[string]any{"code": "unauthorized", "reason": "too many refused connects"}))
+		return
+	}
 	// Nothing else has this socket yet (the namespace adds it once the
 	// middlewares are done): its emitter can still be ours.
 	transport.SetSocketEmitter(sock)
@@ -221,6 +255,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": reason,
 		}))
+		s.countRefusal(sock)
 		return
 	}
 	if err := s.deps.Sockets.Prepare(sock, claims); err != nil {
@@ -229,6 +264,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": handlers.RefusalReason(err),
 		}))
+		s.countRefusal(sock)
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()

@@ -163,3 +163,58 @@ func TestWebsocketSessionNotUpgradedAgain(t *testing.T) {
 		t.Fatalf("probe answer %q, %v", msg, err)
 	}
 }
+
+// One Engine.IO connection may have maxRefusals CONNECTs refused; its next
+// CONNECT closes it, even with a good token: its refusals are token checks that the per-IP handshake limit
+// never sees (a black-box run made 5,000 in 494 ms on one connection). A
+// client that tries again with a good token before that connects.
+func TestRefusedConnectsCloseTheConnection(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
+	dial := func() *ws.Conn {
+		c, _, err := ws.DefaultDialer.Dial(base, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, open, err := c.ReadMessage(); err != nil || !bytes.HasPrefix(open, []byte("0{")) {
+			t.Fatalf("open packet %q: %v", open, err)
+		}
+		return c
+	}
+	refuse := func(c *ws.Conn, i int) {
+		t.Helper()
+		if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"not-a-jwt"}`)); err != nil {
+			t.Fatalf("CONNECT %d: %v", i, err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, msg, err := c.ReadMessage(); err != nil || !bytes.HasPrefix(msg, []byte("44")) {
+			t.Fatalf("CONNECT %d: %q, %v, want a CONNECT_ERROR", i, msg, err)
+		}
+	}
+
+	c := dial()
+	defer c.Close()
+	for i := 1; i <= 10; i++ {
+		refuse(c, i)
+	}
+	if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+mint(t, "late-user")+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, msg, err := c.ReadMessage(); err == nil {
+		t.Fatalf("a CONNECT after 10 refused ones: %q, want the connection closed", msg)
+	}
+
+	c2 := dial()
+	defer c2.Close()
+	for i := 1; i <= 9; i++ {
+		refuse(c2, i)
+	}
+	if err := c2.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+mint(t, "retry-user")+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, msg, err := c2.ReadMessage(); err != nil || !bytes.HasPrefix(msg, []byte("40{")) {
+		t.Fatalf("a good token after 9 refusals: %q, %v", msg, err)
+	}
+}
