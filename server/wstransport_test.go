@@ -110,22 +110,9 @@ func TestWebsocketHeartbeat(t *testing.T) {
 func TestWebsocketSessionNotUpgradedAgain(t *testing.T) {
 	ts := newTestServer(t, server.Config{PingInterval: 150 * time.Millisecond, PingTimeout: 300 * time.Millisecond})
 	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
-	first, _, err := ws.DefaultDialer.Dial(base, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	first, sid := openEngineWS(t, base)
 	defer first.Close()
-	_, open, err := first.ReadMessage()
-	if err != nil || !bytes.HasPrefix(open, []byte("0{")) {
-		t.Fatalf("open packet %q: %v", open, err)
-	}
-	var hs struct {
-		SID string `json:"sid"`
-	}
-	if err := json.Unmarshal(open[1:], &hs); err != nil {
-		t.Fatal(err)
-	}
-	second, resp, err := ws.DefaultDialer.Dial(base+"&sid="+hs.SID, nil)
+	second, resp, err := ws.DefaultDialer.Dial(base+"&sid="+sid, nil)
 	if err == nil {
 		second.Close()
 		t.Fatal("a second websocket took the session over")
@@ -146,11 +133,13 @@ func TestWebsocketSessionNotUpgradedAgain(t *testing.T) {
 	}
 	body, _ := io.ReadAll(res.Body)
 	res.Body.Close()
+	var hs struct {
+		SID string `json:"sid"`
+	}
 	if err := json.Unmarshal(bytes.TrimPrefix(body, []byte("0")), &hs); err != nil {
 		t.Fatalf("polling handshake %q: %v", body, err)
 	}
-	sid := hs.SID
-	up, _, err := ws.DefaultDialer.Dial(base+"&sid="+sid, nil)
+	up, _, err := ws.DefaultDialer.Dial(base+"&sid="+hs.SID, nil)
 	if err != nil {
 		t.Fatalf("upgrade of a polling session: %v", err)
 	}
@@ -172,13 +161,7 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket"
 	dial := func() *ws.Conn {
-		c, _, err := ws.DefaultDialer.Dial(base, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, open, err := c.ReadMessage(); err != nil || !bytes.HasPrefix(open, []byte("0{")) {
-			t.Fatalf("open packet %q: %v", open, err)
-		}
+		c, _ := openEngineWS(t, base)
 		return c
 	}
 	refuse := func(c *ws.Conn, i int) {
@@ -217,4 +200,25 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 	if _, msg, err := c2.ReadMessage(); err != nil || !bytes.HasPrefix(msg, []byte("40{")) {
 		t.Fatalf("a good token after 9 refusals: %q, %v", msg, err)
 	}
+}
+
+// openEngineWS opens an Engine.IO websocket at url and reads its open
+// packet: the connection and the session id.
+func openEngineWS(t *testing.T, url string) (*ws.Conn, string) {
+	t.Helper()
+	c, _, err := ws.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, open, err := c.ReadMessage()
+	if err != nil || !bytes.HasPrefix(open, []byte("0{")) {
+		t.Fatalf("open packet %q: %v", open, err)
+	}
+	var hs struct {
+		SID string `json:"sid"`
+	}
+	if err := json.Unmarshal(open[1:], &hs); err != nil {
+		t.Fatal(err)
+	}
+	return c, hs.SID
 }
