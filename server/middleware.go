@@ -190,7 +190,7 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 // closeOnBadPollingPayload ends a session whose long-polling POST is no
 // Engine.IO payload (an unknown packet type, bad base64, an empty body), as
 // Engine.IO does. The library's polling transport drops the decoder's
-// error and kept the session open: a client could go on posting garbage
+// error and keeps the session open: a client could go on posting garbage
 // for as long as it answered pings. (Our websocket transport closes at
 // once.) The body is handed on as a CLOSE packet, so that the transport
 // closes the way it does for a client's close (200 "ok", as Node answers

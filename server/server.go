@@ -189,9 +189,6 @@ func (s *Server) newSocketIO() *socket.Server {
 // verifyTimeout bounds a handshake's token check (a JWKS refresh included).
 const verifyTimeout = 5 * time.Second
 
-// authenticate is the Socket.IO namespace middleware that verifies the
-// handshake token (CONTRACT §1). A refusal reaches the client as
-// connect_error with message "unauthorized" and data {code, reason}.
 // maxRefusals is how many refused CONNECTs one Engine.IO connection may
 // make before it is closed. A client may try again on the same connection
 // with a new token (socket.auth, then socket.connect()); thousands a second
@@ -217,6 +214,10 @@ func (s *Server) refusedTooOften(sock *socket.Socket) bool {
 	return ok && v.(*atomic.Int32).Load() >= maxRefusals
 }
 
+// authenticate is the Socket.IO namespace middleware that verifies the
+// handshake token (CONTRACT §1). A refusal reaches the client as
+// connect_error with message "unauthorized" and data {code, reason}. A
+// connection's CONNECT after maxRefusals refused ones closes it.
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
 	if s.refusedTooOften(sock) {
 		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
