@@ -164,13 +164,18 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 		c, _ := openEngineWS(t, base)
 		return c
 	}
-	refuse := func(c *ws.Conn, i int) {
-		t.Helper()
-		if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"not-a-jwt"}`)); err != nil {
-			t.Fatalf("CONNECT %d: %v", i, err)
+	// connect sends a CONNECT with token and reads the answer.
+	connect := func(c *ws.Conn, token string) ([]byte, error) {
+		if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+token+`"}`)); err != nil {
+			return nil, err
 		}
 		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-		if _, msg, err := c.ReadMessage(); err != nil || !bytes.HasPrefix(msg, []byte("44")) {
+		_, msg, err := c.ReadMessage()
+		return msg, err
+	}
+	refuse := func(c *ws.Conn, i int) {
+		t.Helper()
+		if msg, err := connect(c, "not-a-jwt"); err != nil || !bytes.HasPrefix(msg, []byte("44")) {
 			t.Fatalf("CONNECT %d: %q, %v, want a CONNECT_ERROR", i, msg, err)
 		}
 	}
@@ -180,11 +185,7 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		refuse(c, i)
 	}
-	if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+mint(t, "late-user")+`"}`)); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, msg, err := c.ReadMessage(); err == nil {
+	if msg, err := connect(c, mint(t, "late-user")); err == nil {
 		t.Fatalf("a CONNECT after 10 refused ones: %q, want the connection closed", msg)
 	}
 
@@ -193,11 +194,7 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 	for i := 1; i <= 9; i++ {
 		refuse(c2, i)
 	}
-	if err := c2.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+mint(t, "retry-user")+`"}`)); err != nil {
-		t.Fatal(err)
-	}
-	_ = c2.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, msg, err := c2.ReadMessage(); err != nil || !bytes.HasPrefix(msg, []byte("40{")) {
+	if msg, err := connect(c2, mint(t, "retry-user")); err != nil || !bytes.HasPrefix(msg, []byte("40{")) {
 		t.Fatalf("a good token after 9 refusals: %q, %v", msg, err)
 	}
 }
