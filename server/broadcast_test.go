@@ -132,6 +132,71 @@ func TestWebsocketUnreadBound(t *testing.T) {
 	}
 }
 
+// What a websocket client leaves unread in the kernel counts too: the
+// connection's send buffer is small while a bound applies (wsSendBuffer),
+// so that all the client is sent before its disconnect stays near the
+// bound. With the kernel's own sizing it took megabytes more.
+func TestWebsocketUnreadBoundIncludesKernel(t *testing.T) {
+	const bound = 256 << 10
+	ts := newTestServer(t, server.Config{MaxUnread: bound, MaxUnreadAge: time.Minute})
+	c := dialWS(t, ts.URL, mint(t, "kernel-user"))
+	defer c.conn.Close()
+	payload := strings.Repeat("k", 16<<10)
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
+		_ = ts.Server.IO().To(handlers.UserRoom("kernel-user")).Emit("big", payload)
+		time.Sleep(time.Millisecond)
+	}
+	if n := ts.Sockets.Open(); n != 0 {
+		t.Fatalf("open sockets: %d, want the stalled one disconnected", n)
+	}
+	// everything the server had written before the close, read now
+	total := 0
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		_, m, err := c.conn.ReadMessage()
+		if err != nil {
+			break
+		}
+		total += len(m)
+	}
+	// the bound, the kernel's 128 KiB on each side, and a frame in flight
+	if limit := bound + 3*128<<10 + 32<<10; total > limit {
+		t.Fatalf("the client was sent %d bytes before its disconnect, want at most %d", total, limit)
+	}
+	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
+		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
+	}
+}
+
+// A websocket client that takes nothing for MaxUnreadAge while the writer
+// waits on it (no more is queued, so only the write's deadline sees it) is
+// disconnected and counted as a slow consumer, as one whose queue passed a
+// bound is.
+func TestWebsocketWriteDeadlineCountsSlowConsumer(t *testing.T) {
+	ts := newTestServer(t, server.Config{MaxUnread: -1, MaxUnreadAge: 300 * time.Millisecond})
+	c := dialWS(t, ts.URL, mint(t, "blocked-user"))
+	defer c.conn.Close()
+	payload := strings.Repeat("b", 64<<10)
+	for range 40 { // 2.5 MiB at once, then nothing
+		_ = ts.Server.IO().To(handlers.UserRoom("blocked-user")).Emit("big", payload)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := ts.Sockets.Open(); n != 0 {
+		t.Fatalf("open sockets: %d, want the blocked one disconnected", n)
+	}
+	deadline = time.Now().Add(2 * time.Second)
+	for testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects) != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
+		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
+	}
+}
+
 // A socket that upgrades from polling to our websocket is sent broadcasts
 // on the websocket once the upgrade is done.
 func TestBroadcastAfterUpgrade(t *testing.T) {

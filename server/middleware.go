@@ -312,3 +312,39 @@ type hijackedWriter struct{ header http.Header }
 func (w hijackedWriter) Header() http.Header     { return w.header }
 func (hijackedWriter) Write([]byte) (int, error) { return 0, http.ErrHijacked }
 func (hijackedWriter) WriteHeader(int)           {}
+
+// boundBody gives a request with a body ReadBodyTimeout for it to arrive
+// (the connection's read deadline, lifted once the body has been read to
+// its end, so that nothing after it is cut). net/http has no such bound
+// once the headers are in: a client could send a part of a body and then
+// nothing, and hold the connection, a goroutine and a shutdown forever,
+// without a handshake or a token. A body read past the deadline fails,
+// and so does the request.
+func (s *Server) boundBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(s.cfg.ReadBodyTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts the connection's read deadline when its body has been
+// read to the end.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}

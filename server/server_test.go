@@ -473,6 +473,62 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// stallBody opens a connection to addr and sends a request whose body
+// stops after 2 of its 1,000 bytes; the connection is returned open.
+func stallBody(t *testing.T, addr, path string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	req := "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\nab"
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// A request whose body stops arriving is cut after ReadBodyTimeout,
+// whatever route it went to: it holds no connection beyond that.
+func TestStalledBodyIsCut(t *testing.T) {
+	ts := newTestServer(t, server.Config{ReadBodyTimeout: 300 * time.Millisecond})
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	for _, path := range []string{"/socket.io/?EIO=4&transport=polling&sid=bogus", "/nowhere"} {
+		c := stallBody(t, addr, path)
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		start := time.Now()
+		_, err := io.ReadAll(c) // an answer, if any, then the close
+		if err != nil {
+			t.Fatalf("%s: the connection of a stalled body was not closed: %v", path, err)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("%s: closed after %v", path, took)
+		}
+	}
+}
+
+// A shutdown ends within its timeout, and cleanly (Serve returns nil),
+// while a client holds a request whose body never comes.
+func TestShutdownWithStalledBody(t *testing.T) {
+	v, _ := auth.NewHS256([]byte(secret))
+	m := metrics.New()
+	srv, err := server.New(server.Config{ShutdownTimeout: time.Second, ReadBodyTimeout: time.Minute},
+		server.Deps{Log: slog.New(slog.DiscardHandler), Metrics: m, Verifier: v, Sockets: newSockets(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, cancel, done := serveLoopback(t, srv)
+	stallBody(t, ln.Addr().String(), "/socket.io/?EIO=4&transport=polling&sid=bogus")
+	time.Sleep(100 * time.Millisecond) // the request is in
+	start := time.Now()
+	cancel()
+	chantest.NoError(t, done, 3*time.Second, "Serve's shutdown")
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Fatalf("shutdown took %v, want half of its 1s timeout at most", took)
+	}
+}
+
 // X-Forwarded-For counts for the per-IP handshake limit only from a
 // trusted proxy: the test client (127.0.0.1) is one for the first server
 // and not for the second.

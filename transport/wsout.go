@@ -341,8 +341,16 @@ func (w *wsTransport) drain(first []byte) {
 				return
 			}
 			if err != nil {
+				pending, closing := o.bytes, o.closing
 				w.dropLocked()
 				o.mu.Unlock()
+				if !closing && errors.Is(err, os.ErrDeadlineExceeded) {
+					// The client took nothing for the whole write deadline
+					// (MaxUnreadAge): a slow consumer, counted as one.
+					if g := w.guard.Load(); g != nil {
+						g.fire("unread for too long", pending)
+					}
+				}
 				w.closeConn()
 				w.fail(err)
 				return

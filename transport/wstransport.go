@@ -77,13 +77,20 @@ type WebsocketConfig struct {
 	// WriteWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
 	WriteWait time.Duration
+	// SendBuffer, when positive, is each connection's kernel send buffer
+	// (SO_SNDBUF; Linux doubles it). Bytes the kernel has taken are out
+	// of the transport's queue, so neither the unread bound nor the write
+	// deadline sees them: with the kernel's own sizing a client that stops
+	// reading left up to its maximum (4 MiB by default) unread beyond the
+	// bound, and a write never blocked until that was full.
+	SendBuffer int
 }
 
 // NewWebsocket returns the websocket transport for the engine's transport
 // set (beside the library's engine.Polling). Attach it to the engine too,
 // for the heartbeat.
 func NewWebsocket(cfg WebsocketConfig) *Websocket {
-	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait}
+	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer}
 	if cfg.PingInterval > 0 && cfg.PingTimeout > 0 {
 		b.beats = newHeartbeat(cfg.PingInterval, cfg.PingTimeout)
 	}
@@ -108,8 +115,9 @@ type Websocket struct {
 	limit    int64         // the engine's maxHttpBufferSize
 	// writeWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
-	writeWait time.Duration
-	beats     *heartbeat // nil: none (the engine runs every heartbeat)
+	writeWait  time.Duration
+	sendBuffer int        // SO_SNDBUF of each connection (0: the kernel's)
+	beats      *heartbeat // nil: none (the engine runs every heartbeat)
 }
 
 // wsPongHold is how long after its PING an early PONG is held on our
@@ -126,6 +134,9 @@ func (b *Websocket) New(ctx *types.HttpContext) transports.Transport {
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
+	if tc, ok := w.netConn.(*net.TCPConn); ok && b.sendBuffer > 0 {
+		_ = tc.SetWriteBuffer(b.sendBuffer)
+	}
 	return w
 }
 func (*Websocket) Name() string          { return transports.WEBSOCKET }

@@ -185,9 +185,17 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		}
 	}()
 
+	// The whole shutdown keeps to PRESENCE_SHUTDOWN_TIMEOUT from the
+	// signal: Serve takes half of it at most, the final work below the rest.
+	stopping := make(chan time.Time, 1)
+	defer context.AfterFunc(sctx, func() { stopping <- time.Now() })()
 	serveErr := a.srv.Serve(sctx, ln)
 
-	fctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	deadline := time.Now().Add(cfg.ShutdownTimeout) // (Serve failed on its own)
+	if sctx.Err() != nil {
+		deadline = (<-stopping).Add(cfg.ShutdownTimeout)
+	}
+	fctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if d, ok := a.engine.(interface{ Drain(context.Context) error }); ok {
 		// One node in memory: nobody else will end the flap graces of the
