@@ -26,6 +26,7 @@ import (
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/internal/defaults"
+	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/transport"
 )
@@ -115,6 +116,9 @@ type Server struct {
 	draining atomic.Bool
 	gate     *connectGate
 	refusals sync.Map // Engine.IO connection id → *atomic.Int32: its refused CONNECTs (countRefusal)
+
+	readyMu   sync.Mutex
+	readyLogs map[string]*throttle.Log // check name → its failures' log (readyz)
 }
 
 // New builds the server; it does not listen yet.
@@ -367,10 +371,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	checks := map[string]string{}
 	status := http.StatusOK
 	for _, c := range s.deps.Ready {
-		if err := c.Check(ctx); err != nil {
+		err := c.Check(ctx)
+		s.logReadiness(c.Name, err)
+		if err != nil {
 			// The probe is public: its answer names no address, user or
 			// driver message; the log has the error.
-			s.log.Warn("readiness check failed", "check", c.Name, "err", err)
 			checks[c.Name] = "unavailable"
 			status = http.StatusServiceUnavailable
 		} else {
@@ -382,6 +387,39 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		word = "unavailable"
 	}
 	handlers.WriteJSON(w, status, map[string]any{"status": word, "checks": checks})
+}
+
+// logReadiness logs a readiness check's failure once, then once per 10 s
+// with the failures counted meanwhile, and its recovery: a balancer probes
+// every node every few seconds, and each probe logged a line before.
+func (s *Server) logReadiness(name string, err error) {
+	s.readyMu.Lock()
+	l := s.readyLogs[name]
+	if l == nil {
+		if err == nil {
+			s.readyMu.Unlock()
+			return
+		}
+		if s.readyLogs == nil {
+			s.readyLogs = map[string]*throttle.Log{}
+		}
+		l = &throttle.Log{Every: 10 * time.Second}
+		s.readyLogs[name] = l
+	}
+	var n int
+	var log bool
+	if err != nil {
+		n, log = l.Fail(time.Now())
+	} else {
+		n, log = l.Recover()
+	}
+	s.readyMu.Unlock()
+	switch {
+	case log && err != nil:
+		s.log.Warn("readiness check failed", "check", name, "err", err, "failed_checks", n)
+	case log:
+		s.log.Info("readiness check recovered", "check", name, "failed_checks", n)
+	}
 }
 
 // Serve serves on ln until ctx ends, then shuts down gracefully: new

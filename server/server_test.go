@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,6 +401,62 @@ func TestPollingBodyCap(t *testing.T) {
 	if r.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("chunked: got %d, want 413", r.StatusCode)
 	}
+}
+
+// A failing readiness check is logged once, not on every probe (a
+// balancer probes each node every few seconds), and its recovery once.
+func TestReadinessFailureLoggedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	down := atomic.Bool{}
+	down.Store(true)
+	v, _ := auth.NewHS256([]byte(secret))
+	m := metrics.New()
+	log := slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: newSockets(m),
+		Ready: []server.Check{{Name: "redis", Check: func(context.Context) error {
+			if down.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	for range 5 {
+		if resp, _ := do(t, "GET", hs.URL+"/readyz", "", nil); resp.StatusCode != 503 {
+			t.Fatalf("readyz: %d, want 503", resp.StatusCode)
+		}
+	}
+	down.Store(false)
+	for range 2 {
+		if resp, _ := do(t, "GET", hs.URL+"/readyz", "", nil); resp.StatusCode != 200 {
+			t.Fatalf("readyz: %d, want 200", resp.StatusCode)
+		}
+	}
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if n := strings.Count(out, "readiness check failed"); n != 1 {
+		t.Errorf("%d lines of a failing check over 5 probes, want 1:\n%s", n, out)
+	}
+	if n := strings.Count(out, "readiness check recovered"); n != 1 || !strings.Contains(out, `"failed_checks":5`) {
+		t.Errorf("recovery: want one line counting 5 failures:\n%s", out)
+	}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestHealthAndReadiness(t *testing.T) {

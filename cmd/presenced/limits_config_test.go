@@ -48,12 +48,12 @@ func TestEventLimitSettings(t *testing.T) {
 
 func TestMaxSocketsPerUserSetting(t *testing.T) {
 	c, _, err := parseConfig("serve", nil, env(), &bytes.Buffer{}, nil)
-	if err != nil || c.MaxSocketsPerUser != 20 || maxSockets(c.MaxSocketsPerUser) != 20 {
+	if err != nil || c.MaxSocketsPerUser != 20 || zeroOff(c.MaxSocketsPerUser) != 20 {
 		t.Fatalf("default: %v %d", err, c.MaxSocketsPerUser)
 	}
 	c, _, err = parseConfig("serve", nil, env("PRESENCE_MAX_SOCKETS_PER_USER", "0"), &bytes.Buffer{}, nil)
-	if err != nil || c.MaxSocketsPerUser != 0 || maxSockets(0) >= 0 {
-		t.Fatalf("0 lifts the cap: %v %d → %d", err, c.MaxSocketsPerUser, maxSockets(0))
+	if err != nil || c.MaxSocketsPerUser != 0 || zeroOff(0) >= 0 {
+		t.Fatalf("0 lifts the cap: %v %d → %d", err, c.MaxSocketsPerUser, zeroOff(0))
 	}
 	for _, bad := range []string{"-1", "many", "1.5"} {
 		_, _, err := parseConfig("serve", []string{"--max-sockets-per-user", bad}, env(), &bytes.Buffer{}, nil)

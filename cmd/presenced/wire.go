@@ -188,7 +188,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		NodeID:           cfg.NodeID,
 		TTL:              cfg.TTL,
 		TypingTTL:        cfg.TypingTTL,
-		FlapGrace:        cfg.FlapGrace,
+		FlapGrace:        zeroOff(cfg.FlapGrace),
 		AwayAfter:        cfg.AwayAfter,
 		MaxConversations: cfg.MaxConversations,
 		LeaseTTL:         cfg.NodeLease,
@@ -299,10 +299,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.sockets = handlers.NewSockets(handlers.SessionConfig{
 		NodeID:            cfg.NodeID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
-		HeartbeatJitter:   cfg.HeartbeatJitter,
+		HeartbeatJitter:   zeroOff(cfg.HeartbeatJitter),
 		TypingTTL:         cfg.TypingTTL,
 		Limits:            cfg.EventLimits,
-		MaxSocketsPerUser: maxSockets(cfg.MaxSocketsPerUser),
+		MaxSocketsPerUser: zeroOff(cfg.MaxSocketsPerUser),
 	}, handlers.SocketDeps{
 		Log:           log.With("component", "sockets"),
 		Metrics:       a.metrics,
@@ -416,13 +416,15 @@ func (a *app) close() {
 	a.closers = nil
 }
 
-// maxSockets maps PRESENCE_MAX_SOCKETS_PER_USER (0: no cap) to the
-// handlers' setting (0: the default, negative: no cap).
-func maxSockets(n int) int {
-	if n == 0 {
+// zeroOff maps a setting whose 0 turns it off (PRESENCE_MAX_SOCKETS_PER_USER:
+// no cap; PRESENCE_FLAP_GRACE, PRESENCE_HEARTBEAT_JITTER: none) to the
+// packages' form of it, where 0 is unset (their default) and a negative
+// value is off.
+func zeroOff[T ~int | ~int64](v T) T {
+	if v == 0 {
 		return -1
 	}
-	return n
+	return v
 }
 
 // eventSinks returns the engine's Sink (see build): room events go to

@@ -193,7 +193,7 @@ export const WITH_SHARDED = [...TOPOLOGIES, 'cluster-sharded'];
  * url1 is node 1, url2 node 2 (the same node in "single").
  * Everything started is killed in t.after.
  */
-export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = 'x' } = {}) {
+export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = 'x', redisUrl = REDIS_URL } = {}) {
   const base = args.includes('--membership') ? [...args] : ['--membership', 'open', ...args];
   const servers = [];
   const topo = {
@@ -211,7 +211,7 @@ export async function startTopology(kind, { t, args = [], db, nodes = 2, tag = '
   } else {
     if (!db) throw new Error('cluster topology needs a database');
     topo.prefix = `e2e-${tag}-${process.pid}-${crypto.randomBytes(3).toString('hex')}`;
-    const clusterArgs = [...base, '--redis-url', REDIS_URL, '--redis-prefix', topo.prefix, '--database-url', db.url];
+    const clusterArgs = [...base, '--redis-url', redisUrl, '--redis-prefix', topo.prefix, '--database-url', db.url];
     if (kind === 'cluster-sharded') clusterArgs.push('--redis-sharded', 'true');
     // The first node migrates the database alone; the others start together.
     servers.push(await startServer({ args: clusterArgs, nodeId: `e2e-${tag}-n1` }));

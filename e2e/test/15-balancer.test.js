@@ -16,6 +16,7 @@ import { tokenFor } from '../lib/jwt.js';
 import { connect, sleep, waitUntil } from '../lib/client.js';
 import { request } from '../lib/http.js';
 import { Recorder, uid, ack, show, startTopology, clusterDatabase } from '../lib/presence.js';
+import { privateRedis } from '../lib/faults.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const CONFIG = path.join(here, '..', '..', 'deploy', 'haproxy.cfg');
@@ -89,5 +90,35 @@ describe('three nodes behind haproxy (deploy/haproxy.cfg)', { timeout: 120000, s
       assert.ok(c.socket.connected, `${c.user} (${c.transports}) still connected`);
       assert.equal(c.socket.io.engine.transport.name, c.transports.at(-1), `${c.user} on ${c.transports.at(-1)}`);
     }
+  });
+
+  // Every node's /readyz answers 503 while Redis is down; the balancer must
+  // not take them all out for it (deploy/haproxy.cfg checks for "draining"):
+  // polling sessions and new handshakes go on reaching the nodes, which
+  // ride the outage out.
+  it('a Redis outage takes no node out of the balancer: polling sessions stay', { timeout: 90000 }, async (t) => {
+    const redis = await privateRedis(t);
+    await redis.start();
+    const topo = await startTopology('cluster', { t, db: holder.db, nodes: 3, tag: 'lbo', redisUrl: redis.url, args: ['--handshake-limit', '0', '--trusted-proxies', '127.0.0.1/32'] });
+    const lb = await startBalancer(t, topo.servers.map((s) => s.addr.replace(/^\[?::\]?:/, '127.0.0.1:')));
+    const clients = [];
+    for (const transports of [['polling'], ['polling'], ['polling'], ['websocket']]) {
+      const user = uid('lbo');
+      const { socket } = await connect(lb.url, { t, transports, withCredentials: true, token: tokenFor(user, SECRET) });
+      let dropped = null;
+      socket.on('disconnect', (reason) => { dropped ??= reason; });
+      clients.push({ user, socket, transports, dropped: () => dropped });
+    }
+    await redis.stop();
+    const down = await request(`${topo.url1}/readyz`, { timeoutMs: 5000 });
+    assert.equal(down.status, 503, `a node's /readyz while Redis is down: ${down.body}`);
+    await sleep(7000); // the check runs every 2 s; two failures (4 s) took a node out
+    for (const c of clients) {
+      assert.equal(c.dropped(), null, `${c.user} (${c.transports}) was dropped during the outage`);
+      assert.ok(c.socket.connected, `${c.user} (${c.transports}) connected after 7 s without Redis`);
+    }
+    const hs = await request(`${lb.url}/socket.io/?EIO=4&transport=polling`, { timeoutMs: 5000 });
+    assert.equal(hs.status, 200, `a new handshake through the balancer during the outage: ${hs.status} ${hs.body}\n${lb.log()}`);
+    await redis.start();
   });
 });
