@@ -18,6 +18,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // This file holds a MessagePack codec that produces the bytes notepack.io
@@ -36,8 +38,11 @@ import (
 //     JSON field names, in field order: exactly what a client connected to
 //     this node would see for the same value;
 //   - reading, every number becomes a float64 (as encoding/json gives it, and
-//     as JavaScript sees it), bin becomes []byte, a timestamp extension
-//     becomes the ISO 8601 string Date.prototype.toJSON would print.
+//     as JavaScript sees it), except NaN and ±Infinity, which become a
+//     jsNumber (a number to a msgpack client, null in JSON); bin becomes
+//     []byte, a timestamp extension becomes a transport.Date (a Date to a
+//     msgpack client, the ISO 8601 string Date.prototype.toJSON prints in
+//     JSON).
 
 // kv is one member of an ordered object.
 type kv struct {
@@ -60,6 +65,49 @@ func (o obj) get(k string) (any, bool) {
 
 // MarshalJSON writes o with its keys in order.
 func (o obj) MarshalJSON() ([]byte, error) { return appendJSON(nil, o) }
+
+// jsNumber is a number JSON has no form for (NaN, +Infinity, -Infinity)
+// read from another node or an emitter. A float64 would not do: the
+// packet decoding makes null of it (encoding/json, and so the JSON
+// parser's encoder, refuses it), while a Node server gives its msgpack
+// clients the number. So it keeps the number for MessagePack
+// (EncodeMsgpack, and writeMsgpack towards Redis: float 64, as notepack
+// writes it), and is null wherever it becomes JSON (MarshalJSON, and
+// appendJSON), as JSON.stringify writes it.
+type jsNumber float64
+
+var (
+	_ json.Marshaler        = jsNumber(0)
+	_ msgpack.CustomEncoder = jsNumber(0)
+)
+
+// MarshalJSON implements json.Marshaler: null.
+func (jsNumber) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
+
+// EncodeMsgpack implements msgpack.CustomEncoder: float 64.
+func (n jsNumber) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.EncodeFloat64(float64(n)) }
+
+// String is the number as JavaScript's String prints it.
+func (n jsNumber) String() string {
+	switch f := float64(n); {
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	case math.IsNaN(f):
+		return "NaN"
+	}
+	return strconv.FormatFloat(float64(n), 'f', -1, 64)
+}
+
+// number is a decoded float: a float64, or a jsNumber when JSON has no
+// form for it.
+func number(f float64) any {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return jsNumber(f)
+	}
+	return f
+}
 
 var errUnsupported = errors.New("adapter: value cannot be encoded")
 
@@ -156,6 +204,10 @@ func writeMsgpack(enc *msgpack.Encoder, buf *bytes.Buffer, v any) error {
 		return writeMsgpackFloat(enc, float64(v))
 	case float64:
 		return writeMsgpackFloat(enc, v)
+	case jsNumber:
+		return enc.EncodeFloat64(float64(v))
+	case transport.Date:
+		return enc.EncodeTime(time.Time(v)) // the timestamp (type -1), as notepack 3 writes a Date
 	case json.Number:
 		return writeMsgpackNumber(enc, v)
 	case []byte:
@@ -357,10 +409,10 @@ func readOrderedJSON(dec *json.Decoder) (any, error) {
 // library's DecodeInterface does not give:
 //   - every number is a float64, as JavaScript reads it (the library gives
 //     int8…uint64 by format, and its DecodeFloat64 reads uint 64 through
-//     int64, negative from 2^63);
+//     int64, negative from 2^63), NaN and ±Infinity a jsNumber;
 //   - a map takes any key, printed as String(key) would (keyString): the
 //     library's maps want string keys or give map[any]any;
-//   - extensions are notepack's: a timestamp is the ISO string of a Date,
+//   - extensions are notepack's: a timestamp is a transport.Date,
 //     type 0 is undefined or an ArrayBuffer, others [type, bytes] (the
 //     library refuses an extension type nobody registered);
 //   - bounds: depth (maxDepth), and no length is believed beyond the input
@@ -451,7 +503,8 @@ func (d *msgpackDecoder) value(depth int) (any, error) {
 		n, err := d.dec.DecodeUint64()
 		return float64(n), err
 	case c == msgpcode.Float || c == msgpcode.Double:
-		return d.dec.DecodeFloat64()
+		f, err := d.dec.DecodeFloat64()
+		return number(f), err
 	case msgpcode.IsString(c) || msgpcode.IsBin(c):
 		// The length is checked before the data is read (DecodeBytes would
 		// make a slice of the declared length first).
@@ -552,6 +605,8 @@ func keyString(k any) string {
 		return k
 	case float64:
 		return strconv.FormatFloat(k, 'f', -1, 64)
+	case jsNumber:
+		return k.String()
 	case nil:
 		return "null"
 	case bool:
@@ -567,6 +622,10 @@ func appendKeyString(b []byte, k any, top bool) []byte {
 		return append(b, k...)
 	case float64:
 		return strconv.AppendFloat(b, k, 'f', -1, 64)
+	case jsNumber:
+		return append(b, k.String()...)
+	case transport.Date:
+		return append(b, k.ISO()...)
 	case nil:
 		if top {
 			return append(b, "null"...)
@@ -591,9 +650,10 @@ func appendKeyString(b []byte, k any, top bool) []byte {
 }
 
 // ext reads an extension as notepack does. The timestamp type (-1) becomes
-// the ISO string a JavaScript Date serializes to; notepack's legacy type 0
-// of length 1 is undefined (nil); type 0 otherwise an ArrayBuffer ([]byte);
-// anything else [type, bytes] as notepack returns it.
+// a transport.Date (a Date to a msgpack client, its ISO string in JSON);
+// notepack's legacy type 0 of length 1 is undefined (nil); type 0
+// otherwise an ArrayBuffer ([]byte); anything else [type, bytes] as
+// notepack returns it.
 func (d *msgpackDecoder) ext() (any, error) {
 	at := d.offset()
 	typ, n, err := d.dec.DecodeExtHeader()
@@ -609,7 +669,7 @@ func (d *msgpackDecoder) ext() (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return isoTime(t), nil
+		return transport.Date(t), nil
 	}
 	data := make([]byte, n)
 	if err := d.dec.ReadFull(data); err != nil {
@@ -624,14 +684,9 @@ func (d *msgpackDecoder) ext() (any, error) {
 	return []any{float64(typ), data}, nil
 }
 
-// isoTime prints t as Date.prototype.toJSON does.
-func isoTime(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000Z")
-}
-
 // appendJSON writes v as JSON.stringify would for the same value: obj keeps
 // key order, HTML characters are not escaped, and values without a JSON form
-// (functions) are null.
+// (functions, a jsNumber) are null.
 func appendJSON(b []byte, v any) ([]byte, error) {
 	switch v := v.(type) {
 	case obj:
@@ -645,8 +700,10 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		})
 	case string:
 		return appendJSONString(b, v), nil
-	case nil:
+	case nil, jsNumber:
 		return append(b, "null"...), nil
+	case transport.Date:
+		return appendJSONString(b, v.ISO()), nil
 	case bool:
 		return strconv.AppendBool(b, v), nil
 	case int:

@@ -3,14 +3,21 @@ package adapter
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/transport"
 
 	"github.com/presenced/presenced/internal/fuzzinput"
 	"github.com/presenced/presenced/internal/memtest"
@@ -97,6 +104,12 @@ func sameValue(a, b any) bool {
 	case float64:
 		b, ok := b.(float64)
 		return ok && (a == b || a != a && b != b)
+	case jsNumber:
+		b, ok := b.(jsNumber)
+		return ok && (a == b || a != a && b != b)
+	case transport.Date:
+		b, ok := b.(transport.Date)
+		return ok && time.Time(a).Equal(time.Time(b))
 	case []byte:
 		b, ok := b.([]byte)
 		return ok && bytes.Equal(a, b)
@@ -210,10 +223,10 @@ func (mb *msgpackBuilder) value(depth int) (v, want any) {
 		i := int(int16(mb.U64()))
 		return i, float64(i)
 	case op == 6:
-		return mb.X, mb.X
+		return mb.X, number(mb.X)
 	case op == 7:
 		f := math.Float64frombits(mb.U64())
-		return f, f
+		return f, number(f)
 	case op == 8:
 		p := []byte(mb.str())
 		return p, p
@@ -248,7 +261,7 @@ func (mb *msgpackBuilder) value(depth int) (v, want any) {
 		return ss, []any{ss[0], ss[1]}
 	case op == 14:
 		f := float32(mb.X)
-		return f, float64(f)
+		return f, number(float64(f))
 	}
 	n := int32(mb.U64())
 	return n, float64(n)
@@ -304,6 +317,8 @@ func TestMsgpackKeysOfKeysBounded(t *testing.T) {
 		{[]byte{0x93, 0x01, 0xc0, 0x92, 0xa1, 'a', 0x80}, "1,,a,[object Object]"},
 		{[]byte{0xc4, 2, 'h', 'i'}, "hi"},
 		{[]byte{0xc0}, "null"}, {[]byte{0xc3}, "true"}, {[]byte{0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}, "1.5"}, {[]byte{0x90}, ""},
+		{[]byte{0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0}, "NaN"}, {[]byte{0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0}, "Infinity"},
+		{[]byte{0x92, 0xcb, 0xff, 0xf0, 0, 0, 0, 0, 0, 0, 0x01}, "-Infinity,1"},
 	} {
 		v, err := decodeMsgpack(append(append([]byte{0x81}, tc.key...), 0xc0))
 		if m, ok := v.(map[string]any); err != nil || !ok || !has(m, tc.want) {
@@ -356,13 +371,16 @@ func TestMsgpackDecodeValues(t *testing.T) {
 		{[]byte{0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0}, float64(1 << 63)}, // unsigned, not int64's negative
 		{[]byte{0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0}, -float64(1 << 63)},
 		{[]byte{0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0}, 1.5},
+		{[]byte{0xcb, 0x7f, 0xf8, 0, 0, 0, 0, 0, 0}, jsNumber(math.NaN())}, // NaN, ±Infinity: see jsNumber
+		{[]byte{0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0}, jsNumber(math.Inf(1))},
+		{[]byte{0xca, 0xff, 0x80, 0, 0}, jsNumber(math.Inf(-1))},
 		{[]byte{0xc0}, nil}, {[]byte{0xc2}, false}, {[]byte{0xc3}, true},
 		{[]byte{0xa2, 'h', 'i'}, "hi"}, {[]byte{0xd9, 0}, ""},
 		{[]byte{0xc4, 2, 1, 2}, []byte{1, 2}}, {[]byte{0xc4, 0}, []byte{}},
 		{[]byte{0x92, 0x01, 0xa1, 'a'}, []any{1.0, "a"}}, {[]byte{0x90}, []any{}},
 		{[]byte{0x82, 0xa1, 'a', 0x01, 0x02, 0xc0}, map[string]any{"a": 1.0, "2": nil}},
-		{[]byte{0xd7, 0xff, 0, 0, 0, 4, 0, 0, 0, 1}, "1970-01-01T00:00:01.000Z"}, // timestamp 64, 1 ns
-		{[]byte{0xc7, 12, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}, "1970-01-01T00:00:02.000Z"},
+		{[]byte{0xd7, 0xff, 0, 0, 0, 4, 0, 0, 0, 1}, transport.Date(time.Unix(1, 1))}, // timestamp 64, 1 ns
+		{[]byte{0xc7, 12, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}, transport.Date(time.Unix(2, 0))},
 		{[]byte{0xd4, 0, 0}, nil},                                      // notepack's undefined
 		{[]byte{0xd5, 0, 1, 2}, []byte{1, 2}},                          // ArrayBuffer
 		{[]byte{0xd5, 5, 1, 2}, []any{5.0, []byte{1, 2}}},              // other types: [type, bytes]
@@ -404,4 +422,109 @@ func TestHandshakeWithoutAuth(t *testing.T) {
 	if auth, ok := m["auth"].(map[string]any); !ok || len(auth) != 0 {
 		t.Fatalf("auth sent as %#v, want {}", m["auth"])
 	}
+}
+
+// NaN and ±Infinity that @socket.io/redis-emitter (notepack 3.0.1) sends
+// reach a msgpack client as numbers, as a Node server's
+// socket.io-msgpack-parser sends them, and a JSON client as null, as
+// JSON.stringify writes them; so does anything else that makes JSON of
+// the decoded values (encoding/json, appendJSON), and the adapter's own
+// msgpack keeps the numbers.
+func TestNonFiniteNumbersForEachParser(t *testing.T) {
+	// notepack 3.0.1: ["emitter", {type: 2, data: ["ev", NaN, Infinity,
+	// {x: -Infinity, y: 1.5}], nsp: "/"}, {rooms: ["r1"], except: [], flags: {}}]
+	in, _ := hex.DecodeString("93a7656d697474657283a47479706502a46461746194a26576cb7ff8000000000000cb7ff0000000000000" +
+		"82a178cbfff0000000000000a179cb3ff8000000000000a36e7370a12f83a5726f6f6d7391a27231a665786365707490a5666c61677380")
+	v, err := decodeMsgpack(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := decodePacket(v.([]any)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// socket.io-msgpack-parser, as our server writes it: floats 64, as
+	// notepack 2.2.0 writes them for a Node server
+	enc := transport.MsgpackParser{}.NewEncoder().Encode(p)
+	if len(enc) != 1 {
+		t.Fatalf("msgpack parser: %d buffers", len(enc))
+	}
+	mp := hex.EncodeToString(enc[0].Bytes())
+	for _, want := range []string{
+		"94a26576cb7ff8000000000000cb7ff0000000000000",   // "ev", NaN, Infinity
+		"82a178cbfff0000000000000a179cb3ff8000000000000", // {x: -Infinity, y: 1.5}
+	} {
+		if !strings.Contains(mp, want) {
+			t.Errorf("msgpack parser wrote %s, without %s", mp, want)
+		}
+	}
+	var back map[string]any
+	if err := msgpack.Unmarshal(enc[0].Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := back["data"].([]any)
+	if len(data) != 4 || !isNaN(data[1]) || data[2] != math.Inf(1) || data[3].(map[string]any)["x"] != math.Inf(-1) {
+		t.Errorf("a msgpack client reads %#v", back["data"])
+	}
+
+	// the JSON parser: null
+	enc = parser.NewParser().NewEncoder().Encode(p)
+	if len(enc) != 1 || enc[0].String() != `2["ev",null,null,{"x":null,"y":1.5}]` {
+		t.Errorf("JSON parser wrote %v", enc)
+	}
+	// encoding/json and appendJSON: null
+	if b, err := json.Marshal(p.Data); err != nil || string(b) != `["ev",null,null,{"x":null,"y":1.5}]` {
+		t.Errorf("encoding/json: %s %v", b, err)
+	}
+	if b, err := appendJSON(nil, p.Data); err != nil || string(b) != `["ev",null,null,{"x":null,"y":1.5}]` {
+		t.Errorf("appendJSON: %s %v", b, err)
+	}
+	// the adapter's msgpack, towards Redis: the numbers, as notepack 3.0.1
+	// writes them (a Go map's keys sorted)
+	b, err := encodeMsgpack(v)
+	if err != nil || !strings.Contains(hex.EncodeToString(b), "94a26576cb7ff8000000000000cb7ff000000000000082a178cbfff0000000000000") {
+		t.Errorf("encodeMsgpack: %x %v", b, err)
+	}
+	if again, err := decodeMsgpack(b); err != nil || !sameValue(again, v) {
+		t.Errorf("encodeMsgpack: %x reads back as %#v %v", b, again, err)
+	}
+}
+
+// A Date from another node or an emitter (notepack 3.0.1's timestamp)
+// reaches a msgpack client as a Date, as from a Node server (notepack
+// 2.2.0's fixext 8 of type 0), a JSON client as its ISO string, and goes
+// back to Redis as the timestamp.
+func TestDateForEachParser(t *testing.T) {
+	// ["emitter", {type: 2, data: ["ev", new Date(1000)], nsp: "/"},
+	// {rooms: ["r1"], except: [], flags: {}}]
+	in, _ := hex.DecodeString("93a7656d697474657283a47479706502a46461746192a26576d6ff00000001a36e7370a12f" +
+		"83a5726f6f6d7391a27231a665786365707490a5666c61677380")
+	v, err := decodeMsgpack(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := decodePacket(v.([]any)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := transport.MsgpackParser{}.NewEncoder().Encode(p)
+	if len(enc) != 1 || !strings.Contains(hex.EncodeToString(enc[0].Bytes()), "92a26576d70000000000000003e8") {
+		t.Errorf("msgpack parser wrote %x, want the Date as notepack 2.2.0's fixext 8 of type 0", enc)
+	}
+	enc = parser.NewParser().NewEncoder().Encode(p)
+	if len(enc) != 1 || enc[0].String() != `2["ev","1970-01-01T00:00:01.000Z"]` {
+		t.Errorf("JSON parser wrote %v", enc)
+	}
+	if b, err := appendJSON(nil, p.Data); err != nil || string(b) != `["ev","1970-01-01T00:00:01.000Z"]` {
+		t.Errorf("appendJSON: %s %v", b, err)
+	}
+	if b, err := encodeMsgpack(v); err != nil || !strings.Contains(hex.EncodeToString(b), "92a26576d6ff00000001") {
+		t.Errorf("encodeMsgpack: %x %v, want the timestamp", b, err)
+	}
+}
+
+func isNaN(v any) bool {
+	f, ok := v.(float64)
+	return ok && math.IsNaN(f)
 }

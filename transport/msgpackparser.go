@@ -2,12 +2,13 @@ package transport
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"reflect"
 	"sync"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -26,17 +27,25 @@ import (
 // Decoded values have the shapes the default (JSON) parser gives the
 // handlers: maps with string keys, []any, float64 numbers, strings, bools,
 // nil; binary values are types.BufferInterface, as the JSON parser's
-// attachments are. A packet that socket.io-msgpack-parser would refuse
-// (checkPacket), MessagePack that is malformed, truncated, followed by
-// trailing bytes, nested deeper than 32 levels, with maps whose keys are
-// not strings, or with extension types, is an error: the library closes
-// that connection.
+// attachments are. Extension types are read as notepack.io 2.2.0 (the
+// parser's codec) reads them: ext 8/16/32 of type 0 (an ArrayBuffer or a
+// typed array) is binary, fixext 8 of type 0 (a Date) is a time.Time in
+// UTC, fixext 1 of type 0 (undefined) is nil, and any other extension is
+// the array [type, binary]. The handlers refuse what has no place where
+// they want plain JSON. A packet that socket.io-msgpack-parser would
+// refuse (checkPacket), MessagePack that is malformed, truncated, followed
+// by trailing bytes, nested deeper than 10,000 levels (encoding/json's
+// bound: how deep a payload may be is the handlers' business), or with
+// maps whose keys are not strings, is an error: the library closes that
+// connection.
 //
-// The bytes are first walked by scanMsgpack, which checks every declared
+// The bytes are first walked (msgpackScanner.scan), which checks every declared
 // length against the bytes that remain before anything is allocated (a
 // 5-byte "array of 2^32 items" would otherwise make the decoder allocate
-// up to its own limits, megabytes per message); then vmihailenco/msgpack
-// decodes them.
+// up to its own limits, megabytes per message); then decodeMsgpackValue
+// reads them with vmihailenco/msgpack's Decoder primitives (the library's
+// own Unmarshal reads extensions through a process-wide registry, with
+// the MessagePack timestamp where notepack has its Date).
 type MsgpackParser struct{}
 
 var _ parser.Parser = MsgpackParser{}
@@ -64,7 +73,12 @@ func (msgpackEncoder) Encode(p *parser.Packet) []types.BufferInterface {
 
 // encodeMsgpackPacket writes p as socket.io-msgpack-parser's encoder does:
 // a map of type, data (when set), nsp and id (when set). Struct payloads
-// use their json tags, so every parser sends the same field names.
+// use their json tags, so every parser sends the same field names. The
+// keys of a map[string]any (and map[string]string, map[string]bool) are
+// written in sorted order, as the JSON encoder writes them, wherever the
+// map is (in an array, in a struct field): the same value always encodes
+// to the same bytes. A time.Time in the payload's maps and arrays is
+// written as notepack's Date (Date).
 func encodeMsgpackPacket(p *parser.Packet) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.GetEncoder()
@@ -72,6 +86,7 @@ func encodeMsgpackPacket(p *parser.Packet) ([]byte, error) {
 	enc.Reset(&buf)
 	enc.SetCustomStructTag("json")
 	enc.UseCompactInts(true)
+	enc.SetSortMapKeys(true)
 
 	n := 2
 	if p.Data != nil {
@@ -115,11 +130,13 @@ func encodeField(enc *msgpack.Encoder, key string, v any) error {
 
 // binaryAsBytes replaces the library's buffers (binary attachments, as
 // the handlers and the adapter hold them) by []byte, which MessagePack
-// encodes as bin.
+// encodes as bin, and a time.Time by a Date.
 func binaryAsBytes(v any) any {
 	switch t := v.(type) {
 	case types.BufferInterface:
 		return t.Bytes()
+	case time.Time:
+		return Date(t)
 	case []any:
 		out := make([]any, len(t))
 		for i, e := range t {
@@ -137,6 +154,43 @@ func binaryAsBytes(v any) any {
 	}
 }
 
+// Date is a JavaScript Date in a payload: a time.Time that encodes as
+// notepack.io 2.2.0 encodes a Date (and decodes one, decodeMsgpackValue),
+// fixext 8 of type 0, the milliseconds since the epoch as a big-endian
+// int64, and as JSON as Date.prototype.toJSON writes it (an ISO string
+// with milliseconds, which encoding/json's form of a time.Time is not).
+// The library would write the MessagePack timestamp, type -1, which
+// notepack 2.2.0 reads as [-1, Buffer]. The adapter reads the Dates of
+// other nodes and emitters (notepack 3's timestamps) into it, so that a
+// msgpack client gets a Date, as from a Node server, and a JSON client
+// the string.
+type Date time.Time
+
+var (
+	_ msgpack.CustomEncoder = Date{}
+	_ json.Marshaler        = Date{}
+)
+
+// ISO is the date as Date.prototype.toJSON prints it.
+func (d Date) ISO() string { return time.Time(d).UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// MarshalJSON implements json.Marshaler.
+func (d Date) MarshalJSON() ([]byte, error) { return []byte(`"` + d.ISO() + `"`), nil }
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (d Date) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if err := enc.EncodeExtHeader(0, 8); err != nil {
+		return err
+	}
+	var b [8]byte
+	ms := uint64(time.Time(d).UnixMilli())
+	for i := range b {
+		b[i] = byte(ms >> (56 - 8*i))
+	}
+	_, err := enc.Writer().Write(b[:])
+	return err
+}
+
 type msgpackDecoder struct {
 	types.EventEmitter
 }
@@ -150,10 +204,15 @@ var (
 	errMsgpackNsp       = errors.New("msgpack parser: invalid namespace")
 	errMsgpackData      = errors.New("msgpack parser: invalid payload")
 	errMsgpackID        = errors.New("msgpack parser: invalid ack id")
+	errMsgpackKey       = errors.New("msgpack parser: a map key that is not a string")
 )
 
-// maxMsgpackDepth bounds nesting (the packet map is level 1).
-const maxMsgpackDepth = 32
+// maxMsgpackDepth bounds nesting (the packet map is level 1) as
+// encoding/json bounds it for the JSON parser: how deep a payload may be
+// is the handlers' business. The walks recurse once a level, on Go's
+// growable stacks, and each level takes a byte at least, so a message
+// (at most the server's buffer size) can hold no more than this many.
+const maxMsgpackDepth = 10000
 
 // Add implements parser.Decoder.
 func (d *msgpackDecoder) Add(data any) error {
@@ -183,14 +242,7 @@ func (d *msgpackDecoder) Destroy() {}
 // decodeMsgpackPacket reads one packet and checks it as
 // socket.io-msgpack-parser's checkPacket does.
 func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
-	if err := scanMsgpack(b); err != nil {
-		return nil, err
-	}
-	var raw any
-	if err := msgpack.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("msgpack parser: %w", err)
-	}
-	v, err := jsonShaped(raw)
+	v, err := decodeMsgpackValue(b)
 	if err != nil {
 		return nil, err
 	}
@@ -241,58 +293,144 @@ func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
 	return p, nil
 }
 
-// jsonShaped turns decoded MessagePack into the shapes encoding/json gives
-// (see MsgpackParser).
-func jsonShaped(v any) (any, error) {
-	switch t := v.(type) {
-	case nil, bool, string, float64:
-		return t, nil
-	case float32:
-		return float64(t), nil
-	case int8, int16, int32, int64:
-		return float64(reflect.ValueOf(t).Int()), nil
-	case uint8, uint16, uint32, uint64:
-		return float64(reflect.ValueOf(t).Uint()), nil
-	case []byte:
-		return types.NewBytesBuffer(t), nil
-	case []any:
-		for i, e := range t {
-			s, err := jsonShaped(e)
-			if err != nil {
-				return nil, err
-			}
-			t[i] = s
-		}
-		return t, nil
-	case map[string]any:
-		for k, e := range t {
-			s, err := jsonShaped(e)
-			if err != nil {
-				return nil, err
-			}
-			t[k] = s
-		}
-		return t, nil
-	default: // maps with other keys, extension values
-		return nil, fmt.Errorf("msgpack parser: %T has no JSON form", v)
-	}
-}
-
-// scanMsgpack walks the MessagePack value b holds, with vmihailenco/msgpack's
-// Decoder primitives (PeekCode, DecodeBytesLen, DecodeArrayLen,
-// DecodeMapLen, Skip), and refuses bytes after it. It makes nothing of what
-// it reads: every declared length is checked against the bytes left (an
-// item of an array or map takes at least one byte) and skipped, so the
-// decoder never sizes anything from a length alone. Extension types are
-// refused here. (Through the library's Decoder the walk costs about 0.4 us
-// a packet where the hand-written one it replaced took 0.1: some 6% of
-// decoding a small event, which Unmarshal dominates; no allocations
-// either way.)
-func scanMsgpack(b []byte) error {
+// decodeMsgpackValue reads the one MessagePack value b holds, once scan
+// has found it well formed, into the shapes encoding/json
+// gives (see MsgpackParser).
+func decodeMsgpackValue(b []byte) (any, error) {
 	s := scanners.Get().(*msgpackScanner)
 	defer scanners.Put(s)
-	s.r.Reset(b)
 	defer s.r.Reset(nil)
+	if err := s.scan(b); err != nil {
+		return nil, err
+	}
+	s.r.Reset(b)
+	v, err := s.decode()
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, errMsgpackTruncated // the scan let nothing short through
+		}
+		return nil, err
+	}
+	return v, nil
+}
+
+// decode reads one value as notepack.io 2.2.0's decoder would, in
+// JSON's shapes: every number is a float64, binary a byte buffer;
+// extensions are as MsgpackParser says.
+func (s *msgpackScanner) decode() (any, error) {
+	c, err := s.dec.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c == msgpcode.Nil:
+		return nil, s.dec.DecodeNil()
+	case c == msgpcode.False || c == msgpcode.True:
+		return s.dec.DecodeBool()
+	case msgpcode.IsFixedNum(c) || c >= msgpcode.Int8 && c <= msgpcode.Int64:
+		n, err := s.dec.DecodeInt64()
+		return float64(n), err
+	case c >= msgpcode.Uint8 && c <= msgpcode.Uint64:
+		n, err := s.dec.DecodeUint64() // DecodeInt64 would wrap a uint 64 from 2^63
+		return float64(n), err
+	case c == msgpcode.Float:
+		f, err := s.dec.DecodeFloat32()
+		return float64(f), err
+	case c == msgpcode.Double:
+		return s.dec.DecodeFloat64()
+	case msgpcode.IsString(c):
+		return s.dec.DecodeString()
+	case msgpcode.IsBin(c):
+		p, err := s.dec.DecodeBytes()
+		if err != nil {
+			return nil, err
+		}
+		if p == nil {
+			p = []byte{}
+		}
+		return types.NewBytesBuffer(p), nil
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := s.dec.DecodeArrayLen()
+		if err != nil {
+			return nil, err
+		}
+		a := make([]any, n)
+		for i := range a {
+			if a[i], err = s.decode(); err != nil {
+				return nil, err
+			}
+		}
+		return a, nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := s.dec.DecodeMapLen()
+		if err != nil {
+			return nil, err
+		}
+		m := make(map[string]any, n)
+		for range n {
+			kc, err := s.dec.PeekCode()
+			if err != nil {
+				return nil, err
+			}
+			if !msgpcode.IsString(kc) {
+				return nil, errMsgpackKey
+			}
+			k, err := s.dec.DecodeString()
+			if err != nil {
+				return nil, err
+			}
+			if m[k], err = s.decode(); err != nil {
+				return nil, err
+			}
+		}
+		return m, nil
+	case msgpcode.IsExt(c):
+		return s.ext(c)
+	}
+	return nil, fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
+}
+
+// ext reads an extension as notepack.io 2.2.0 does: type 0 is an
+// ArrayBuffer in ext 8/16/32, a Date in fixext 8 (big-endian int64
+// milliseconds) and undefined in fixext 1; anything else is [type, bytes].
+func (s *msgpackScanner) ext(c byte) (any, error) {
+	typ, n, err := s.dec.DecodeExtHeader()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, n) // n was checked by the scan
+	if err := s.dec.ReadFull(data); err != nil {
+		return nil, err
+	}
+	if typ == 0 {
+		switch c {
+		case msgpcode.Ext8, msgpcode.Ext16, msgpcode.Ext32:
+			return types.NewBytesBuffer(data), nil
+		case msgpcode.FixExt1:
+			return nil, nil
+		case msgpcode.FixExt8:
+			var ms uint64
+			for _, x := range data {
+				ms = ms<<8 | uint64(x)
+			}
+			return time.UnixMilli(int64(ms)).UTC(), nil
+		}
+	}
+	return []any{float64(typ), types.NewBytesBuffer(data)}, nil
+}
+
+// scan walks the MessagePack value b holds, with vmihailenco/msgpack's
+// Decoder primitives (PeekCode, DecodeBytesLen, DecodeArrayLen,
+// DecodeMapLen, DecodeExtHeader, Skip), and refuses bytes after it. It
+// makes nothing of what it reads: every declared length is checked against
+// the bytes left (an item of an array or map takes at least one byte) and
+// skipped, so the decoding that follows never sizes anything from a length
+// alone; an extension's length too. (Through the library's Decoder the
+// walk costs about 0.4 us a packet where the hand-written one it replaced
+// took 0.1: some 6% of decoding a small event, which making the values
+// dominates; no allocations either way.)
+func (s *msgpackScanner) scan(b []byte) error {
+	s.r.Reset(b)
 	err := s.value(1)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errMsgpackTruncated
@@ -314,10 +452,9 @@ var scanners = sync.Pool{New: func() any {
 	return s
 }}
 
+// value walks one value at depth (the number of arrays and maps it is
+// in, itself included if it is one).
 func (s *msgpackScanner) value(depth int) error {
-	if depth > maxMsgpackDepth {
-		return errMsgpackTooDeep
-	}
 	c, err := s.dec.PeekCode()
 	if err != nil {
 		return err
@@ -345,7 +482,17 @@ func (s *msgpackScanner) value(depth int) error {
 			return err
 		}
 		return s.items(2*uint64(n), n < 0, depth)
-	case msgpcode.IsExt(c) || c == 0xc1: // 0xc1 is never used
+	case msgpcode.IsExt(c):
+		_, n, err := s.dec.DecodeExtHeader()
+		if err != nil {
+			return err
+		}
+		if err := s.fits(uint64(n), n < 0); err != nil {
+			return err
+		}
+		_, err = s.r.Seek(int64(n), io.SeekCurrent)
+		return err
+	case c == 0xc1: // never used
 		return fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
 	}
 	return s.dec.Skip() // nil, bool, a number: 8 bytes at most
@@ -360,8 +507,12 @@ func (s *msgpackScanner) fits(n uint64, wrapped bool) error {
 	return nil
 }
 
-// items walks n values (n ≤ 2^33: a map32's keys and values).
+// items walks the n values (n ≤ 2^33: a map32's keys and values) of an
+// array or map at depth.
 func (s *msgpackScanner) items(n uint64, wrapped bool, depth int) error {
+	if depth > maxMsgpackDepth {
+		return errMsgpackTooDeep
+	}
 	if err := s.fits(n, wrapped); err != nil {
 		return err
 	}
