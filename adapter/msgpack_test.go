@@ -433,16 +433,8 @@ func TestHandshakeWithoutAuth(t *testing.T) {
 func TestNonFiniteNumbersForEachParser(t *testing.T) {
 	// notepack 3.0.1: ["emitter", {type: 2, data: ["ev", NaN, Infinity,
 	// {x: -Infinity, y: 1.5}], nsp: "/"}, {rooms: ["r1"], except: [], flags: {}}]
-	in, _ := hex.DecodeString("93a7656d697474657283a47479706502a46461746194a26576cb7ff8000000000000cb7ff0000000000000" +
+	v, p := emitterMessage(t, "93a7656d697474657283a47479706502a46461746194a26576cb7ff8000000000000cb7ff0000000000000"+
 		"82a178cbfff0000000000000a179cb3ff8000000000000a36e7370a12f83a5726f6f6d7391a27231a665786365707490a5666c61677380")
-	v, err := decodeMsgpack(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := decodePacket(v.([]any)[1])
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	// socket.io-msgpack-parser, as our server writes it: floats 64, as
 	// notepack 2.2.0 writes them for a Node server
@@ -498,16 +490,8 @@ func TestNonFiniteNumbersForEachParser(t *testing.T) {
 func TestDateForEachParser(t *testing.T) {
 	// ["emitter", {type: 2, data: ["ev", new Date(1000)], nsp: "/"},
 	// {rooms: ["r1"], except: [], flags: {}}]
-	in, _ := hex.DecodeString("93a7656d697474657283a47479706502a46461746192a26576d6ff00000001a36e7370a12f" +
+	v, p := emitterMessage(t, "93a7656d697474657283a47479706502a46461746192a26576d6ff00000001a36e7370a12f"+
 		"83a5726f6f6d7391a27231a665786365707490a5666c61677380")
-	v, err := decodeMsgpack(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := decodePacket(v.([]any)[1])
-	if err != nil {
-		t.Fatal(err)
-	}
 	enc := transport.MsgpackParser{}.NewEncoder().Encode(p)
 	if len(enc) != 1 || !strings.Contains(hex.EncodeToString(enc[0].Bytes()), "92a26576d70000000000000003e8") {
 		t.Errorf("msgpack parser wrote %x, want the Date as notepack 2.2.0's fixext 8 of type 0", enc)
@@ -522,6 +506,24 @@ func TestDateForEachParser(t *testing.T) {
 	if b, err := encodeMsgpack(v); err != nil || !strings.Contains(hex.EncodeToString(b), "92a26576d6ff00000001") {
 		t.Errorf("encodeMsgpack: %x %v, want the timestamp", b, err)
 	}
+}
+
+// emitterMessage decodes an emitter's message (hex) and its packet.
+func emitterMessage(t *testing.T, hexMsg string) (any, *parser.Packet) {
+	t.Helper()
+	in, err := hex.DecodeString(hexMsg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := decodeMsgpack(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := decodePacket(v.([]any)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v, p
 }
 
 func isNaN(v any) bool {

@@ -117,18 +117,25 @@ func TestWebsocketUnreadBound(t *testing.T) {
 	ts := newTestServer(t, server.Config{MaxUnread: 256 << 10, MaxUnreadAge: time.Minute})
 	c := dialWS(t, ts.URL, mint(t, "stalled-user"))
 	defer c.conn.Close()
-	payload := strings.Repeat("y", 32<<10)
+	// the client reads nothing: its TCP window fills, then the queue
+	floodUntilClosed(t, ts, "stalled-user", 32<<10)
+	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
+		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
+	}
+}
+
+// floodUntilClosed emits size bytes to user's room every millisecond
+// until the server has no socket open (at most 10 s; then the test fails).
+func floodUntilClosed(t *testing.T, ts *testServer, user string, size int) {
+	t.Helper()
+	payload := strings.Repeat("y", size)
 	deadline := time.Now().Add(10 * time.Second)
 	for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
-		// the client reads nothing: its TCP window fills, then the queue
-		_ = ts.Server.IO().To(handlers.UserRoom("stalled-user")).Emit("big", payload)
+		_ = ts.Server.IO().To(handlers.UserRoom(user)).Emit("big", payload)
 		time.Sleep(time.Millisecond)
 	}
 	if n := ts.Sockets.Open(); n != 0 {
 		t.Fatalf("open sockets: %d, want the stalled one disconnected", n)
-	}
-	if got := testutil.ToFloat64(ts.Metrics.SlowConsumerDisconnects); got != 1 {
-		t.Fatalf("slow-consumer disconnects: %v, want 1", got)
 	}
 }
 
@@ -141,15 +148,7 @@ func TestWebsocketUnreadBoundIncludesKernel(t *testing.T) {
 	ts := newTestServer(t, server.Config{MaxUnread: bound, MaxUnreadAge: time.Minute})
 	c := dialWS(t, ts.URL, mint(t, "kernel-user"))
 	defer c.conn.Close()
-	payload := strings.Repeat("k", 16<<10)
-	deadline := time.Now().Add(10 * time.Second)
-	for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
-		_ = ts.Server.IO().To(handlers.UserRoom("kernel-user")).Emit("big", payload)
-		time.Sleep(time.Millisecond)
-	}
-	if n := ts.Sockets.Open(); n != 0 {
-		t.Fatalf("open sockets: %d, want the stalled one disconnected", n)
-	}
+	floodUntilClosed(t, ts, "kernel-user", 16<<10)
 	// everything the server had written before the close, read now
 	total := 0
 	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))

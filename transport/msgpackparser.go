@@ -461,15 +461,7 @@ func (s *msgpackScanner) value(depth int) error {
 	}
 	switch {
 	case msgpcode.IsString(c) || msgpcode.IsBin(c):
-		n, err := s.dec.DecodeBytesLen()
-		if err != nil {
-			return err
-		}
-		if err := s.fits(uint64(n), n < 0); err != nil {
-			return err
-		}
-		_, err = s.r.Seek(int64(n), io.SeekCurrent)
-		return err
+		return s.skip(s.dec.DecodeBytesLen())
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
 		n, err := s.dec.DecodeArrayLen()
 		if err != nil {
@@ -484,18 +476,24 @@ func (s *msgpackScanner) value(depth int) error {
 		return s.items(2*uint64(n), n < 0, depth)
 	case msgpcode.IsExt(c):
 		_, n, err := s.dec.DecodeExtHeader()
-		if err != nil {
-			return err
-		}
-		if err := s.fits(uint64(n), n < 0); err != nil {
-			return err
-		}
-		_, err = s.r.Seek(int64(n), io.SeekCurrent)
-		return err
+		return s.skip(n, err)
 	case c == 0xc1: // never used
 		return fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
 	}
 	return s.dec.Skip() // nil, bool, a number: 8 bytes at most
+}
+
+// skip passes over the n bytes of a string, binary or extension whose
+// length was just read (err: that read's error), once they are there.
+func (s *msgpackScanner) skip(n int, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := s.fits(uint64(n), n < 0); err != nil {
+		return err
+	}
+	_, err = s.r.Seek(int64(n), io.SeekCurrent)
+	return err
 }
 
 // fits refuses n bytes or items beyond the bytes left; wrapped is a 32-bit

@@ -14,6 +14,16 @@ import {
 // `at` is rounded down to the minute (CONTRACT §1).
 const MINUTE = /^\d{4}-\d\d-\d\dT\d\d:\d\d:00\.000Z$/;
 
+/** b (user B) disconnects once a has seen it join: a's presence:leave, ms after the disconnect, and a's mark before it. */
+async function leaveAfterDisconnect(a, b, B) {
+  await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
+  const markA = a.rec.mark();
+  const t0 = Date.now();
+  b.socket.disconnect();
+  const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
+  return { left, ms: left.at - t0, t0, markA };
+}
+
 for (const kind of TOPOLOGIES) {
   describe(`leaves on disconnect [${kind}]`, { timeout: 180000 }, () => {
     const store = clusterDatabase(kind, { before, after, tag: '24' });
@@ -21,12 +31,7 @@ for (const kind of TOPOLOGIES) {
     it('--flap-grace 0s and --heartbeat-jitter 0s turn them off (not their defaults)', { timeout: 30000 }, async (t) => {
       const { A, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '0s', '--heartbeat-jitter', '0s'], tag: '24z' });
       assert.equal(b.session.heartbeat?.jitterMs, 0, show(b.session));
-      await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
-      const markA = a.rec.mark();
-      const t0 = Date.now();
-      b.socket.disconnect();
-      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
-      const ms = left.at - t0;
+      const { left, ms } = await leaveAfterDisconnect(a, b, B);
       t.diagnostic(`presence:leave ${ms} ms after the disconnect (${A} watching)`);
       assert.equal(left.payload.userId, B);
       assert.ok(ms < 1500, `no grace: the leave came ${ms} ms after the disconnect (the default grace is 3 s)`);
@@ -34,12 +39,7 @@ for (const kind of TOPOLOGIES) {
 
     it('a client disconnect: presence:leave "disconnected" after the flap grace (1s)', { timeout: 30000 }, async (t) => {
       const { topo, c, A, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24a' });
-      await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
-      const markA = a.rec.mark();
-      const t0 = Date.now();
-      b.socket.disconnect();
-      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 6000 });
-      const ms = left.at - t0;
+      const { left, ms, t0, markA } = await leaveAfterDisconnect(a, b, B);
       t.diagnostic(`presence:leave ${ms} ms after the disconnect`);
       assert.deepEqual(Object.keys(left.payload).sort(), ['at', 'conversationId', 'reason', 'userId']);
       assert.equal(left.payload.conversationId, c);
