@@ -373,10 +373,19 @@ func TestMsgpackParserSortsKeys(t *testing.T) {
 		return nil
 	}
 	d := msgpack.NewDecoder(bytes.NewReader(first))
-	d.DecodeMapLen()
-	d.DecodeString()
-	d.Skip() // type
-	d.DecodeString()
+	// the packet map, "type" and its value, then "data"
+	if _, err := d.DecodeMapLen(); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func() error{
+		func() error { _, err := d.DecodeString(); return err },
+		d.Skip,
+		func() error { _, err := d.DecodeString(); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	maps := walk(d) // data
 	if len(maps) != 5 {
 		t.Fatalf("%d maps: %q", len(maps), maps)
