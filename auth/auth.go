@@ -10,14 +10,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/time/rate"
+
 	"github.com/presenced/presenced/ids"
 )
 
@@ -74,6 +78,10 @@ type jwtVerifier struct {
 // errAlgorithm marks a token whose alg header is not allowed ("none" included).
 var errAlgorithm = errors.New("algorithm not allowed")
 
+// errCritical marks a token with a crit header: it names extensions a
+// verifier must understand to accept it, and this one understands none.
+var errCritical = errors.New("unsupported critical header")
+
 // Option adds a requirement on every token a verifier accepts.
 type Option func(*options)
 
@@ -127,6 +135,11 @@ func (v *jwtVerifier) keyfunc(ctx context.Context) jwt.Keyfunc {
 		if t.Method == nil || !slices.Contains(v.algs, alg) || t.Method.Alg() != alg {
 			return nil, errAlgorithm
 		}
+		if _, ok := t.Header["crit"]; ok {
+			// RFC 7515 4.1.11: extensions the token says must be
+			// understood; we understand none
+			return nil, errCritical
+		}
 		return keys(t)
 	}
 }
@@ -150,19 +163,32 @@ func NewHS256(secret []byte, opts ...Option) (Verifier, error) {
 type JWKSConfig struct {
 	URL             string
 	RefreshInterval time.Duration // default 1h; unknown key ids also trigger a (rate-limited) refresh
-	HTTPTimeout     time.Duration // default 10s
-	Client          *http.Client  // default http.DefaultClient
-	Log             *slog.Logger
+	// UnknownKIDRefresh is the least time between two refreshes triggered
+	// by a token whose key id the set lacks (default 10s): a key the
+	// issuer has just published works within that, however many tokens
+	// with made-up ids came before it.
+	UnknownKIDRefresh time.Duration
+	HTTPTimeout       time.Duration // default 10s
+	Client            *http.Client  // default http.DefaultClient
+	Log               *slog.Logger
 }
+
+// maxJWKSBytes bounds the key set document: a JWKS holds a few keys of a
+// few KB; the whole document was kept, however large.
+const maxJWKSBytes = 1 << 20
 
 // NewJWKS verifies RS256/ES256 tokens with keys from a JWKS endpoint. The key
 // set is fetched in the background, cached, and refreshed until ctx ends.
+// A key whose "use" is not "sig" (an encryption key) verifies nothing.
 func NewJWKS(ctx context.Context, cfg JWKSConfig, opts ...Option) (Verifier, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("auth: JWKS URL is empty")
 	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = time.Hour
+	}
+	if cfg.UnknownKIDRefresh <= 0 {
+		cfg.UnknownKIDRefresh = 10 * time.Second
 	}
 	if cfg.HTTPTimeout <= 0 {
 		cfg.HTTPTimeout = 10 * time.Second
@@ -171,22 +197,83 @@ func NewJWKS(ctx context.Context, cfg JWKSConfig, opts ...Option) (Verifier, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	kf, err := keyfunc.NewDefaultOverrideCtx(ctx, []string{cfg.URL}, keyfunc.Override{
-		Client:          cfg.Client,
-		HTTPTimeout:     cfg.HTTPTimeout,
-		RefreshInterval: cfg.RefreshInterval,
-		// bounds the on-demand refresh for an unknown key id (default 1 min)
-		RateLimitWaitMax: cfg.HTTPTimeout,
-		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
-			return func(_ context.Context, err error) {
-				log.Warn("jwks refresh failed", "url", u, "err", err)
-			}
+	client := http.DefaultClient
+	if cfg.Client != nil {
+		client = cfg.Client
+	}
+	limited := *client
+	limited.Transport = limitBody{next: client.Transport, max: maxJWKSBytes}
+	remote, err := jwkset.NewStorageFromHTTP(cfg.URL, jwkset.HTTPClientStorageOptions{
+		Client:                    &limited,
+		Ctx:                       ctx,
+		HTTPTimeout:               cfg.HTTPTimeout,
+		NoErrorReturnFirstHTTPReq: true, // start while the endpoint is down
+		RefreshInterval:           cfg.RefreshInterval,
+		RefreshErrorHandler: func(_ context.Context, err error) {
+			log.Warn("jwks refresh failed", "url", cfg.URL, "err", err)
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("auth: jwks: %w", err)
 	}
+	storage, err := jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
+		HTTPURLs: map[string]jwkset.Storage{cfg.URL: remote},
+		// an unknown key id waits at most this long for a refresh's turn,
+		// then is refused (the client's retry finds the key refreshed)
+		RateLimitWaitMax:  time.Second,
+		RefreshUnknownKID: rate.NewLimiter(rate.Every(cfg.UnknownKIDRefresh), 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: jwks: %w", err)
+	}
+	kf, err := keyfunc.New(keyfunc.Options{
+		Ctx:          ctx,
+		Storage:      storage,
+		UseWhitelist: []jwkset.USE{jwkset.UseSig, ""}, // "" : no use given
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auth: jwks: %w", err)
+	}
 	return newVerifier([]string{"RS256", "ES256"}, kf.KeyfuncCtx, opts), nil
+}
+
+// limitBody is a RoundTripper whose response bodies fail past max bytes.
+type limitBody struct {
+	next http.RoundTripper // nil: http.DefaultTransport
+	max  int64
+}
+
+func (l limitBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	next := l.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, left: l.max}
+	return resp, nil
+}
+
+// errJWKSTooLarge: the key set document passed maxJWKSBytes.
+var errJWKSTooLarge = fmt.Errorf("auth: jwks document over %d bytes", maxJWKSBytes)
+
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errJWKSTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.ReadCloser.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // Verify parses and validates the token and returns its claims. Every error
@@ -237,6 +324,8 @@ func classify(err error) string {
 	switch {
 	case errors.Is(err, errAlgorithm):
 		return "algorithm not allowed"
+	case errors.Is(err, errCritical):
+		return "unsupported critical header"
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "token expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):

@@ -366,6 +366,13 @@ func TestHS256VerifyRefuses(t *testing.T) {
 	}
 	// Correctly signed, but over MaxTokenBytes.
 	huge := hs256(t, jwt.MapClaims{"sub": "alice", "pad": strings.Repeat("p", auth.MaxTokenBytes)})
+	// Correctly signed, with a critical extension (RFC 7515 4.1.11).
+	critTok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims("alice", now))
+	critTok.Header["crit"] = []string{"exp"}
+	crit, err := critTok.SignedString(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name       string
@@ -373,6 +380,7 @@ func TestHS256VerifyRefuses(t *testing.T) {
 		wantReason string
 	}{
 		{"empty", "", "missing token"},
+		{"critical header", crit, "unsupported critical header"},
 		{"whitespace only", " \t\n", "missing token"},
 		{"garbage abc", "abc", "malformed token"},
 		{"garbage a.b.c", "a.b.c", "malformed token"},
@@ -699,6 +707,65 @@ func TestJWKSRotationOnRefreshInterval(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, err = v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk1, claims("alice", now), "k1"))
+	assertRefused(t, err, "unverifiable token")
+}
+
+// A token whose key id the set lacks spends the on-demand refresh; a key
+// published after it still works within UnknownKIDRefresh (it waited up
+// to 5 minutes), and garbage ids fetch the set no more often than that.
+func TestJWKSUnknownKIDRefreshSoon(t *testing.T) {
+	now := time.Now()
+	rk1, rk3 := mustRSAKey(t), mustRSAKey(t)
+	srv := newJWKSServer(t, rsaJWK("k1", &rk1.PublicKey))
+	v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL, UnknownKIDRefresh: 300 * time.Millisecond})
+	_, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk1, claims("alice", now), "nope"))
+	assertRefused(t, err, "unverifiable token")
+	srv.set(t, rsaJWK("k1", &rk1.PublicKey), rsaJWK("k3", &rk3.PublicKey))
+	before, start := srv.fetches.Load(), time.Now()
+	for i := range 20 {
+		_, _ = v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk1, claims("alice", now), fmt.Sprintf("garbage-%d", i)))
+	}
+	// one fetch per UnknownKIDRefresh at most, however many garbage ids
+	if n, most := srv.fetches.Load()-before, int64(time.Since(start)/(300*time.Millisecond))+2; n > most {
+		t.Errorf("20 garbage key ids fetched the set %d times in %v, want at most %d", n, time.Since(start), most)
+	}
+	tok3 := sign(t, jwt.SigningMethodRS256, rk3, claims("alice", now), "k3")
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if _, err = v.Verify(t.Context(), tok3); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a newly published key still refused 3 s on: %v (fetches %d)", err, srv.fetches.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A key whose use is "enc" verifies nothing (RFC 7517 4.2).
+func TestJWKSRefusesEncryptionKey(t *testing.T) {
+	rk := mustRSAKey(t)
+	enc := rsaJWK("k1", &rk.PublicKey)
+	enc["use"] = "enc"
+	srv := newJWKSServer(t, enc)
+	v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL})
+	_, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk, claims("alice", time.Now()), "k1"))
+	assertRefused(t, err, "unverifiable token")
+}
+
+// A key set document over 1 MiB is not read: its keys verify nothing.
+func TestJWKSRefusesHugeDocument(t *testing.T) {
+	rk := mustRSAKey(t)
+	srv := newJWKSServer(t)
+	body, err := json.Marshal(map[string]any{"keys": []any{rsaJWK("k1", &rk.PublicKey)}, "pad": strings.Repeat("x", 2<<20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.mu.Lock()
+	srv.body = body
+	srv.mu.Unlock()
+	v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL})
+	_, err = v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk, claims("alice", time.Now()), "k1"))
 	assertRefused(t, err, "unverifiable token")
 }
 

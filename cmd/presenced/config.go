@@ -213,7 +213,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"PRESENCE_JWT_ISSUER", "", "required iss of client tokens; unset: iss is not checked", str(func(c *Config) *string { return &c.JWTIssuer })},
-	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it)", str(func(c *Config) *string { return &c.ServiceToken })},
+	{"PRESENCE_SERVICE_TOKEN", "", "bearer token for /v1/service/* (routes off without it; at least 16 bytes)", str(func(c *Config) *string { return &c.ServiceToken })},
 	{"PRESENCE_ADMIN_TOKEN", "", "admin panel login token (/admin; panel off without it, except in dev mode where one is generated and printed)", str(func(c *Config) *string { return &c.AdminToken })},
 	{"PRESENCE_CORS_ORIGINS", "", "comma-separated browser origins allowed (\"*\" for any); default: localhost origins in dev mode, none otherwise", func(c *Config, v string) error {
 		c.CORSOrigins = nil
@@ -504,6 +504,9 @@ func (c *Config) finish(verifies bool) error {
 	}
 	if c.AdminToken != "" && len(c.AdminToken) < 16 {
 		return &ConfigError{Setting: "PRESENCE_ADMIN_TOKEN (--admin-token)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes")}
+	}
+	if c.ServiceToken != "" && len(strings.TrimSpace(c.ServiceToken)) < 16 {
+		return &ConfigError{Setting: "PRESENCE_SERVICE_TOKEN (--service-token)", Value: "(hidden)", Err: errors.New("must be at least 16 bytes (not counting spaces)")}
 	}
 	if c.CORSOrigins == nil && c.DevMode {
 		c.CORSOrigins = devOrigins

@@ -150,6 +150,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"gc headroom not a number", nil, []string{"PRESENCE_GC_HEADROOM", "half"}, "PRESENCE_GC_HEADROOM"},
 		{"bad log format", nil, []string{"PRESENCE_LOG_FORMAT", "xml"}, "PRESENCE_LOG_FORMAT"},
 		{"short secret", []string{"--jwt-secret", "short"}, nil, "PRESENCE_JWT_SECRET"},
+		{"short service token", []string{"--service-token", "x"}, nil, "PRESENCE_SERVICE_TOKEN"},
 		{"secret and jwks", []string{"--jwt-secret", "0123456789abcdef", "--jwks-url", "https://idp.example/jwks"}, nil, "PRESENCE_JWT_SECRET"},
 		{"bad jwks url", []string{"--jwks-url", "ftp://x"}, nil, "PRESENCE_JWKS_URL"},
 		{"empty data", []string{"--data", ""}, nil, "PRESENCE_DATA"},
