@@ -128,12 +128,25 @@ func (s *Server) rejectWhileDraining(next http.Handler) http.Handler {
 // limitHandshakes rate-limits new Engine.IO sessions per client IP, whatever
 // the transport; requests of an established session pass freely.
 func (s *Server) limitHandshakes(next http.Handler) http.Handler {
-	if s.cfg.HandshakeLimit <= 0 {
+	if s.handshakes == nil {
 		return next
 	}
-	//nolint:staticcheck // SA1019: moving to httprate.LimitBy is a change of its own (#15 follow-up)
-	limited := httprate.Limit(s.cfg.HandshakeLimit, s.cfg.HandshakeWindow,
-		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return handlers.ClientIP(r), nil }),
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isHandshake(r) && s.handshakes.RespondOnLimit(w, r, handlers.ClientIP(r)) {
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// newHandshakeLimiter is the per-IP handshake limit (nil when off).
+func (s *Server) newHandshakeLimiter() *httprate.RateLimiter {
+	if s.cfg.HandshakeLimit <= 0 {
+		return nil
+	}
+	// keyed by handlers.ClientIP, by its callers (limitHandshakes, and
+	// reconnectLimited with the address kept from the first CONNECT)
+	return httprate.NewRateLimiter(s.cfg.HandshakeLimit, s.cfg.HandshakeWindow,
 		httprate.WithLimitHandler(func(w http.ResponseWriter, _ *http.Request) {
 			s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
 			if w.Header().Get("Retry-After") == "" {
@@ -141,14 +154,7 @@ func (s *Server) limitHandshakes(next http.Handler) http.Handler {
 			}
 			handlers.WriteError(w, http.StatusTooManyRequests, "rate_limited", "too many handshakes from this address")
 		}),
-	)(next)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isHandshake(r) {
-			limited.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	)
 }
 
 // capPollingBody refuses long-polling POST bodies over MaxBuffer with 413.

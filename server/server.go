@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-chi/httprate"
 	"github.com/zishang520/socket.io/servers/engine/v3"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
@@ -115,7 +116,11 @@ type Server struct {
 	router   chi.Router
 	draining atomic.Bool
 	gate     *connectGate
-	refusals sync.Map // Engine.IO connection id → *atomic.Int32: its refused CONNECTs (countRefusal)
+	conns    sync.Map // Engine.IO connection id → *connRecord (connRecordOf)
+	// handshakes is the per-IP handshake limit (nil: none), shared by the
+	// Engine.IO handshakes (limitHandshakes) and the CONNECTs after a
+	// connection's first (authenticate)
+	handshakes *httprate.RateLimiter
 
 	readyMu   sync.Mutex
 	readyLogs map[string]*throttle.Log // check name → its failures' log (readyz)
@@ -127,6 +132,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("server: Log, Metrics, Verifier and Sockets are required")
 	}
 	s := &Server{cfg: cfg.withDefaults(), deps: deps, log: deps.Log.With("component", "server")}
+	s.handshakes = s.newHandshakeLimiter()
 	s.io = s.newSocketIO()
 	s.router = s.routes()
 	return s, nil
@@ -221,34 +227,74 @@ const verifyTimeout = 5 * time.Second
 // never sees, are no client's.
 const maxRefusals = 10
 
-// countRefusal counts a refused CONNECT of sock's connection.
-func (s *Server) countRefusal(sock *socket.Socket) {
-	conn := sock.Conn()
-	id := string(conn.Id())
-	v, loaded := s.refusals.LoadOrStore(id, new(atomic.Int32))
-	if !loaded {
-		_ = conn.Once("close", func(...any) { s.refusals.Delete(id) })
-	}
-	v.(*atomic.Int32).Add(1)
+// connRecord is what the server keeps of an Engine.IO connection's
+// CONNECTs, from its first until it closes.
+type connRecord struct {
+	connects atomic.Int32 // CONNECTs made
+	refused  atomic.Int32 // CONNECTs refused (maxRefusals)
+	ipKey    string       // the client's address, as the handshake limit counts it
 }
 
-// refusedTooOften reports whether sock's connection had maxRefusals
-// CONNECTs refused: its next one closes it, unchecked.
-func (s *Server) refusedTooOften(sock *socket.Socket) bool {
-	v, ok := s.refusals.Load(string(sock.Conn().Id()))
-	return ok && v.(*atomic.Int32).Load() >= maxRefusals
+// connRecordOf returns the record of sock's connection, made at its first
+// CONNECT (when the handshake's request is still there to read the
+// client's address from) and dropped when the connection closes.
+func (s *Server) connRecordOf(sock *socket.Socket) *connRecord {
+	conn := sock.Conn()
+	id := string(conn.Id())
+	if v, ok := s.conns.Load(id); ok {
+		return v.(*connRecord)
+	}
+	rec := &connRecord{}
+	if ctx := conn.Request(); ctx != nil && ctx.Request() != nil {
+		rec.ipKey = handlers.ClientIP(ctx.Request())
+	}
+	v, loaded := s.conns.LoadOrStore(id, rec)
+	if !loaded {
+		_ = conn.Once("close", func(...any) { s.conns.Delete(id) })
+		if conn.ReadyState() != "open" { // closed before the hook was set
+			s.conns.Delete(id)
+		}
+	}
+	return v.(*connRecord)
 }
+
+// reconnectLimited reports whether a CONNECT after the first on its
+// connection is over the per-IP handshake limit, and counts it: a client
+// that connects and disconnects its namespace over and over on one
+// Engine.IO connection makes a full handshake (a token check, the
+// socket's setup) each time, which the limit on Engine.IO handshakes alone
+// never saw (hundreds a second on one connection).
+func (s *Server) reconnectLimited(rec *connRecord) bool {
+	if s.handshakes == nil || rec.connects.Add(1) == 1 || rec.ipKey == "" {
+		return false
+	}
+	return s.handshakes.OnLimit(discardHeaders{}, &http.Request{}, rec.ipKey)
+}
+
+// discardHeaders is a ResponseWriter for a limiter asked outside a request.
+type discardHeaders struct{}
+
+func (discardHeaders) Header() http.Header         { return http.Header{} }
+func (discardHeaders) Write(p []byte) (int, error) { return len(p), nil }
+func (discardHeaders) WriteHeader(int)             {}
 
 // authenticate is the Socket.IO namespace middleware that verifies the
 // handshake token (CONTRACT §1). A refusal reaches the client as
 // connect_error with message "unauthorized" and data {code, reason}. A
 // connection's CONNECT after maxRefusals refused ones closes it.
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
-	if s.refusedTooOften(sock) {
+	rec := s.connRecordOf(sock)
+	if rec.refused.Load() >= maxRefusals {
 		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
 		s.log.Info("connection closed after refused CONNECTs", "refused", maxRefusals, "ip", sock.Handshake().Address)
 		sock.Conn().Close(true)
 		next(socket.NewExtendedError("unauthorized", map[string]any{"code": "unauthorized", "reason": "too many refused connects"}))
+		return
+	}
+	if s.reconnectLimited(rec) {
+		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
+		rec.refused.Add(1)
+		next(socket.NewExtendedError("unauthorized", map[string]any{"code": "unauthorized", "reason": "too many handshakes from this address"}))
 		return
 	}
 	// Nothing else has this socket yet (the namespace adds it once the
@@ -281,7 +327,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": reason,
 		}))
-		s.countRefusal(sock)
+		rec.refused.Add(1)
 		return
 	}
 	if err := s.deps.Sockets.Prepare(sock, claims); err != nil {
@@ -290,7 +336,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": handlers.RefusalReason(err),
 		}))
-		s.countRefusal(sock)
+		rec.refused.Add(1)
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()

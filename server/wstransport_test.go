@@ -199,6 +199,59 @@ func TestRefusedConnectsCloseTheConnection(t *testing.T) {
 	}
 }
 
+// CONNECTs after the first on one Engine.IO connection count against the
+// per-IP handshake limit: a client cycling CONNECT / DISCONNECT on one
+// connection made a full handshake each time, never counted.
+func TestReconnectsCountAgainstHandshakeLimit(t *testing.T) {
+	ts := newTestServer(t, server.Config{HandshakeLimit: 4, HandshakeWindow: time.Minute})
+	c, _ := openEngineWS(t, "ws"+strings.TrimPrefix(ts.URL, "http")+"/socket.io/?EIO=4&transport=websocket") // handshake 1
+	defer c.Close()
+	token := mint(t, "cycler")
+	connect := func() string {
+		t.Helper()
+		if err := c.WriteMessage(ws.TextMessage, []byte(`40{"token":"`+token+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		for {
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				t.Fatalf("waiting for the CONNECT's answer: %v", err)
+			}
+			// accepted: its session event (the library registers the
+			// socket with its connection between the CONNECT's answer and
+			// that event; a DISCONNECT sent in between is a protocol error
+			// to it, which closes the connection)
+			if m := string(msg); strings.HasPrefix(m, `42["session"`) || strings.HasPrefix(m, "44") {
+				return m
+			}
+		}
+	}
+	for i := 1; i <= 4; i++ { // the first CONNECT is the handshake's; 3 more fit in 4
+		if m := connect(); !strings.HasPrefix(m, `42["session"`) {
+			t.Fatalf("CONNECT %d: %q, want it accepted", i, m)
+		}
+		if err := c.WriteMessage(ws.TextMessage, []byte("41")); err != nil {
+			t.Fatal(err)
+		}
+		// the next CONNECT once the server has let the socket go (before
+		// that, the library takes a CONNECT for a namespace still
+		// connected as a protocol error too)
+		deadline := time.Now().Add(2 * time.Second)
+		for ts.Sockets.Open() > 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if m := connect(); !strings.HasPrefix(m, "44") || !strings.Contains(m, "too many handshakes") {
+		t.Fatalf("CONNECT 5: %q, want refused over the handshake limit", m)
+	}
+	// and the address's next Engine.IO handshake is over the limit too
+	if resp, _ := do(t, "GET", ts.URL+"/socket.io/?EIO=4&transport=polling", "", nil); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("handshake after the CONNECTs: %d, want 429", resp.StatusCode)
+	}
+}
+
 // openEngineWS opens an Engine.IO websocket at url and reads its open
 // packet: the connection and the session id.
 func openEngineWS(t *testing.T, url string) (*ws.Conn, string) {
