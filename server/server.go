@@ -235,9 +235,18 @@ type connRecord struct {
 	ipKey    string       // the client's address, as the handshake limit counts it
 }
 
+// connRecordFound returns the record of sock's connection, or nil.
+func (s *Server) connRecordFound(sock *socket.Socket) *connRecord {
+	if v, ok := s.conns.Load(string(sock.Conn().Id())); ok {
+		return v.(*connRecord)
+	}
+	return nil
+}
+
 // connRecordOf returns the record of sock's connection, made at its first
-// CONNECT (when the handshake's request is still there to read the
-// client's address from) and dropped when the connection closes.
+// CONNECT while a handshake limit applies (when the handshake's request is
+// still there to read the client's address from), or else at its first
+// refused CONNECT, and dropped when the connection closes.
 func (s *Server) connRecordOf(sock *socket.Socket) *connRecord {
 	conn := sock.Conn()
 	id := string(conn.Id())
@@ -265,7 +274,7 @@ func (s *Server) connRecordOf(sock *socket.Socket) *connRecord {
 // socket's setup) each time, which the limit on Engine.IO handshakes alone
 // never saw (hundreds a second on one connection).
 func (s *Server) reconnectLimited(rec *connRecord) bool {
-	if s.handshakes == nil || rec.connects.Add(1) == 1 || rec.ipKey == "" {
+	if rec == nil || s.handshakes == nil || rec.connects.Add(1) == 1 || rec.ipKey == "" {
 		return false
 	}
 	return s.handshakes.OnLimit(discardHeaders{}, &http.Request{}, rec.ipKey)
@@ -283,17 +292,20 @@ func (discardHeaders) WriteHeader(int)             {}
 // connect_error with message "unauthorized" and data {code, reason}. A
 // connection's CONNECT after maxRefusals refused ones closes it.
 func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedError)) {
-	rec := s.connRecordOf(sock)
-	if rec.refused.Load() >= maxRefusals {
+	rec := s.connRecordFound(sock)
+	if rec != nil && rec.refused.Load() >= maxRefusals {
 		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeUnauthorized).Inc()
 		s.log.Info("connection closed after refused CONNECTs", "refused", maxRefusals, "ip", sock.Handshake().Address)
 		sock.Conn().Close(true)
 		next(socket.NewExtendedError("unauthorized", map[string]any{"code": "unauthorized", "reason": "too many refused connects"}))
 		return
 	}
+	if s.handshakes != nil {
+		rec = s.connRecordOf(sock)
+	}
 	if s.reconnectLimited(rec) {
 		s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeRateLimited).Inc()
-		rec.refused.Add(1)
+		s.connRecordOf(sock).refused.Add(1)
 		next(socket.NewExtendedError("unauthorized", map[string]any{"code": "unauthorized", "reason": "too many handshakes from this address"}))
 		return
 	}
@@ -327,7 +339,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": reason,
 		}))
-		rec.refused.Add(1)
+		s.connRecordOf(sock).refused.Add(1)
 		return
 	}
 	if err := s.deps.Sockets.Prepare(sock, claims); err != nil {
@@ -336,7 +348,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			"code":   "unauthorized",
 			"reason": handlers.RefusalReason(err),
 		}))
-		rec.refused.Add(1)
+		s.connRecordOf(sock).refused.Add(1)
 		return
 	}
 	s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeOK).Inc()
