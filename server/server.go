@@ -257,13 +257,10 @@ func (s *Server) connRecordOf(sock *socket.Socket) *connRecord {
 	if ctx := conn.Request(); ctx != nil && ctx.Request() != nil {
 		rec.ipKey = handlers.ClientIP(ctx.Request())
 	}
-	v, loaded := s.conns.LoadOrStore(id, rec)
-	if !loaded {
-		_ = conn.Once("close", func(...any) { s.conns.Delete(id) })
-		if conn.ReadyState() != "open" { // closed before the hook was set
-			s.conns.Delete(id)
-		}
+	if conn.ReadyState() != "open" {
+		return rec // closed: its close hook has run, nothing would drop it
 	}
+	v, _ := s.conns.LoadOrStore(id, rec) // dropped by authenticate's close hook
 	return v.(*connRecord)
 }
 
@@ -316,10 +313,17 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 	sid := string(sock.Id())
 	s.gate.hold(sid, leave)
 	// given back when Connect has run ("connection"), or here on a refusal,
-	// or when the connection closes before that
-	_ = sock.Conn().Once("close", func(...any) { s.gate.leaveFor(sid) })
-	if sock.Conn().ReadyState() != "open" { // closed before the hook was set
+	// or when the connection closes before that; the same hook drops the
+	// connection's record (connRecordOf: every record is made by a CONNECT
+	// that comes by here, or by one that came by before it)
+	connID := string(sock.Conn().Id())
+	closed := func(...any) {
 		s.gate.leaveFor(sid)
+		s.conns.Delete(connID)
+	}
+	_ = sock.Conn().Once("close", closed)
+	if sock.Conn().ReadyState() != "open" { // closed before the hook was set
+		closed()
 	}
 	refused := true
 	defer func() {
