@@ -252,13 +252,16 @@ func (l limitBody) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &cappedBody{ReadCloser: resp.Body, left: l.max}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, left: l.max + 1}
 	return resp, nil
 }
 
 // errJWKSTooLarge: the key set document passed maxJWKSBytes.
 var errJWKSTooLarge = fmt.Errorf("auth: jwks document over %d bytes", maxJWKSBytes)
 
+// cappedBody fails once a body has given more than its limit: left is
+// the limit and one byte more at the start (a body of exactly the limit
+// ends at EOF as it should).
 type cappedBody struct {
 	io.ReadCloser
 	left int64
@@ -273,6 +276,11 @@ func (c *cappedBody) Read(p []byte) (int, error) {
 	}
 	n, err := c.ReadCloser.Read(p)
 	c.left -= int64(n)
+	if c.left <= 0 {
+		// the byte past the limit is not handed on: what was is no whole
+		// document, even to a decoder that stops at its end
+		return n - 1, errJWKSTooLarge
+	}
 	return n, err
 }
 

@@ -748,20 +748,39 @@ func TestJWKSRefusesEncryptionKey(t *testing.T) {
 	assertRefused(t, err, "unverifiable token")
 }
 
-// A key set document over 1 MiB is not read: its keys verify nothing.
+// A key set document over 1 MiB is not read: its keys verify nothing. One
+// of exactly 1 MiB is.
 func TestJWKSRefusesHugeDocument(t *testing.T) {
 	rk := mustRSAKey(t)
-	srv := newJWKSServer(t)
-	body, err := json.Marshal(map[string]any{"keys": []any{rsaJWK("k1", &rk.PublicKey)}, "pad": strings.Repeat("x", 2<<20)})
-	if err != nil {
-		t.Fatal(err)
+	// paddedJWKS is a document holding k1, padded to size bytes.
+	paddedJWKS := func(size int) []byte {
+		doc := func(pad int) []byte {
+			b, err := json.Marshal(map[string]any{"keys": []any{rsaJWK("k1", &rk.PublicKey)}, "pad": strings.Repeat("x", pad)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		return doc(size - len(doc(0)))
 	}
-	srv.mu.Lock()
-	srv.body = body
-	srv.mu.Unlock()
-	v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL})
-	_, err = v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk, claims("alice", time.Now()), "k1"))
-	assertRefused(t, err, "unverifiable token")
+	for _, tc := range []struct {
+		size   int
+		accept bool
+	}{{1 << 20, true}, {1<<20 + 1, false}, {2 << 20, false}} {
+		srv := newJWKSServer(t)
+		srv.mu.Lock()
+		srv.body = paddedJWKS(tc.size)
+		srv.mu.Unlock()
+		v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL})
+		_, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, rk, claims("alice", time.Now()), "k1"))
+		if tc.accept {
+			if err != nil {
+				t.Errorf("a document of %d bytes: %v, want its key to verify", tc.size, err)
+			}
+			continue
+		}
+		assertRefused(t, err, "unverifiable token")
+	}
 }
 
 func TestJWKSVerifyConcurrent(t *testing.T) {
