@@ -518,12 +518,15 @@ func (c *Config) finish(verifies bool) error {
 }
 
 // devOrigins are allowed in dev mode when PRESENCE_CORS_ORIGINS is unset:
-// pages on localhost at the usual front-end dev server ports.
+// pages on localhost at the usual front-end dev server ports, over http
+// or https (a dev server with a local certificate).
 var devOrigins = func() []string {
 	var o []string
-	for _, host := range []string{"localhost", "127.0.0.1", "[::1]"} {
-		for _, port := range []string{"", ":3000", ":3001", ":4200", ":5173", ":5174", ":8000", ":8080", ":8081", ":4173"} {
-			o = append(o, "http://"+host+port)
+	for _, scheme := range []string{"http://", "https://"} {
+		for _, host := range []string{"localhost", "127.0.0.1", "[::1]"} {
+			for _, port := range []string{"", ":3000", ":3001", ":4200", ":5173", ":5174", ":8000", ":8080", ":8081", ":4173"} {
+				o = append(o, scheme+host+port)
+			}
 		}
 	}
 	return o

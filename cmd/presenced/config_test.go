@@ -65,6 +65,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"gc headroom", c.GCHeadroom, 25},
 		{"sysmon steady", c.SysmonSteady, true},
 		{"dev origins", slices.Contains(c.CORSOrigins, "http://localhost:5173"), true},
+		{"dev origins over https", slices.Contains(c.CORSOrigins, "https://localhost:5173"), true},
+		{"no dev origin elsewhere", slices.Contains(c.CORSOrigins, "https://localhost.example:5173"), false},
 		{"node id set", c.NodeID != "", true},
 	}
 	for _, ch := range checks {
