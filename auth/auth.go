@@ -8,6 +8,7 @@ package auth
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -294,8 +295,9 @@ func (v *jwtVerifier) Verify(ctx context.Context, token string) (Claims, error) 
 	if len(token) > MaxTokenBytes {
 		return Claims{}, refuse("token too large", nil)
 	}
-	var rc jwt.RegisteredClaims
-	tok, err := v.parser.ParseWithClaims(token, &rc, v.keyfunc(ctx))
+	var nc numericClaims
+	tok, err := v.parser.ParseWithClaims(token, &nc, v.keyfunc(ctx))
+	rc := nc.RegisteredClaims
 	if err != nil {
 		reason := classify(err)
 		if errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
@@ -325,6 +327,31 @@ func (v *jwtVerifier) Verify(ctx context.Context, token string) (Claims, error) 
 		c.ExpiresAt = rc.ExpiresAt.Time
 	}
 	return c, nil
+}
+
+// numericClaims are the registered claims, whose times (exp, nbf, iat)
+// must be JSON numbers (RFC 7519 §2, NumericDate). The library also reads
+// a string that holds a number; Node's jsonwebtoken refuses one, and so do
+// we: the token is malformed.
+type numericClaims struct {
+	jwt.RegisteredClaims
+}
+
+func (c *numericClaims) UnmarshalJSON(b []byte) error {
+	var times struct {
+		Exp json.RawMessage `json:"exp"`
+		Nbf json.RawMessage `json:"nbf"`
+		Iat json.RawMessage `json:"iat"`
+	}
+	if err := json.Unmarshal(b, &times); err != nil {
+		return err
+	}
+	for name, v := range map[string]json.RawMessage{"exp": times.Exp, "nbf": times.Nbf, "iat": times.Iat} {
+		if len(v) > 0 && v[0] == '"' {
+			return fmt.Errorf("%s is a string, not a number", name)
+		}
+	}
+	return json.Unmarshal(b, &c.RegisteredClaims)
 }
 
 // classify maps a jwt library error to a short reason.

@@ -411,6 +411,10 @@ func TestHS256VerifyRefuses(t *testing.T) {
 		{"sub with slash", hs256(t, claims("a/b", now)), "sub is not a valid user id"},
 		{"sub 129 chars", hs256(t, claims(strings.Repeat("a", 129), now)), "sub is not a valid user id"},
 		{"sub not a string", hs256(t, jwt.MapClaims{"sub": 42}), "malformed token"},
+		// NumericDates are JSON numbers (RFC 7519 §2), as Node's jsonwebtoken requires
+		{"exp a string", hs256(t, jwt.MapClaims{"sub": "alice", "exp": fmt.Sprint(now.Add(time.Hour).Unix())}), "malformed token"},
+		{"nbf a string", hs256(t, jwt.MapClaims{"sub": "alice", "nbf": fmt.Sprint(now.Add(-time.Hour).Unix())}), "malformed token"},
+		{"iat a string", hs256(t, jwt.MapClaims{"sub": "alice", "iat": fmt.Sprint(now.Add(-time.Hour).Unix())}), "malformed token"},
 		{"too large garbage", strings.Repeat("a", auth.MaxTokenBytes+1), "token too large"},
 		{"too large signed", huge, "token too large"},
 	}

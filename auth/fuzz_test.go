@@ -1,0 +1,69 @@
+package auth_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/presenced/presenced/auth"
+	"github.com/presenced/presenced/ids"
+)
+
+// FuzzVerifyHS256 feeds a token's parts to the HS256 verifier: a header
+// and a claims document (JSON, as an attacker writes them), signed with
+// the right secret or not. Whatever they hold, Verify does not panic, and
+// either refuses with ErrUnauthorized and zero claims, or accepts a token
+// whose header names HS256 and whose sub is a valid user id.
+func FuzzVerifyHS256(f *testing.F) {
+	v := mustHS256(f, testSecret)
+	now := time.Now().Unix()
+	f.Add(`{"alg":"HS256","typ":"JWT"}`, `{"sub":"alice"}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","exp":`+itoa(now+3600)+`}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","exp":"`+itoa(now+3600)+`"}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","exp":1e400}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","nbf":-1e30,"iat":0.5}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","aud":["a",1]}`, true)
+	f.Add(`{"alg":"none"}`, `{"sub":"alice"}`, false)
+	f.Add(`{"alg":"HS256","crit":["exp"]}`, `{"sub":"alice"}`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"a b"}`, true)
+	f.Add(`{"alg":"HS256"}`, `[]`, true)
+	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","exp":null}`, false)
+	f.Fuzz(func(t *testing.T, header, claims string, sign bool) {
+		enc := base64.RawURLEncoding
+		unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+		sig := "c2ln"
+		if sign {
+			s, err := jwt.SigningMethodHS256.Sign(unsigned, testSecret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig = enc.EncodeToString(s)
+		}
+		c, err := v.Verify(t.Context(), unsigned+"."+sig)
+		if err != nil {
+			if !errors.Is(err, auth.ErrUnauthorized) {
+				t.Fatalf("refusal %v does not wrap ErrUnauthorized", err)
+			}
+			if c != (auth.Claims{}) {
+				t.Fatalf("claims %+v on a refusal", c)
+			}
+			return
+		}
+		if !sign {
+			t.Fatalf("a token with a wrong signature was accepted: %q %q", header, claims)
+		}
+		var h struct {
+			Alg string `json:"alg"`
+		}
+		if json.Unmarshal([]byte(header), &h) != nil || h.Alg != "HS256" || !ids.Valid(c.UserID) {
+			t.Fatalf("accepted %q %q as %+v", header, claims, c)
+		}
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
