@@ -130,3 +130,38 @@ func TestRedisAwayTwoNodes(t *testing.T) {
 		})
 	}
 }
+
+// Activity recorded by two nodes less than a second apart: each record is
+// kept (the later one moves the recorded activity on), so that the node
+// that checks first, from an earlier record, finds the other's and waits.
+// Redis used to skip a record less than 1 s after the last, while its node
+// set its own check from it: the user turned away that much early, from
+// the other node's check (AwayAfter 3 s: 2.5 s after the last activity).
+func TestRedisAwayRecordsCloseTogether(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	cfg := presence.Config{TTL: time.Minute, AwayAfter: 3 * time.Second}
+	cfg.NodeID = "n1"
+	n1 := f.node(cfg)
+	cfg.NodeID = "n2"
+	n2 := f.node(cfg)
+	t0 := f.clock.Now()
+	connectJoin(t, n1, "a1", "alice") // recorded at t0
+	stepTo(t, f, t0, 300*time.Millisecond, n1, n2)
+	connectJoin(t, n2, "a2", "alice") // recorded at 0.3 s
+	for _, at := range []time.Duration{2700 * time.Millisecond, 3500 * time.Millisecond} {
+		stepTo(t, f, t0, at, n1, n2)
+		if err := n2.Touch(ctx, "a2"); err != nil { // each due on n2 (activityEvery 300 ms)
+			t.Fatal(err)
+		}
+		n2.Settle()
+	}
+	stepTo(t, f, t0, 6300*time.Millisecond, n1, n2)
+	if st := statusOf(t, n1, "alice"); st != presence.Online {
+		t.Fatalf("alice %s 2.8 s after her last activity, want online", st)
+	}
+	stepTo(t, f, t0, 8*time.Second, n1, n2)
+	if st := statusOf(t, n1, "alice"); st != presence.Away {
+		t.Fatalf("alice %s 4.5 s after her last activity, want away", st)
+	}
+}

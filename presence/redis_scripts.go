@@ -496,9 +496,11 @@ for i = 3, #ARGV, 2 do
   local back = 0
   if u and u.n > 0 then
     if u.st == 'away' and t + away > now then u.st = 'on'; back = 1 end
-    -- (a record less than 1 s after the last is not written, unless
-    -- deferred: that one comes once, when the user may be going idle)
-    if back == 1 or t - u.act >= 1000 or (ago > 0 and t > u.act) then
+    -- every later activity is written: a node sets its away check from
+    -- the records it sends, so another node's check must find each one
+    -- (skipping those less than 1 s after the last turned users away up
+    -- to 1 s early); a node sends at most one per activityEvery
+    if back == 1 or t > u.act then
       u.act = math.max(u.act, t)
       uset(h, user, u)
     end
