@@ -29,7 +29,10 @@ import (
 
 func main() {
 	reexec = execSelf
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal (dev mode runs in one) shuts down as
+	// SIGTERM does, with the final flush, where Go's default ended the
+	// process at once
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(exitCode(err, os.Stderr))
@@ -214,8 +217,9 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	<-pipelineDone
 	<-busDone
 	<-subsDone
-	if err := a.pipeline.Flush(fctx); err != nil {
-		log.Error("last-seen flush at shutdown failed", "err", err)
+	flushErr := a.pipeline.Flush(fctx)
+	if flushErr != nil {
+		log.Error("last-seen flush at shutdown failed", "err", flushErr)
 	}
 	if err := a.engine.Close(); err != nil {
 		log.Warn("presence close failed", "err", err)
@@ -225,6 +229,11 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	}
 	if serveErr != nil {
 		return serveErr
+	}
+	if flushErr != nil && a.rdb == nil {
+		// the buffer was this process's memory: those times are lost,
+		// and the exit says so (in Redis they stay for the next flush)
+		return fmt.Errorf("last-seen times not stored at shutdown (the store failed; they were buffered in memory): %w", flushErr)
 	}
 	log.Info("stopped")
 	return nil

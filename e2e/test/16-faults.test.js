@@ -164,4 +164,36 @@ describe('faults', { timeout: 300000 }, () => {
       assert.ok(seen >= termAt - 50 && seen <= exitAt + 50, `${u}: last-seen ${p.lastSeen} between SIGTERM (${new Date(termAt).toISOString()}) and exit (${new Date(exitAt).toISOString()})`);
     }
   });
+
+  it('SIGHUP (a closed terminal) shuts down as SIGTERM does: final flush, exit 0', { timeout: 60000 }, async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sighup-'));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', '1h'];
+    const server = await startServer({ t, nodeId: uid('hup'), args });
+    const u = uid('hupu');
+    const { socket } = await connect(server.url, { transports: ['websocket'], token: tokenFor(u, SECRET) });
+    const hupAt = Date.now();
+    const res = await server.stop('SIGHUP', 15000);
+    const exitAt = Date.now();
+    closeClient(socket);
+    assert.equal(res.code, 0, show(res)); // Go's default: killed by the signal, nothing flushed
+    const again = await startServer({ t, nodeId: uid('hup2'), args });
+    const p = await ownPresence(again.url, u);
+    assert.equal(p.status, 'offline', show(p));
+    const seen = Date.parse(p.lastSeen);
+    assert.ok(seen >= hupAt - 50 && seen <= exitAt + 50, `last-seen ${p.lastSeen} between SIGHUP and exit`);
+  });
+
+  it('the final flush fails on one node (PostgreSQL down, the buffer in memory): exit 1, saying so', { timeout: 90000 }, async (t) => {
+    const pg = await privatePostgres(t);
+    const args = ['--database-url', pg.url, '--membership', 'open', '--lastseen-flush-interval', '1h', '--flap-grace', '0s', '--shutdown-timeout', '5s'];
+    const server = await startServer({ t, nodeId: uid('ff'), args });
+    const { socket } = await connect(server.url, { transports: ['websocket'], token: tokenFor(uid('ffu'), SECRET) });
+    closeClient(socket); // its offline time waits in memory for the next flush
+    await sleep(300);
+    await pg.stop();
+    const res = await server.stop('SIGTERM', 15000);
+    assert.equal(res.code, 1, show(res));
+    assert.match(server.stderr, /last-seen times not stored at shutdown/, server.stderr);
+  });
 });
