@@ -379,7 +379,15 @@ var settings = []setting{
 		return whole(func(c *Config) *int { return &c.GCHeadroom }, 10, 100, "must be a whole number from 10 to 100, or off")(c, strings.TrimSuffix(v, "%"))
 	}},
 	{"PRESENCE_SYSMON_STEADY", "true", "keep the Go runtime's system monitor waking at its slow pace while the node idles, instead of sleeping until the next event and then waking every 20 µs while the node works (the node re-executes itself with GODEBUG=schedtrace at its longest period, 24.8 days: at most one SCHED line on stderr in that time); at 100 and 500 typing changes/s on two nodes it halved their context switches and cut their CPU by 8-18 %; false, or schedtrace in GODEBUG: the runtime's own behaviour", boolean(func(c *Config) *bool { return &c.SysmonSteady })},
-	{"PRESENCE_DEBUG_ADDR", "", "address of a listener serving Go's profiler at /debug/pprof/ (empty: off; keep it on loopback)", str(func(c *Config) *string { return &c.DebugAddr })},
+	{"PRESENCE_DEBUG_ADDR", "", "address of a listener serving Go's profiler at /debug/pprof/ (empty: off; keep it on loopback)", func(c *Config, v string) error {
+		if v != "" {
+			if err := checkListenAddr(v); err != nil {
+				return err
+			}
+		}
+		c.DebugAddr = v
+		return nil
+	}},
 }
 
 // ConfigError names the bad setting; main exits with code 2 on it.

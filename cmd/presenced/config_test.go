@@ -166,6 +166,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
 		{"addr without a port", []string{"--addr", "notanaddress"}, nil, "PRESENCE_ADDR"},
+		{"debug addr without a port", nil, []string{"PRESENCE_DEBUG_ADDR", "nonsense"}, "PRESENCE_DEBUG_ADDR"},
+		{"debug addr with a port out of range", []string{"--debug-addr", "127.0.0.1:70000"}, nil, "PRESENCE_DEBUG_ADDR"},
 		{"addr with a port out of range", []string{"--addr", "127.0.0.1:99999"}, nil, "PRESENCE_ADDR"},
 		{"addr with an empty port", nil, []string{"PRESENCE_ADDR", "127.0.0.1:"}, "PRESENCE_ADDR"},
 		{"addr with an unknown service", []string{"--addr", ":no-such-service"}, nil, "PRESENCE_ADDR"},
