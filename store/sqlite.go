@@ -33,7 +33,16 @@ type SQLiteConfig struct {
 	SkipMigrate bool
 	// Logger receives one line per migration applied at open; nil: none.
 	Logger *slog.Logger
+	// Exclusive: one process at a time (the server's). The file is locked
+	// until Close, and an open while another process holds the lock fails
+	// with ErrInUse. Two servers on one file would each keep presence of
+	// their own and both write last-seen. Without it (migrate) the open
+	// neither takes nor checks the lock.
+	Exclusive bool
 }
+
+// ErrInUse: another process holds the embedded store open exclusively.
+var ErrInUse = errors.New("the file is in use by another presenced process (one server per PRESENCE_DATA file)")
 
 // SQLite is the embedded single-node store: one SQLite file in WAL mode
 // (modernc.org/sqlite, no cgo). Writes are serialised on one connection,
@@ -44,6 +53,7 @@ type SQLite struct {
 	path    string
 	closed  atomic.Bool
 	counter counters
+	lock    *os.File // held while open (SQLiteConfig.Exclusive)
 }
 
 var _ Store = (*SQLite)(nil)
@@ -64,6 +74,12 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 		"&_pragma=foreign_keys(0)"
 	s := &SQLite{path: path}
 	s.reader = reader{s, liteReads}
+	opened := false
+	defer func() {
+		if !opened && s.lock != nil {
+			_ = s.lock.Close() // (releases the lock)
+		}
+	}()
 	if path == ":memory:" {
 		db, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate")
 		if err != nil {
@@ -78,6 +94,19 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 			if err := os.MkdirAll(dir, 0o750); err != nil {
 				return nil, wrap(op, err, s.transient)
 			}
+		}
+		// a new file is its owner's alone (SQLite makes its -wal and -shm
+		// files with the database's mode): it holds privacy settings,
+		// contacts, members and last-seen times
+		if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			_ = f.Close()
+		}
+		if cfg.Exclusive {
+			lock, err := lockFile(path)
+			if err != nil {
+				return nil, fmt.Errorf("store: %s: %w", path, err)
+			}
+			s.lock = lock
 		}
 		w, err := sql.Open("sqlite", path+"?"+common+
 			"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate")
@@ -114,6 +143,7 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 		}
 		logApplied(cfg.Logger, applied)
 	}
+	opened = true
 	return s, nil
 }
 
@@ -395,7 +425,11 @@ func (s *SQLite) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	if err := s.closeDBs(); err != nil {
+	err := s.closeDBs()
+	if s.lock != nil {
+		_ = s.lock.Close() // after the databases: the next server may open it now
+	}
+	if err != nil {
 		return fmt.Errorf("store: close sqlite: %w", err)
 	}
 	return nil

@@ -58,6 +58,46 @@ func TestSQLiteFile(t *testing.T) {
 	}
 }
 
+// The server's open holds the file: a second server's fails with
+// ErrInUse, while a migration's (not exclusive) opens it as before; once
+// the first closes, another server may open it. A new file is its
+// owner's alone (0600), as are SQLite's -wal and -shm beside it.
+func TestSQLiteExclusive(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "presenced.db")
+	first, err := store.OpenSQLite(ctx, path, store.SQLiteConfig{Exclusive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.SetPrivacy(ctx, "alice", store.Nobody); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.OpenSQLite(ctx, path, store.SQLiteConfig{Exclusive: true}); !errors.Is(err, store.ErrInUse) {
+		t.Fatalf("a second server's open: %v, want ErrInUse", err)
+	}
+	mig, err := store.OpenSQLite(ctx, path, store.SQLiteConfig{})
+	if err != nil {
+		t.Fatalf("a migration's open beside the server: %v", err)
+	}
+	_ = mig.Close()
+	for _, f := range []string{path, path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", filepath.Base(f), err, fi.Mode().Perm())
+		}
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := store.OpenSQLite(ctx, path, store.SQLiteConfig{Exclusive: true})
+	if err != nil {
+		t.Fatalf("after the first closed: %v", err)
+	}
+	if p, err := again.Privacy(ctx, []string{"alice"}); err != nil || p["alice"] != store.Nobody {
+		t.Fatalf("alice's privacy after the reopen: %v %v", p, err)
+	}
+	_ = again.Close()
+}
+
 func TestSQLiteMemory(t *testing.T) {
 	s, err := store.OpenSQLite(t.Context(), ":memory:", store.SQLiteConfig{})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -441,5 +442,22 @@ func TestDevBannerAdminLink(t *testing.T) {
 	}
 	if l := adminLink("http://h", set); strings.Contains(l, own) || !set.DevMode {
 		t.Errorf("the operator's token: link %q (dev mode %v)", l, set.DevMode)
+	}
+}
+
+// migrate status on an embedded store that does not exist says so, and
+// creates nothing (opening it would have made an empty database there).
+func TestMigrateStatusMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "typo", "presenced.db")
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"migrate", "status", "--data", path}, env(), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "no embedded store at "+path) {
+		t.Fatalf("migrate status on a missing file: %v", err)
+	}
+	if _, serr := os.Stat(filepath.Dir(path)); !errors.Is(serr, fs.ErrNotExist) {
+		t.Fatalf("migrate status created %s (%v)", filepath.Dir(path), serr)
+	}
+	if code := exitCode(err, &errOut); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
 	}
 }

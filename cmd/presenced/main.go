@@ -469,6 +469,12 @@ func migrate(ctx context.Context, args []string, lookupEnv func(string) (string,
 		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
 	}
 	log := newLogger(cfg, stderr)
+	if action == "status" && cfg.DatabaseURL == "" {
+		if _, err := os.Stat(cfg.DataPath); errors.Is(err, fs.ErrNotExist) {
+			// (opening it would create it)
+			return fmt.Errorf("no embedded store at %s: nothing is applied there (presenced migrate up, or the server, creates it)", cfg.DataPath)
+		}
+	}
 	st, err := openStore(ctx, cfg, log, false)
 	if err != nil {
 		return err

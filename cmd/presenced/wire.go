@@ -144,8 +144,11 @@ type app struct {
 	closers  []func() error
 }
 
-// openStore opens PostgreSQL (DATABASE_URL) or the embedded file.
-func openStore(ctx context.Context, cfg Config, log *slog.Logger, migrate bool) (store.Store, error) {
+// openStore opens PostgreSQL (DATABASE_URL) or the embedded file. The
+// server's open (serving) migrates, and holds the embedded file for this
+// process alone (a second server on it fails to start).
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, serving bool) (store.Store, error) {
+	migrate := serving
 	if cfg.DatabaseURL != "" {
 		pg, err := store.OpenPostgres(ctx, cfg.DatabaseURL, store.PostgresConfig{SkipMigrate: !migrate, Logger: log})
 		if err != nil {
@@ -153,7 +156,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, migrate bool) 
 		}
 		return pg, nil
 	}
-	lite, err := store.OpenSQLite(ctx, cfg.DataPath, store.SQLiteConfig{SkipMigrate: !migrate, Logger: log})
+	lite, err := store.OpenSQLite(ctx, cfg.DataPath, store.SQLiteConfig{SkipMigrate: !migrate, Exclusive: serving, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store %s: %w", cfg.DataPath, err)
 	}
