@@ -248,7 +248,7 @@ var settings = []setting{
 	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA",
 		serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")},
-	{"PRESENCE_DATA", defaultDataPath, "embedded store file; the dev-mode secret is kept beside it", func(c *Config, v string) error {
+	{"PRESENCE_DATA", defaultDataPath, "embedded store file (one server per file); the dev-mode secret is kept beside it", func(c *Config, v string) error {
 		if v == "" {
 			return errors.New("must not be empty")
 		}

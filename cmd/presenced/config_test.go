@@ -344,6 +344,19 @@ func TestTokenCommand(t *testing.T) {
 	if d := time.Until(c.ExpiresAt); d < 59*time.Minute || d > time.Hour+time.Minute {
 		t.Errorf("expiry in %v, want about 1h", d)
 	}
+	// the first token made the secret, and says so with the absolute path;
+	// the next one reuses it
+	abs := filepath.Join(dir, "presenced.dev-secret")
+	if !strings.Contains(errOut.String(), "no dev secret was found, so a new one was made in "+abs) {
+		t.Errorf("stderr of the first token: %q", errOut.String())
+	}
+	errOut.Reset()
+	if err := run(context.Background(), []string{"token", "alice", "--data", data}, env(), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if got := errOut.String(); got != "signed with the dev secret in "+abs+"\n" {
+		t.Errorf("stderr of the second token: %q", got)
+	}
 
 	// With a configured secret the token verifies with it.
 	out.Reset()

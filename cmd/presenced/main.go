@@ -412,6 +412,7 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if cfg.JWKSURL != "" && cfg.JWTSecret == "" {
 		return fmt.Errorf("%w: with PRESENCE_JWKS_URL tokens come from your identity provider; presenced can only sign HS256 with PRESENCE_JWT_SECRET", errBadUsage)
 	}
+	_, statErr := os.Stat(devSecretPath(cfg.DataPath))
 	secret, file, err := secretFor(cfg)
 	if err != nil {
 		return err
@@ -420,7 +421,15 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if err != nil {
 		return err
 	}
-	if file != "" {
+	if abs, aerr := filepath.Abs(file); file != "" && aerr == nil {
+		file = abs
+	}
+	switch {
+	case file != "" && errors.Is(statErr, fs.ErrNotExist):
+		// no dev server has run with this data directory: its secret is
+		// new, and a server elsewhere will refuse the token
+		fmt.Fprintf(stderr, "no dev secret was found, so a new one was made in %s; a dev server accepts this token only if it runs with the same PRESENCE_DATA (--data) directory\n", file)
+	case file != "":
 		fmt.Fprintf(stderr, "signed with the dev secret in %s\n", file)
 	}
 	fmt.Fprintln(stdout, t)
