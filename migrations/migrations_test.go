@@ -83,7 +83,7 @@ func TestUpDownUp(t *testing.T) {
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"contacts", "conversation_members", "conversation_members_user_id_idx", "last_seen", "privacy"}
+	want := []string{"contacts", "conversation_members", "conversation_members_user_id_idx", "last_seen", "node_alive", "online_users", "privacy"}
 	if got := tables(); !slices.Equal(got, want) {
 		t.Fatalf("after up: %v, want %v", got, want)
 	}

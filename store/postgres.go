@@ -328,3 +328,56 @@ func pgTransient(err error) bool {
 	}
 	return false
 }
+
+var _ OnlineKeeper = (*Postgres)(nil)
+
+// KeepOnline implements OnlineKeeper: one transaction.
+func (p *Postgres) KeepOnline(ctx context.Context, alive time.Time, online, offline []string) error {
+	const op = "keep online"
+	on, off, ms, err := onlineArgs(op, alive, online, offline)
+	if err != nil {
+		return err
+	}
+	if err := p.check(op); err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := p.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at`, ms); err != nil {
+			return err
+		}
+		if len(on) > 0 {
+			if _, err := p.exec(ctx, tx, `INSERT INTO online_users (user_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, on); err != nil {
+				return err
+			}
+		}
+		if len(off) > 0 {
+			_, err := p.exec(ctx, tx, `DELETE FROM online_users WHERE user_id = ANY($1::text[])`, off)
+			return err
+		}
+		return nil
+	})
+	return wrap(op, err, pgTransient)
+}
+
+// RecoverOnline implements OnlineKeeper: one transaction.
+func (p *Postgres) RecoverOnline(ctx context.Context) (int, error) {
+	const op = "recover online"
+	if err := p.check(op); err != nil {
+		return 0, err
+	}
+	var n int
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM online_users`).Scan(&n); err != nil || n == 0 {
+			return err
+		}
+		if _, err := p.exec(ctx, tx, `INSERT INTO last_seen (user_id, seen_at)
+SELECT o.user_id, a.seen_at FROM online_users o JOIN node_alive a ON a.id = 1
+ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(last_seen.seen_at, EXCLUDED.seen_at)
+WHERE last_seen.seen_at < EXCLUDED.seen_at`); err != nil {
+			return err
+		}
+		_, err := p.exec(ctx, tx, `DELETE FROM online_users`)
+		return err
+	})
+	return n, wrap(op, err, pgTransient)
+}

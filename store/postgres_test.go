@@ -209,6 +209,8 @@ ORDER BY table_name, ordinal_position`)
 		"contacts.owner_id text", "contacts.contact_id text",
 		"conversation_members.conversation_id text", "conversation_members.user_id text",
 		"last_seen.user_id text", "last_seen.seen_at bigint",
+		"node_alive.id integer", "node_alive.seen_at bigint",
+		"online_users.user_id text",
 		"privacy.user_id text", "privacy.last_seen text",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

@@ -464,3 +464,66 @@ func sqliteTransient(err error) bool {
 	var pe *os.PathError
 	return errors.As(err, &pe)
 }
+
+var _ OnlineKeeper = (*SQLite)(nil)
+
+// KeepOnline implements OnlineKeeper: one IMMEDIATE transaction.
+func (s *SQLite) KeepOnline(ctx context.Context, alive time.Time, online, offline []string) error {
+	const op = "keep online"
+	on, off, ms, err := onlineArgs(op, alive, online, offline)
+	if err != nil {
+		return err
+	}
+	if err := s.check(op); err != nil {
+		return err
+	}
+	return wrap(op, s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`, ms); err != nil {
+			return err
+		}
+		if len(on) > 0 {
+			if err := s.exec(ctx, tx, `INSERT INTO online_users (user_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING`, jsonIDs(on)); err != nil {
+				return err
+			}
+		}
+		if len(off) > 0 {
+			return s.exec(ctx, tx, `DELETE FROM online_users WHERE user_id IN (SELECT value FROM json_each(?))`, jsonIDs(off))
+		}
+		return nil
+	}), s.transient)
+}
+
+// RecoverOnline implements OnlineKeeper: one IMMEDIATE transaction.
+func (s *SQLite) RecoverOnline(ctx context.Context) (int, error) {
+	const op = "recover online"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM online_users`).Scan(&n); err != nil || n == 0 {
+			return err
+		}
+		if err := s.exec(ctx, tx, `INSERT INTO last_seen (user_id, seen_at)
+SELECT o.user_id, a.seen_at FROM online_users o JOIN node_alive a ON a.id = 1 WHERE true
+ON CONFLICT (user_id) DO UPDATE SET seen_at = max(last_seen.seen_at, excluded.seen_at)
+WHERE last_seen.seen_at < excluded.seen_at`); err != nil {
+			return err
+		}
+		return s.exec(ctx, tx, `DELETE FROM online_users`)
+	})
+	return n, wrap(op, err, s.transient)
+}
+
+// inTx runs fn in one IMMEDIATE transaction on the writer.
+func (s *SQLite) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit: ErrTxDone
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

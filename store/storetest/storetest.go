@@ -60,6 +60,7 @@ func Run(t *testing.T, b Backend) {
 		{"ConcurrentMigrate", testConcurrentMigrate},
 		{"MigrationStatus", testMigrationStatus},
 		{"Unavailable", testUnavailable},
+		{"OnlineKeeper", testOnlineKeeper},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
@@ -801,4 +802,38 @@ func testUnavailable(t *testing.T, b Backend) {
 		}
 	}
 	must(t, s.Close())
+}
+
+// testOnlineKeeper: the users listed online after the changes get the
+// last alive moment as last-seen at recovery (a later stored time wins),
+// the list is then empty; bad arguments change nothing.
+func testOnlineKeeper(t *testing.T, b Backend) {
+	s := MustOpen(t, b)
+	k, ok := s.(store.OnlineKeeper)
+	if !ok {
+		t.Skip("not a store.OnlineKeeper (a wrapper; both stores are, by their declarations)")
+	}
+	if n, err := k.RecoverOnline(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("recover on a fresh store: %d %v", n, err)
+	}
+	must(t, k.KeepOnline(ctx(t), at(1), []string{"a", "b", "c"}, nil))
+	must(t, k.KeepOnline(ctx(t), at(2), []string{"d", "a"}, []string{"b", "e"}))
+	must(t, s.UpsertLastSeen(ctx(t), []store.LastSeen{{UserID: "a", At: at(5)}, {UserID: "c", At: at(-5)}, {UserID: "b", At: at(1)}}))
+	for _, bad := range []func() error{
+		func() error { return k.KeepOnline(ctx(t), time.Time{}, []string{"x"}, nil) },
+		func() error { return k.KeepOnline(ctx(t), at(9), []string{"a b"}, nil) },
+		func() error { return k.KeepOnline(ctx(t), at(9), nil, []string{""}) },
+	} {
+		if err := bad(); !errors.Is(err, store.ErrInvalid) {
+			t.Fatalf("bad KeepOnline: %v, want ErrInvalid", err)
+		}
+	}
+	n, err := k.RecoverOnline(ctx(t))
+	if err != nil || n != 3 {
+		t.Fatalf("recover: %d %v, want 3 users (a, c, d)", n, err)
+	}
+	wantTimes(t, s, map[string]time.Time{"a": at(5), "b": at(1), "c": at(2), "d": at(2)}, "a", "b", "c", "d", "e", "x")
+	if n, err := k.RecoverOnline(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("a second recovery: %d %v, want an empty list", n, err)
+	}
 }
