@@ -61,6 +61,11 @@ type Config struct {
 	// 5m, as before, left the buffer growing for minutes after a one-minute
 	// outage).
 	RetryMin, RetryMax time.Duration
+	// Online: a single node (no Redis) keeps there which users it has
+	// online and when it was last alive, at each flush, for the recovery
+	// of a crash (store.OnlineKeeper; see RecoverOnline). nil: not kept
+	// (a cluster: a dead node's users are reaped by the others).
+	Online store.OnlineKeeper
 	// Now is the clock, time.Now.
 	Now func() time.Time
 	// Log receives flush failures and recoveries; nil discards.
@@ -114,6 +119,10 @@ type Pipeline struct {
 	// pending, which push sends there too.
 	exact  map[string]int64
 	lastGC time.Time
+	// online (Config.Online): users whose status changed since the list
+	// in the store was last written, true if online (or away) now
+	online    map[string]bool
+	recovered bool // RecoverOnline ran (under flushMu)
 
 	flushMu  sync.Mutex // one flush at a time per pipeline
 	lastTrim time.Time
@@ -136,6 +145,7 @@ func NewPipeline(buf Buffer, st store.Store, cfg Config) *Pipeline {
 		recent:  map[string]int64{},
 		pending: map[string]int64{},
 		exact:   map[string]int64{},
+		online:  map[string]bool{},
 		lastGC:  cfg.Now(),
 	}
 	p.m = newMetrics(p)
@@ -202,6 +212,11 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 	for _, ev := range events {
 		if ev.Kind != presence.EventStatus || ev.UserID == "" {
 			continue
+		}
+		if p.cfg.Online != nil {
+			p.mu.Lock()
+			p.online[ev.UserID] = ev.Status != presence.Offline
+			p.mu.Unlock()
 		}
 		var err error
 		switch ev.Status {
@@ -326,7 +341,12 @@ func (p *Pipeline) Flush(ctx context.Context) error {
 }
 
 func (p *Pipeline) flush(ctx context.Context) error {
+	// The online list's changes are taken first: an offline change among
+	// them had its time recorded before it (HandleEvents), so the user
+	// leaves the list only once that time is stored, below.
+	alive, changed := p.cfg.Now(), p.takeOnline()
 	if err := p.push(ctx); err != nil {
+		p.keepOnlineChanges(changed)
 		return fmt.Errorf("lastseen: flush: %w", err)
 	}
 	var actErr error // a failed activity write does not hold back the dirty users' flush
@@ -336,9 +356,94 @@ func (p *Pipeline) flush(ctx context.Context) error {
 		}
 	}
 	if err := p.flushDirty(ctx); err != nil {
+		p.keepOnlineChanges(changed)
 		return errors.Join(actErr, err)
 	}
-	return actErr
+	return errors.Join(actErr, p.writeOnline(ctx, alive, changed))
+}
+
+// RecoverOnline (Config.Online) gives the users a crash left listed online
+// the node's last alive moment as last-seen, and empties the list: call it
+// at start, before the node takes connections. Until it has succeeded,
+// each flush tries it again before writing the list (which would move the
+// alive moment on).
+func (p *Pipeline) RecoverOnline(ctx context.Context) (int, error) {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	return p.recoverOnline(ctx)
+}
+
+func (p *Pipeline) recoverOnline(ctx context.Context) (int, error) {
+	if p.cfg.Online == nil || p.recovered {
+		return 0, nil
+	}
+	n, err := p.cfg.Online.RecoverOnline(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("lastseen: recover the users a crash left online: %w", err)
+	}
+	p.recovered = true
+	if n > 0 {
+		p.log.Warn("the last run ended without a clean shutdown: the users it had online get its last alive moment as last-seen", "users", n)
+	}
+	return n, nil
+}
+
+// takeOnline takes the online list's changes since the last write.
+func (p *Pipeline) takeOnline() map[string]bool {
+	if p.cfg.Online == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed := p.online
+	p.online = make(map[string]bool, len(changed))
+	return changed
+}
+
+// keepOnlineChanges puts changes that were not written back; a change
+// made since wins.
+func (p *Pipeline) keepOnlineChanges(changed map[string]bool) {
+	if len(changed) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for u, on := range changed {
+		if _, newer := p.online[u]; !newer {
+			p.online[u] = on
+		}
+	}
+}
+
+// writeOnline (Config.Online) writes the online list's changes and the
+// alive moment, FlushBatch users of each kind a statement (one statement
+// when nothing changed: the moment alone).
+func (p *Pipeline) writeOnline(ctx context.Context, alive time.Time, changed map[string]bool) error {
+	if p.cfg.Online == nil {
+		return nil
+	}
+	if _, err := p.recoverOnline(ctx); err != nil {
+		p.keepOnlineChanges(changed)
+		return err
+	}
+	var on, off []string
+	for u, online := range changed {
+		if online {
+			on = append(on, u)
+		} else {
+			off = append(off, u)
+		}
+	}
+	for first := true; first || len(on) > 0 || len(off) > 0; first = false {
+		n, m := min(len(on), p.cfg.FlushBatch), min(len(off), p.cfg.FlushBatch)
+		if err := p.cfg.Online.KeepOnline(ctx, alive, on[:n], off[:m]); err != nil {
+			p.keepOnlineChanges(changed)
+			return fmt.Errorf("lastseen: write the online list: %w", err)
+		}
+		p.statements.Add(1)
+		on, off = on[n:], off[m:]
+	}
+	return nil
 }
 
 // flushDirty gives back stale claims, then writes dirty users (Flush).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -846,5 +847,59 @@ func TestWithPresenceEngine(t *testing.T) {
 	must(t, p.Flush(ctx))
 	if s := storedTimes(t, st, []string{"alice"}); !s["alice"].Equal(gone) {
 		t.Fatalf("stored %v", s)
+	}
+}
+
+// With Config.Online (one node), each flush writes the online list's
+// changes and the alive moment: a user who went offline leaves the list
+// only once their exact time is stored, so after a crash the users still
+// listed get the last alive moment and the others keep their own times.
+func TestOnlineList(t *testing.T) {
+	ctx := t.Context()
+	lite, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "p.db"), store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	st := &wrapStore{Store: lite}
+	now := t0.Add(time.Hour)
+	p := lastseen.NewPipeline(lastseen.NewMemory(), st, lastseen.Config{Online: lite, Now: func() time.Time { return now }})
+	if n, err := p.RecoverOnline(ctx); err != nil || n != 0 {
+		t.Fatalf("recover on a fresh store: %d %v", n, err)
+	}
+	p.HandleEvents(ctx, []presence.Event{
+		{Kind: presence.EventStatus, UserID: "u1", Status: presence.Online, At: t0},
+		{Kind: presence.EventStatus, UserID: "u2", Status: presence.Online, At: t0},
+		{Kind: presence.EventStatus, UserID: "u3", Status: presence.Online, At: t0},
+	})
+	must(t, p.Flush(ctx)) // listed: u1 u2 u3, alive t0+1h
+	now = now.Add(time.Minute)
+	offAt := t0.Add(90 * time.Minute)
+	p.HandleEvents(ctx, []presence.Event{
+		{Kind: presence.EventStatus, UserID: "u2", Status: presence.Offline, At: offAt, LastSeen: offAt},
+		{Kind: presence.EventStatus, UserID: "u3", Status: presence.Away, At: t0.Add(61 * time.Minute)},
+	})
+	st.failNext.Store(1)
+	if err := p.Flush(ctx); err == nil {
+		t.Fatal("a flush whose store write failed succeeded")
+	}
+	// a crash now: u2's time is not stored, so u2 is still listed
+	n, err := lite.RecoverOnline(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("after the failed flush: %d users listed (%v), want 3", n, err)
+	}
+	// the list is empty now, as at a restart; the pipeline's next flush
+	// writes what it kept: u2 leaves (its time stored first), u3 stays
+	must(t, lite.KeepOnline(ctx, now, []string{"u1", "u2", "u3"}, nil))
+	now = now.Add(time.Minute)
+	must(t, p.Flush(ctx))
+	n, err = lite.RecoverOnline(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("after the next flush: %d users listed (%v), want 2 (u1, u3)", n, err)
+	}
+	got, err := lite.LastSeen(ctx, []string{"u1", "u2", "u3"})
+	must(t, err)
+	if !got["u2"].Equal(offAt) || !got["u1"].Equal(now) || !got["u3"].Equal(now) {
+		t.Fatalf("last-seen after the recovery %v: want u2 at its offline time %v, u1 and u3 at the alive moment %v", got, offAt, now)
 	}
 }

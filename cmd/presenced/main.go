@@ -134,6 +134,11 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 		return err
 	}
 	defer a.close()
+	// one node: the users the last run left online, if it crashed, get its
+	// last alive moment before anyone can ask (else each flush retries)
+	if _, err := a.pipeline.RecoverOnline(ctx); err != nil {
+		log.Warn("crash recovery of the last run's online users failed; retried at each flush", "err", err)
+	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

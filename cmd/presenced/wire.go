@@ -230,6 +230,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		lcfg.DirectActivity = true // activity costs Redis no entry (see DirectActivity)
 	} else {
 		buf = lastseen.NewMemory()
+		// one node: its presence is in its memory, so it keeps the list
+		// of its online users in the store for a crash (RecoverOnline)
+		if k, ok := st.(store.OnlineKeeper); ok {
+			lcfg.Online = k
+		}
 	}
 	a.pipeline = lastseen.NewPipeline(buf, st, lcfg)
 	a.metrics.Registry.MustRegister(a.pipeline.Collectors()...)

@@ -165,6 +165,33 @@ describe('faults', { timeout: 300000 }, () => {
     }
   });
 
+  it('SIGKILL of one node (embedded store): its online users get its last alive moment as last-seen, the others keep theirs', { timeout: 60000 }, async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigkill-'));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', '1s', '--flap-grace', '0s'];
+    const server = await startServer({ t, nodeId: uid('kill'), args });
+    const online = uid('kon');
+    const left = uid('kleft');
+    const { socket: stays } = await connect(server.url, { transports: ['websocket'], token: tokenFor(online, SECRET) });
+    const { socket: goes } = await connect(server.url, { transports: ['websocket'], token: tokenFor(left, SECRET) });
+    closeClient(goes);
+    const leftAt = Date.now();
+    await sleep(2500); // two flushes or more
+    const killAt = Date.now();
+    await server.kill();
+    closeClient(stays);
+
+    const again = await startServer({ t, nodeId: uid('kill2'), args });
+    const p = await ownPresence(again.url, online);
+    assert.equal(p.status, 'offline', show(p));
+    const seen = Date.parse(p.lastSeen);
+    // its last flush came within the flush interval (1 s) and a write before the kill
+    assert.ok(seen <= killAt && seen >= killAt - 2500, `online at the kill: last-seen ${p.lastSeen}, killed at ${new Date(killAt).toISOString()}`);
+    const q = await ownPresence(again.url, left);
+    assert.ok(Math.abs(Date.parse(q.lastSeen) - leftAt) < 1000, `left before the kill: last-seen ${q.lastSeen}, left at ${new Date(leftAt).toISOString()}`);
+    assert.ok(again.logs.some((l) => /without a clean shutdown/.test(l.msg ?? '') && l.users === 1), 'the start says it recovered one user');
+  });
+
   it('SIGHUP (a closed terminal) shuts down as SIGTERM does: final flush, exit 0', { timeout: 60000 }, async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sighup-'));
     t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
