@@ -69,6 +69,7 @@ type RedisEngine struct {
 
 	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
 	held       atomic.Bool // this instance holds the node id (or held it, until it found the id taken)
+	retired    atomic.Bool // Retire: the node shuts down; its ticks only renew its lease
 	lastLse    time.Time   // node clock: the last lease renewal (schedule only)
 	takenUntil int64       // while starting: the live holder's expiry first seen
 	tentative  time.Time   // node clock: until when this instance's claim is tentative (nodeLease)
@@ -282,11 +283,14 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		case errors.Is(err, errLeaseWait):
 		case err != nil:
 			errs = append(errs, err)
-		case renewed:
+		case renewed && !e.retired.Load():
 			if err := e.reapDead(ctx, now); err != nil {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if e.retired.Load() {
+		return errors.Join(errs...)
 	}
 	if e.held.Load() && now.Sub(e.lastRec) >= e.rcfg.ReconcileEvery {
 		if err := e.reconcile(ctx, now); err != nil {
@@ -342,6 +346,9 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	// The lease and the rest keep to the tick.
 	timers := func(run func(context.Context, time.Time) error) func(context.Context) error {
 		return func(ctx context.Context) error {
+			if e.retired.Load() {
+				return nil
+			}
 			if err := run(ctx, e.cfg.Now()); err != nil && ctx.Err() == nil {
 				e.log.Warn("presence timers failed", "err", err)
 			}
@@ -351,6 +358,18 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	_ = runTicker(tctx, e.cfg, tick, alarmWake{e.alarm.C, timers(e.runDue)}, alarmWake{e.typingAlarm.C, timers(e.runTyping)})
 	return fatal
 }
+
+// Retire is called when the node begins to shut down. From then on its
+// ticks only renew its lease (until Close gives the id up): the cluster's
+// shared timers (the ends of flap graces, this node's own included), the
+// reaping of dead nodes, away checks, typing expiries and reconciliation
+// are left to the other nodes. What those announce goes out through the
+// node's rooms, and a node that shuts down has closed them: a shutdown
+// held up past a flap grace (a request whose body stopped arriving holds
+// it up to half of PRESENCE_SHUTDOWN_TIMEOUT) fired its users' grace ends
+// itself, and their presence:leave reached nobody, while their offline
+// status (which goes its own way) did.
+func (e *RedisEngine) Retire() { e.retired.Store(true) }
 
 // outageLogEvery is how often a failure that repeats every tick is logged.
 const outageLogEvery = 10 * time.Second

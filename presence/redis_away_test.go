@@ -165,3 +165,43 @@ func TestRedisAwayRecordsCloseTogether(t *testing.T) {
 		t.Fatalf("alice %s 4.5 s after her last activity, want away", st)
 	}
 }
+
+// A retired node (shutting down) fires none of the shared timers, its own
+// users' grace ends included: another node does, and its leave goes out
+// through rooms that node still serves. The retired node keeps its lease.
+func TestRedisRetiredNodeLeavesTimersToOthers(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	cfg := presence.Config{TTL: time.Minute, FlapGrace: time.Second}
+	cfg.NodeID = "n1"
+	n1 := f.node(cfg)
+	cfg.NodeID = "n2"
+	n2 := f.node(cfg)
+	t0 := f.clock.Now()
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "b1", "bob", "c1")
+	stepTo(t, f, t0, 200*time.Millisecond, n1, n2)
+	f.rec.TakeEvents()
+	n1.Retire()
+	if err := n1.Disconnect(ctx, "a1"); err != nil { // alice's grace: 1 s
+		t.Fatal(err)
+	}
+	stepTo(t, f, t0, 3*time.Second, n1)
+	for _, ev := range f.rec.TakeEvents() {
+		if ev.UserID == "alice" && (ev.Kind == presence.EventLeave || ev.Kind == presence.EventStatus) {
+			t.Fatalf("the retired node fired alice's grace end: %+v", ev)
+		}
+	}
+	stepTo(t, f, t0, 4*time.Second, n2)
+	var leave, offline bool
+	for _, ev := range f.rec.TakeEvents() {
+		leave = leave || ev.UserID == "alice" && ev.Kind == presence.EventLeave
+		offline = offline || ev.UserID == "alice" && ev.Kind == presence.EventStatus && ev.Status == presence.Offline
+	}
+	if !leave || !offline {
+		t.Fatalf("after n2's ticks: leave %v, offline %v; want both from n2", leave, offline)
+	}
+	if st := statusOf(t, n2, "bob"); st != presence.Online {
+		t.Fatalf("bob %s", st)
+	}
+}

@@ -165,6 +165,11 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	// (found at the first connection to Redis): the server stops then.
 	sctx, stopServe := context.WithCancel(ctx)
 	defer stopServe()
+	// From the shutdown's start a cluster node leaves the shared timers
+	// to the others: the rooms it would announce them in close now.
+	if r, ok := a.engine.(interface{ Retire() }); ok {
+		defer context.AfterFunc(sctx, r.Retire)()
+	}
 	var engineErr error
 	go func() {
 		defer close(engineDone)

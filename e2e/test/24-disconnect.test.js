@@ -6,7 +6,11 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
+import net from 'node:net';
+
 import { sleep } from '../lib/client.js';
+import { SECRET } from '../lib/server.js';
+import { tokenFor } from '../lib/jwt.js';
 import {
   TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, startPair, clusterDatabase, spawnChildClient, recentDisplays,
 } from '../lib/presence.js';
@@ -149,6 +153,32 @@ for (const kind of TOPOLOGIES) {
         await sleep(1000);
         assert.equal(a.rec.list('presence:leave', { since: markA }).length, 1, `one leave:\n    ${a.rec.dump(markA)}`);
         assert.equal(a.rec.list('presence:update', { since: markA }).length, 1, `one update:\n    ${a.rec.dump(markA)}`);
+      });
+
+      it('a SIGTERM held up past the flap grace (a request body that stopped): the leaving user\'s presence:leave still comes, from the other node', { timeout: 40000 }, async (t) => {
+        const { topo, c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s', '--shutdown-timeout', '12s'], tag: '24h' });
+        await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
+        // a REST request to node 2 whose body never finishes holds its HTTP shutdown up (half the timeout: 6 s)
+        const port = Number(new URL(topo.url2).port);
+        const stalled = net.connect(port, '127.0.0.1');
+        await new Promise((resolve) => stalled.once('connect', resolve));
+        stalled.on('error', () => {});
+        t.after(() => stalled.destroy());
+        stalled.write(`POST /v1/presence/query HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${tokenFor(uid('S'), SECRET)}\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"userIds":[`);
+        await sleep(300);
+        const markA = a.rec.mark();
+        const t0 = Date.now();
+        b.socket.disconnect();
+        await sleep(200);
+        const stopping = topo.servers[1].stop('SIGTERM', 20000);
+        const left = await a.rec.wait('presence:leave', { since: markA, pred: (p) => p.userId === B, timeoutMs: 8000 })
+          .catch((err) => assert.fail(`${err.message}; A's events:\n    ${a.rec.dump(markA)}`));
+        t.diagnostic(`presence:leave ${left.at - t0} ms after the disconnect`);
+        assert.equal(left.payload.conversationId, c);
+        assert.equal(left.payload.reason, 'disconnected', show(left.payload));
+        const exit = await stopping;
+        assert.equal(exit.code, 0, show(exit));
+        assert.ok(topo.servers[1].logs.some((l) => /requests still in flight/.test(l.msg ?? '')), 'the shutdown was held up');
       });
     }
   });
