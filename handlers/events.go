@@ -325,7 +325,13 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (any, error) {
 		return nil, errorf(CodeForbidden, "not a member of this conversation")
 	}
 	// Into the room first, so that nothing said after the roster snapshot
-	// is missed; out again if the engine refuses.
+	// is missed; out again if the engine refuses. What the room says from
+	// now on reaches the socket after the ack (transport.Hold): said
+	// before the snapshot was read, it would contradict it from before it.
+	release := transport.Hold(c.sock)
+	if !presence.OnReply(ctx, release) {
+		defer release()
+	}
 	room := ConversationRoom(conv)
 	already := c.rooms.InRoom(room)
 	c.rooms.Join(room)

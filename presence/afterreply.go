@@ -34,6 +34,12 @@ func holdForReply(ctx context.Context, fn func()) bool {
 	return true
 }
 
+// OnReply runs fn after the reply of the operation ctx belongs to, if it
+// has one (WithAfterReply), in turn with the events held for it (in the
+// order they were held), and says whether it will; otherwise the caller
+// runs fn itself.
+func OnReply(ctx context.Context, fn func()) bool { return holdForReply(ctx, fn) }
+
 // HeldForReply returns a Sink that delivers to next after the reply of
 // the operation whose context it is given, if that operation holds its
 // events (WithAfterReply), and at once otherwise.

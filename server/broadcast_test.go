@@ -2,10 +2,14 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
+	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
 
@@ -336,5 +343,64 @@ func TestLargeRoomFanOutInOrder(t *testing.T) {
 		if m := c.next(t); m != `42["probe"]` {
 			t.Fatalf("member %d: got %q after the run, want the probe", i, m)
 		}
+	}
+}
+
+// joinProbeEngine broadcasts a probe to the conversation's room while a
+// join is under way: after the socket entered the room, before the
+// engine's snapshot (the ack's roster and typing list) is taken.
+type joinProbeEngine struct {
+	presence.Engine
+	srv atomic.Pointer[server.Server]
+}
+
+func (e *joinProbeEngine) Join(ctx context.Context, sid, conv string) (presence.JoinResult, error) {
+	if s := e.srv.Load(); s != nil {
+		_ = s.IO().To(handlers.ConversationRoom(conv)).Emit("probe", conv)
+	}
+	return e.Engine.Join(ctx, sid, conv)
+}
+
+// What a conversation's room says while a socket joins it reaches that
+// socket after the join's ack (transport.Hold): such an event may be newer
+// than the ack's snapshot, and a client applies the ack first. Without the
+// hold the probe came first (a typing stop the snapshot had not seen yet
+// was then undone by the ack: a user shown typing for good).
+func TestJoinAckBeforeTheRoomsEvents(t *testing.T) {
+	v, err := auth.NewHS256([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	eng := &joinProbeEngine{Engine: presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})}
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{Log: log, Metrics: m, Engine: eng, Rooms: rooms})
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+	eng.srv.Store(srv)
+	c := dialWS(t, hs.URL, mint(t, "joiner"))
+	defer c.conn.Close()
+	for i := range 20 {
+		conv := "probe-" + strconv.Itoa(i)
+		ack := c.emit(t, "conversation:join", `{"conversationId":"`+conv+`"}`)
+		_ = c.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if first := c.nextBytes(t); !bytes.HasPrefix(first, ack) {
+			t.Fatalf("join %d: first message %q, want the ack %q", i, first, ack)
+		}
+		if second := c.next(t); second != `42["probe","`+conv+`"]` {
+			t.Fatalf("join %d: second message %q, want the probe", i, second)
+		}
+	}
+	// the hold ended: the room's broadcasts reach the socket at once again
+	if err := srv.IO().To(handlers.ConversationRoom("probe-0")).Emit("after", 1); err != nil {
+		t.Fatal(err)
+	}
+	if m := c.next(t); m != `42["after",1]` {
+		t.Fatalf("after the joins: %q", m)
 	}
 }

@@ -54,8 +54,16 @@ func EventFrame(nsp socket.Namespace, event string, args ...any) *Frame {
 }
 
 // WriteTo sends the frame to one socket, after whatever the socket was
-// sent before. A socket that is closing gets nothing.
+// sent before (or, while the socket is held, after its hold: Hold). A
+// socket that is closing gets nothing.
 func (f *Frame) WriteTo(s *socket.Socket) {
+	if held(s, f) {
+		return
+	}
+	f.write(s)
+}
+
+func (f *Frame) write(s *socket.Socket) {
 	if notify := s.NotifyOutgoingListeners(); notify != nil {
 		notify(f.packet)
 	}
