@@ -154,6 +154,13 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 			if e.Code == CodeInternal || e.Code == CodeUnavailable {
 				h.log.Warn("event failed", "event", name, "sid", c.sid, "user_id", c.UserID, "err", err)
 			}
+			if refusedActivity[e.Code] {
+				// a well-formed event refused (not a member, not joined,
+				// over a count) is still the user's activity, as any
+				// client event is (CONTRACT §1); bad input and a rate
+				// limit change nothing
+				h.touch(c)
+			}
 			if ack != nil {
 				ack.Reply(ackError(e))
 			}
@@ -240,6 +247,10 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 	reply(fn(ctx, c, p))
 	ack = nil // answered: a panic in after.Run must not answer again
 }
+
+// refusedActivity are the refusals of an event that still count as the
+// user's activity.
+var refusedActivity = map[string]bool{CodeForbidden: true, CodeNotFound: true, CodeLimitExceeded: true}
 
 // roomEventsOf are the events whose handling may tell a conversation's
 // room of a change.
