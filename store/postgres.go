@@ -96,6 +96,10 @@ func OpenPostgres(ctx context.Context, url string, cfg PostgresConfig) (*Postgre
 			return nil, err
 		}
 		logApplied(cfg.Logger, applied)
+		_, _ = p.onMigrationConn(ctx, "schema version", func(ctx context.Context, db *sql.DB, d Dialect) ([]Migration, error) {
+			warnAhead(ctx, cfg.Logger, db, d)
+			return nil, nil
+		})
 	}
 	return p, nil
 }

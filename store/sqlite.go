@@ -142,6 +142,7 @@ func OpenSQLite(ctx context.Context, path string, cfg SQLiteConfig) (*SQLite, er
 			return nil, err
 		}
 		logApplied(cfg.Logger, applied)
+		warnAhead(ctx, cfg.Logger, s.w, DialectSQLite)
 	}
 	opened = true
 	return s, nil

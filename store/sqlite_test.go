@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,5 +224,61 @@ func TestCoalescedConcurrentReads(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// A database of another application with a table of one of presenced's
+// names (but other columns) is refused at open, naming the table, instead
+// of failing every request on it later.
+func TestSQLiteForeignTable(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE privacy (id integer PRIMARY KEY, level text)`); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	_, err = store.OpenSQLite(ctx, path, store.SQLiteConfig{})
+	if err == nil || !strings.Contains(err.Error(), "table privacy is not presenced's") {
+		t.Fatalf("open of another application's database: %v", err)
+	}
+}
+
+// A schema version applied by a later release is listed by the status (as
+// UnknownMigration) and logged at open; the open goes on.
+func TestSQLiteSchemaAhead(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "p.db")
+	s, err := store.OpenSQLite(ctx, path, store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (99, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	var logs strings.Builder
+	s, err = store.OpenSQLite(ctx, path, store.SQLiteConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !strings.Contains(logs.String(), "schema_version=99") {
+		t.Errorf("open log: %q", logs.String())
+	}
+	all, err := s.MigrationStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := all[len(all)-1]; last.Version != 99 || last.Name != store.UnknownMigration || !last.Applied {
+		t.Errorf("status ends with %+v, want version 99 unknown and applied", last)
 	}
 }

@@ -525,7 +525,10 @@ func migrate(ctx context.Context, args []string, lookupEnv func(string) (string,
 	}
 	for _, mg := range all {
 		state := "pending"
-		if mg.Applied {
+		switch {
+		case mg.Applied && mg.AppliedAt.IsZero(): // (store.UnknownMigration)
+			state = "applied"
+		case mg.Applied:
 			state = "applied " + mg.AppliedAt.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(stdout, "%05d %-40s %s\n", mg.Version, mg.Name, state)
