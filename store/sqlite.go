@@ -333,12 +333,7 @@ func (s *SQLite) replace(ctx context.Context, op, key string, ids []string, del,
 		return nil, err
 	}
 	arr := jsonIDs(ids)
-	err = func() error {
-		tx, err := s.w.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback() //nolint:errcheck // after Commit: ErrTxDone
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		s.counter.statements.Add(1)
 		rows, err := tx.QueryContext(ctx, del, key, arr)
 		if err != nil {
@@ -359,11 +354,8 @@ func (s *SQLite) replace(ctx context.Context, op, key string, ids []string, del,
 			return err
 		}
 		s.counter.rows.Add(int64(len(removed)))
-		if err := s.exec(ctx, tx, ins, key, arr); err != nil {
-			return err
-		}
-		return tx.Commit()
-	}()
+		return s.exec(ctx, tx, ins, key, arr)
+	})
 	if err != nil {
 		return nil, wrap(op, err, s.transient)
 	}

@@ -157,6 +157,7 @@ describe('faults', { timeout: 300000 }, () => {
     assert.ok(res.ms < 10000, `exited within the shutdown timeout (${res.ms} ms)`);
 
     const again = await startServer({ t, nodeId: uid('st2'), args });
+    assert.ok(!again.logs.some((l) => /without a clean shutdown/.test(l.msg ?? '')), 'a clean shutdown leaves no online users to recover');
     for (const u of users) {
       const p = await ownPresence(again.url, u);
       assert.equal(p.status, 'offline', `${u}: ${show(p)}`);
