@@ -337,8 +337,8 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (any, error) {
 	}
 	// Into the room first, so that nothing said after the roster snapshot
 	// is missed; out again if the engine refuses. What the room says from
-	// now on reaches the socket after the ack (transport.Hold): said
-	// before the snapshot was read, it would contradict it from before it.
+	// now on reaches the socket after the ack (transport.Hold): an event
+	// newer than the snapshot must not reach the client before it.
 	release := transport.Hold(c.sock)
 	if !presence.OnReply(ctx, release) {
 		defer release()

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,9 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
-	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
-	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
@@ -367,23 +363,14 @@ func (e *joinProbeEngine) Join(ctx context.Context, sid, conv string) (presence.
 // hold the probe came first (a typing stop the snapshot had not seen yet
 // was then undone by the ack: a user shown typing for good).
 func TestJoinAckBeforeTheRoomsEvents(t *testing.T) {
-	v, err := auth.NewHS256([]byte(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	rooms := handlers.NewRooms(0, log)
-	eng := &joinProbeEngine{Engine: presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})}
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{Log: log, Metrics: m, Engine: eng, Rooms: rooms})
-	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
+	eng := &joinProbeEngine{}
+	ts := newTestServerEngine(t, server.Config{}, handlers.SessionConfig{NodeID: "n1"}, func(e presence.Engine) presence.Engine {
+		eng.Engine = e
+		return eng
+	})
+	srv := ts.Server
 	eng.srv.Store(srv)
-	c := dialWS(t, hs.URL, mint(t, "joiner"))
+	c := dialWS(t, ts.URL, mint(t, "joiner"))
 	defer c.conn.Close()
 	for i := range 20 {
 		conv := "probe-" + strconv.Itoa(i)

@@ -1,8 +1,6 @@
 package server_test
 
 import (
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -10,10 +8,8 @@ import (
 	ws "github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/metrics"
-	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
 )
 
@@ -46,28 +42,11 @@ func wsHandshake(t *testing.T, url, token string) (*ws.Conn, string) {
 }
 
 // maxSocketsServer serves one node on the memory engine with
-// MaxSocketsPerUser max; it returns the test server, the node's metrics and
-// its socket handlers.
-func maxSocketsServer(t *testing.T, max int) (*httptest.Server, *metrics.Metrics, *handlers.Sockets) {
+// MaxSocketsPerUser max.
+func maxSocketsServer(t *testing.T, max int) (*testServer, *metrics.Metrics, *handlers.Sockets) {
 	t.Helper()
-	v, err := auth.NewHS256([]byte(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	rooms := handlers.NewRooms(0, log)
-	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: max}, handlers.SocketDeps{
-		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
-	})
-	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() { srv.IO().Close(nil); hs.Close() })
-	return hs, m, sockets
+	ts := newTestServerWith(t, server.Config{}, handlers.SessionConfig{NodeID: "n1", MaxSocketsPerUser: max})
+	return ts, ts.Metrics, ts.Sockets
 }
 
 // TestMaxSocketsPerUser: beyond the cap a handshake gets connect_error

@@ -46,13 +46,20 @@ func newTestServer(tb testing.TB, cfg server.Config, ready ...server.Check) *tes
 
 func newTestServerWith(tb testing.TB, cfg server.Config, scfg handlers.SessionConfig, ready ...server.Check) *testServer {
 	tb.Helper()
+	return newTestServerEngine(tb, cfg, scfg, nil, ready...)
+}
+
+// newTestServerEngine is newTestServerWith whose node's memory engine is
+// wrapped by wrap (nil: none).
+func newTestServerEngine(tb testing.TB, cfg server.Config, scfg handlers.SessionConfig, wrap func(presence.Engine) presence.Engine, ready ...server.Check) *testServer {
+	tb.Helper()
 	v, err := auth.NewHS256([]byte(secret))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
-	sockets := newSocketsWith(m, scfg)
+	sockets := newSocketsEngine(m, scfg, wrap)
 	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready})
 	if err != nil {
 		tb.Fatal(err)
@@ -70,9 +77,16 @@ func newSockets(m *metrics.Metrics) *handlers.Sockets {
 }
 
 func newSocketsWith(m *metrics.Metrics, scfg handlers.SessionConfig) *handlers.Sockets {
+	return newSocketsEngine(m, scfg, nil)
+}
+
+func newSocketsEngine(m *metrics.Metrics, scfg handlers.SessionConfig, wrap func(presence.Engine) presence.Engine) *handlers.Sockets {
 	log := slog.New(slog.DiscardHandler)
 	rooms := handlers.NewRooms(0, log)
-	engine := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	var engine presence.Engine = presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	if wrap != nil {
+		engine = wrap(engine)
+	}
 	return handlers.NewSockets(scfg, handlers.SocketDeps{
 		Log: log, Metrics: m, Engine: engine, Rooms: rooms,
 	})

@@ -26,10 +26,10 @@ type heldFrames struct {
 // meanwhile; from then on they go at once again. A join holds its socket
 // from before the socket enters the room until its ack is written: the
 // ack's roster and typing list are read after the socket entered the room,
-// so an event that reached the socket before the ack could be older news
-// than the ack (a typing stop the ack's read did not see yet, and the
-// client would show the user typing after it); held, each such event comes
-// after the ack, which a client applies first. release may be called more
+// so an event that reached the socket before the ack could be newer than
+// the ack's snapshot (a typing stop the read did not see yet: the client,
+// applying the ack after it, would show the user typing for good); held,
+// each such event comes after the ack, which a client applies first. release may be called more
 // than once. A nil s holds nothing.
 func Hold(s *socket.Socket) (release func()) {
 	if s == nil {

@@ -431,8 +431,10 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 	if err != nil {
 		return err
 	}
-	if abs, aerr := filepath.Abs(file); file != "" && aerr == nil {
-		file = abs
+	if file != "" {
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
+		}
 	}
 	switch {
 	case file != "" && errors.Is(statErr, fs.ErrNotExist):
