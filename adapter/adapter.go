@@ -152,6 +152,13 @@ type NamespaceAdapter struct {
 
 var _ socket.Adapter = (*NamespaceAdapter)(nil)
 
+// delivered tells Config.Delivered of a broadcast from elsewhere.
+func (a *NamespaceAdapter) delivered(packet *parser.Packet) {
+	if f := a.b.cfg.Delivered; f != nil {
+		f(packet)
+	}
+}
+
 func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 	// Local delivery: encoded once for all this node's recipients
 	// (transport.LocalAdapter).

@@ -114,6 +114,7 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 		return
 	}
 	a.Adapter.Broadcast(packet, opts)
+	a.delivered(packet)
 }
 
 // onClassicRequest handles a request of another node or of an emitter.

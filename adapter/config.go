@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 )
 
 // Defaults of Config.
@@ -54,6 +56,12 @@ type Config struct {
 
 	// Observer counts publishes and receptions; nil counts nothing.
 	Observer Observer
+
+	// Delivered, if set, is called with the packet of each broadcast from
+	// another node or an emitter once it went to this node's sockets (not
+	// for one asking for acknowledgements), on the subscription's
+	// goroutine: it must not block.
+	Delivered func(*parser.Packet)
 }
 
 // Observer is told about the adapter's traffic, e.g. to feed metrics. Its

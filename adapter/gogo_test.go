@@ -7,11 +7,13 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/adapter"
@@ -386,5 +388,48 @@ func emitWithAck(op *socket.BroadcastOperator, ev string, args ...any) ([]any, e
 		return r.args, r.err
 	case <-time.After(10 * time.Second):
 		return nil, fmt.Errorf("no ack callback")
+	}
+}
+
+// TestDelivered: Config.Delivered is told of each broadcast another node
+// delivered here, with its packet's data, and of none of this node's own.
+func TestDelivered(t *testing.T) {
+	for _, m := range modes() {
+		t.Run(m.name, func(t *testing.T) {
+			rdb := needRedis(t)
+			prefix := uniquePrefix(t)
+			var mu sync.Mutex
+			var seen []any
+			cfg := adapter.Config{Prefix: prefix, Sharded: m.sharded, RequestsTimeout: 2 * time.Second}
+			n1 := startGoNode(t, "n1", rdb, cfg)
+			cfg.Delivered = func(p *parser.Packet) {
+				mu.Lock()
+				seen = append(seen, p.Data)
+				mu.Unlock()
+			}
+			n2 := startGoNode(t, "n2", rdb, cfg)
+			waitCluster(t, n1, n2)
+			c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", "r1")})
+			c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", "r1")})
+			waitMembers(t, n1, map[string][]*wsClient{"r1": {c1}})
+			waitMembers(t, n2, map[string][]*wsClient{"r1": {c2}})
+			waitRooms(t, n1, n2)
+
+			n2.io.To("r1").Emit("own", 1)
+			n1.io.To("r1").Emit("state", map[string]any{"conversationId": "c", "userId": "u", "state": nil})
+			c2.expect("own")
+			c2.expect("state")
+			eventually(t, 3*time.Second, "Delivered told of n1's broadcast", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(seen) > 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			want := []any{[]any{"state", map[string]any{"conversationId": "c", "userId": "u", "state": nil}}}
+			if !reflect.DeepEqual(seen, want) {
+				t.Errorf("Delivered got %#v, want %#v (n1's broadcast only)", seen, want)
+			}
+		})
 	}
 }

@@ -164,29 +164,36 @@ func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
 	if len(users) == 0 {
 		return
 	}
-	io := h.rooms.io.Load()
-	if io == nil {
-		return
-	}
-	nsp := io.Sockets()
 	room := ConversationRoom(conv)
 	for _, u := range users {
-		for _, sid := range transport.RoomSockets(nsp.Adapter(), UserRoom(u)) {
-			s, ok := nsp.Sockets().Load(sid)
-			if !ok || !transport.InRoom(s, room) {
-				continue
-			}
-			c, ok := s.Data().(*Conn)
-			if !ok {
-				continue
-			}
+		for _, c := range h.localConns(u, room) {
 			h.clearState(c, conv)
-			s.Leave(room)
+			c.sock.Leave(room)
 			if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
 				h.log.Warn("eviction failed", "sid", c.sid, "conversation_id", conv, "err", err)
 			}
 		}
 	}
+}
+
+// localConns returns this node's sockets of user that are in room.
+func (h *Sockets) localConns(user string, room socket.Room) []*Conn {
+	io := h.rooms.io.Load()
+	if io == nil {
+		return nil
+	}
+	nsp := io.Sockets()
+	var out []*Conn
+	for _, sid := range transport.RoomSockets(nsp.Adapter(), UserRoom(user)) {
+		s, ok := nsp.Sockets().Load(sid)
+		if !ok || !transport.InRoom(s, room) {
+			continue
+		}
+		if c, ok := s.Data().(*Conn); ok {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // memberEpochs count membership changes by conversation, striped by a

@@ -549,6 +549,10 @@ func plainJSON(v any, depth int) bool {
 func (h *Sockets) queueState(c *Conn, conv string, state any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	h.queueStateLocked(c, conv, state)
+}
+
+func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 	if c.gone {
 		return
 	}
@@ -586,6 +590,7 @@ func (h *Sockets) sendStateLocked(c *Conn, conv string, slot *stateSlot) {
 	h.rooms.State(conv, c.UserID, c.sid, slot.latest)
 	if slot.latest == nil {
 		delete(c.states, conv)
+		go h.RestoreState(conv, c.UserID)
 	}
 }
 
@@ -604,7 +609,62 @@ func (h *Sockets) clearState(c *Conn, conv string) {
 	delete(c.states, conv)
 	if slot.visible {
 		h.rooms.State(conv, c.UserID, c.sid, nil)
+		go h.RestoreState(conv, c.UserID)
 	}
+}
+
+// RestoreState shows again, after a `state: null` of user in conv went
+// out (one socket of theirs cleared its state, left or went away), the
+// state another socket of theirs on this node has there: of those, the
+// one sent last. The others saw the user's state cleared, though the
+// user's last write may have been that other socket's (CONTRACT §1: last
+// write wins, cleared on leave): each socket's state is its own, and the
+// user's is the last one set of the sockets still there. Every node does
+// this for its own sockets on a null from another node (RemoteBroadcast),
+// after it arrived, so everyone gets the null before what follows it.
+// It runs on a goroutine of its own: the null goes out under the clearing
+// socket's lock, and this takes the others'.
+func (h *Sockets) RestoreState(conv, user string) {
+	var last *Conn
+	var lastSent time.Time
+	for _, c := range h.localConns(user, ConversationRoom(conv)) {
+		c.mu.Lock()
+		if slot := c.states[conv]; !c.gone && slot != nil && slot.visible && slot.sent.After(lastSent) {
+			last, lastSent = c, slot.sent
+		}
+		c.mu.Unlock()
+	}
+	if last == nil {
+		return
+	}
+	last.mu.Lock()
+	defer last.mu.Unlock()
+	// A send already scheduled shows the latest value anyway.
+	if slot := last.states[conv]; slot != nil && slot.visible && slot.timer == nil {
+		h.queueStateLocked(last, conv, slot.latest)
+	}
+}
+
+// RemoteBroadcast is told of each event another node (or an emitter)
+// broadcast to this node's sockets, its packet's data (the event's name,
+// then its arguments): a `state` event clearing a user's state in a
+// conversation restores the state of one of their sockets here
+// (RestoreState).
+func (h *Sockets) RemoteBroadcast(data any) {
+	ev, ok := data.([]any)
+	if !ok || len(ev) < 2 || ev[0] != "state" {
+		return
+	}
+	p, ok := ev[1].(map[string]any)
+	if !ok {
+		return
+	}
+	conv, _ := p["conversationId"].(string)
+	user, _ := p["userId"].(string)
+	if st, has := p["state"]; !has || st != nil || conv == "" || user == "" {
+		return
+	}
+	go h.RestoreState(conv, user)
 }
 
 // clearStates clears every state of a closing socket.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/adapter"
@@ -331,6 +332,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 			AcceptClassicEmitter: true,
 			Log:                  log,
 			Observer:             metrics.AdapterObserver{M: a.metrics},
+			Delivered:            func(p *parser.Packet) { a.sockets.RemoteBroadcast(p.Data) },
 		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster adapter: %w", err)

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 import { sleep } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, startPair, clusterDatabase,
+  TOPOLOGIES, uid, ack, show, startPair, clusterDatabase, joinUser,
 } from '../lib/presence.js';
 
 /** b sets state in conversation c; resolves, once a got it, with a mark of a's recorder. */
@@ -135,6 +135,39 @@ for (const kind of TOPOLOGIES) {
       await a.rec.wait('presence:leave', { since: markB, timeoutMs: 5000 });
       await sleep(300);
       assert.deepEqual(a.rec.list('state', { since: markB }), [], `no state event for a user without state:\n    ${a.rec.dump(markB)}`);
+    });
+
+    it("a user's two sockets: one's leave shows the other's state again (last write wins, per socket)", { timeout: 30000 }, async (t) => {
+      const { topo, c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23f' });
+      // B's second socket on the other node (the same one when single)
+      const b2 = await joinUser(topo.url1, B, c, { t });
+      await stateSeen(a, b2, c, { s: 2 });
+      await sleep(150);
+      const markA = await stateSeen(a, b, c, { s: 1 });
+      // b wrote last; its leave clears {s:1}, and b2's state is B's again
+      assert.deepEqual(await ack(b.socket, 'conversation:leave', { conversationId: c }), { ok: true });
+      await a.rec.wait('state', { since: markA, pred: (p) => p.state?.s === 2, timeoutMs: 5000, label: 'state {s:2} again' });
+      await sleep(300);
+      assert.deepEqual(stateAndLeaves(a, markA), [['state', B, null], ['state', B, { s: 2 }]],
+        `state null, then b2's state; no presence:leave (b2 is there):\n    ${a.rec.dump(markA)}`);
+
+      // b2's own clear leaves nothing to show: b has left
+      const markClear = a.rec.mark();
+      assert.deepEqual(await ack(b2.socket, 'state:set', { conversationId: c, state: null }), { ok: true });
+      await a.rec.wait('state', { since: markClear, timeoutMs: 5000 });
+      await sleep(300);
+      assert.deepEqual(stateAndLeaves(a, markClear), [['state', B, null]], a.rec.dump(markClear));
+
+      // b back with a state, then b2 sets one and goes away: b's shows again
+      const rejoin = await ack(b.socket, 'conversation:join', { conversationId: c });
+      assert.equal(rejoin?.ok, true, show(rejoin));
+      await stateSeen(a, b, c, { s: 3 });
+      await sleep(150);
+      const markGone = await stateSeen(a, b2, c, { s: 4 });
+      b2.socket.disconnect();
+      await a.rec.wait('state', { since: markGone, pred: (p) => p.state?.s === 3, timeoutMs: 5000, label: 'state {s:3} again' });
+      await sleep(1500); // past the flap grace: B is still online through b
+      assert.deepEqual(stateAndLeaves(a, markGone), [['state', B, null], ['state', B, { s: 3 }]], a.rec.dump(markGone));
     });
 
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
