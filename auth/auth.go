@@ -8,6 +8,7 @@ package auth
 
 import (
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -235,7 +236,46 @@ func NewJWKS(ctx context.Context, cfg JWKSConfig, opts ...Option) (Verifier, err
 	if err != nil {
 		return nil, fmt.Errorf("auth: jwks: %w", err)
 	}
-	return newVerifier([]string{"RS256", "ES256"}, kf.KeyfuncCtx, opts), nil
+	keys := func(ctx context.Context) jwt.Keyfunc {
+		byKID := kf.KeyfuncCtx(ctx)
+		return func(t *jwt.Token) (any, error) {
+			if set := sharedKID(ctx, storage, t); len(set.Keys) > 1 {
+				return set, nil
+			}
+			return byKID(t)
+		}
+	}
+	return newVerifier([]string{"RS256", "ES256"}, keys, opts), nil
+}
+
+// sharedKID returns the keys of the set with the token's kid, when the set
+// has more than one of them (an issuer rotating keys may publish two under
+// one id, as Node's jose accepts: a token verifies with either). keyfunc
+// looks a kid up once and would try the first only. Keys for another use
+// or algorithm are left out.
+func sharedKID(ctx context.Context, storage jwkset.Storage, t *jwt.Token) jwt.VerificationKeySet {
+	var set jwt.VerificationKeySet
+	kid, ok := t.Header[jwkset.HeaderKID].(string)
+	alg, _ := t.Header["alg"].(string)
+	if !ok {
+		return set
+	}
+	all, err := storage.KeyReadAll(ctx)
+	if err != nil {
+		return set
+	}
+	for _, k := range all {
+		m := k.Marshal()
+		if m.KID != kid || (m.ALG != "" && m.ALG.String() != alg) || (m.USE != "" && m.USE != jwkset.UseSig) {
+			continue
+		}
+		key := k.Key()
+		if pk, ok := key.(interface{ Public() crypto.PublicKey }); ok {
+			key = pk.Public()
+		}
+		set.Keys = append(set.Keys, key)
+	}
+	return set
 }
 
 // limitBody is a RoundTripper whose response bodies fail past max bytes.

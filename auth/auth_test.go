@@ -742,6 +742,29 @@ func acceptedWithin(t *testing.T, v auth.Verifier, srv *jwksServer, tok string, 
 }
 
 // A key whose use is "enc" verifies nothing (RFC 7517 4.2).
+// Two keys under one kid (an issuer rotating keys): a token verifies with
+// either, as Node's jose accepts it; a third key's is still refused, and
+// a key for encryption under that kid verifies nothing.
+func TestJWKSSharedKID(t *testing.T) {
+	now := time.Now()
+	rk1, rk2, rk3, enc := mustRSAKey(t), mustRSAKey(t), mustRSAKey(t), mustRSAKey(t)
+	encJWK := rsaJWK("k1", &enc.PublicKey)
+	encJWK["use"] = "enc"
+	srv := newJWKSServer(t, rsaJWK("k1", &rk1.PublicKey), encJWK, rsaJWK("k1", &rk2.PublicKey), rsaJWK("k3", &rk3.PublicKey))
+	v := mustJWKS(t, t.Context(), auth.JWKSConfig{URL: srv.URL})
+	assertAccepted(t, v, sign(t, jwt.SigningMethodRS256, rk1, claims("alice", now), "k1"), "alice", now.Add(time.Hour))
+	assertAccepted(t, v, sign(t, jwt.SigningMethodRS256, rk2, claims("bob", now), "k1"), "bob", now.Add(time.Hour))
+	assertAccepted(t, v, sign(t, jwt.SigningMethodRS256, rk3, claims("carol", now), "k3"), "carol", now.Add(time.Hour))
+	for name, k := range map[string]*rsa.PrivateKey{"another kid's key": rk3, "the encryption key": enc} {
+		_, err := v.Verify(t.Context(), sign(t, jwt.SigningMethodRS256, k, claims("alice", now), "k1"))
+		if err == nil {
+			t.Errorf("a token of kid k1 signed by %s was accepted", name)
+		} else {
+			assertRefused(t, err, "invalid signature")
+		}
+	}
+}
+
 func TestJWKSRefusesEncryptionKey(t *testing.T) {
 	rk := mustRSAKey(t)
 	enc := rsaJWK("k1", &rk.PublicKey)
