@@ -20,13 +20,25 @@ type settingStore struct {
 	reads int
 	hold  chan struct{} // when set, reads wait for it to close
 	fail  error
+	// snapshot: a held read answers what the store held when it began
+	snapshot bool
 }
 
 func (s *settingStore) Privacy(ctx context.Context, ids []string) (map[string]store.Visibility, error) {
 	s.mu.Lock()
 	s.reads++
 	hold, fail := s.hold, s.fail
+	var early map[string]store.Visibility
+	if s.snapshot {
+		early = visibilities(s.v, ids)
+	}
 	s.mu.Unlock()
+	if early != nil {
+		if hold != nil {
+			<-hold
+		}
+		return early, nil
+	}
 	if hold != nil {
 		select {
 		case <-hold:
@@ -218,19 +230,47 @@ func TestSettingsLookupBoundedOnSlowStore(t *testing.T) {
 // A Set made while a read is under way is not undone by the read's older
 // answer; a failed read leaves nothing behind.
 func TestSettingsSetWinsOverOlderRead(t *testing.T) {
-	_, s, release := heldSettings(map[string]store.Visibility{}, time.Millisecond)
+	st, s, release := heldSettings(map[string]store.Visibility{}, time.Millisecond)
+	st.snapshot = true
 	s.Lookup(context.Background(), []string{"u"}) // starts a read that says everyone
+	st.mu.Lock()
+	st.v["u"] = store.Nobody // the change is saved, then Set
+	st.mu.Unlock()
 	s.Set("u", store.Nobody)
 	release()
 	time.Sleep(50 * time.Millisecond)
 	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Nobody {
 		t.Fatalf("an older read undid Set: %v", got)
 	}
+	if n := st.readCount(); n != 2 {
+		t.Errorf("%d store reads, want 2 (the lookup's, and Set's)", n)
+	}
 
 	st2 := &settingStore{fail: errors.New("down")}
 	s2 := lastseen.NewSettings(st2, lastseen.SettingsConfig{Wait: 100 * time.Millisecond})
 	if got := s2.Lookup(context.Background(), []string{"u"}); len(got) != 0 {
 		t.Fatalf("a failed read: %v", got)
+	}
+}
+
+// Two opposite changes of one user made at once through two nodes reach
+// a node in either order: the store has the last word, whatever Set came
+// last.
+func TestSettingsSetRereadsTheStore(t *testing.T) {
+	st := &settingStore{v: map[string]store.Visibility{"u": store.Nobody}}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{})
+	s.Set("u", store.Nobody)
+	s.Set("u", store.Everyone) // the change the store did not keep, told last
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := s.Lookup(context.Background(), []string{"u"})
+		if got["u"] == store.Nobody {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache kept %v; the store says nobody", got)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
