@@ -61,14 +61,60 @@ func ackOf(args []any) ([]any, socket.Ack) {
 }
 
 // PrivacyChanged makes every node's subscribers of a user see the user as
-// the new setting shows them, at once, and every other node's settings
-// cache learn it (this node's REST handler has updated its own).
+// the new setting shows them, at once, and the user's own subscriptions
+// show the others as the user may see them now (a `nobody` user sees
+// nobody's times: CONTRACT §3); and every other node's settings cache
+// learn it (this node's REST handler has updated its own).
 func (h *Sockets) PrivacyChanged(ctx context.Context, userID string, v store.Visibility) {
+	h.privacyChanged(userID)
+	if err := h.tellNodes(ctx, privacyEvent, userID, string(v)); err != nil {
+		h.log.Warn("privacy change not confirmed by every node", "user_id", userID, "err", err)
+	}
+}
+
+// privacyChanged is this node's part of PrivacyChanged.
+func (h *Sockets) privacyChanged(userID string) {
+	if h.subs == nil {
+		return
+	}
+	h.subs.Refresh(userID)
+	for _, c := range h.localConns(userID, "") {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+			defer cancel()
+			h.subs.RefreshViewer(ctx, c)
+		}()
+	}
+}
+
+// contactsEvent tells the other nodes that a user's contact list was
+// replaced: (userId).
+const contactsEvent = "presenced:contacts"
+
+// ContactsChanged makes every node's subscribers of a user see the user as
+// the new contact list lets them (CONTRACT §3: a `contacts` setting shows
+// the user's times to their contacts only), at once: a viewer taken off
+// the list would otherwise keep the last visible presence, and be sent
+// `hidden` at the user's next change, its very moment.
+func (h *Sockets) ContactsChanged(ctx context.Context, userID string) {
 	if h.subs != nil {
 		h.subs.Refresh(userID)
 	}
-	if err := h.tellNodes(ctx, privacyEvent, userID, string(v)); err != nil {
-		h.log.Warn("privacy change not confirmed by every node", "user_id", userID, "err", err)
+	if err := h.tellNodes(ctx, contactsEvent, userID); err != nil {
+		h.log.Warn("contacts change not confirmed by every node", "user_id", userID, "err", err)
+	}
+}
+
+// onContacts is the other side of ContactsChanged.
+func (h *Sockets) onContacts(raw ...any) {
+	args, ack := ackOf(raw)
+	if len(args) >= 1 {
+		if user, _ := args[0].(string); user != "" && h.subs != nil {
+			h.subs.Refresh(user)
+		}
+	}
+	if ack != nil {
+		ack([]any{true}, nil)
 	}
 }
 
@@ -81,8 +127,8 @@ func (h *Sockets) onPrivacy(raw ...any) {
 		if s := h.rooms.settings; s != nil && user != "" && store.Visibility(v).Valid() {
 			s.Set(user, store.Visibility(v))
 		}
-		if h.subs != nil && user != "" {
-			h.subs.Refresh(user)
+		if user != "" {
+			h.privacyChanged(user)
 		}
 	}
 	if ack != nil {
@@ -103,6 +149,7 @@ func (h *Sockets) ListenEvictions() {
 		return
 	}
 	_ = io.Sockets().On(privacyEvent, h.onPrivacy)
+	_ = io.Sockets().On(contactsEvent, h.onContacts)
 	_ = io.Sockets().On(evictEvent, h.onEvict)
 }
 
@@ -176,7 +223,8 @@ func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
 	}
 }
 
-// localConns returns this node's sockets of user that are in room.
+// localConns returns this node's sockets of user that are in room (all
+// of them if room is "").
 func (h *Sockets) localConns(user string, room socket.Room) []*Conn {
 	io := h.rooms.io.Load()
 	if io == nil {
@@ -186,7 +234,7 @@ func (h *Sockets) localConns(user string, room socket.Room) []*Conn {
 	var out []*Conn
 	for _, sid := range transport.RoomSockets(nsp.Adapter(), UserRoom(user)) {
 		s, ok := nsp.Sockets().Load(sid)
-		if !ok || !transport.InRoom(s, room) {
+		if !ok || (room != "" && !transport.InRoom(s, room)) {
 			continue
 		}
 		if c, ok := s.Data().(*Conn); ok {

@@ -90,6 +90,9 @@ type RESTDeps struct {
 	// PrivacyChanged, when set, is told of a user's new setting once it is
 	// saved (and Settings updated): the other nodes' caches learn it.
 	PrivacyChanged func(ctx context.Context, userID string, v store.Visibility)
+	// ContactsChanged, when set, is told of a user whose contact list was
+	// replaced, once it is saved.
+	ContactsChanged func(ctx context.Context, userID string)
 	// Evict is called after every SetMembers with the removed users (maybe
 	// none): every node forgets its cached membership of the conversation
 	// and removes those users' sockets from it. nil: not called.

@@ -81,6 +81,9 @@ func (a *REST) setContacts(w http.ResponseWriter, r *http.Request) {
 		if err := a.d.Store.SetContacts(ctx, user, contacts); err != nil {
 			return nil, err
 		}
+		if a.d.ContactsChanged != nil {
+			a.d.ContactsChanged(ctx, user)
+		}
 		return map[string]any{"userId": user, "contacts": len(ids.Sorted(contacts))}, nil
 	})
 }

@@ -406,6 +406,37 @@ func (s *Subscriptions) Refresh(userID string) {
 	s.Deliver(context.Background(), presence.Event{Kind: refreshEvent, UserID: userID})
 }
 
+// RefreshViewer sends a socket the presence of each user it subscribes to
+// as its user may see them now, where that differs from what it last saw
+// (remember): the viewer's own setting changed (CONTRACT §3, reciprocity),
+// so what it may see of everyone did. One read for all its subscriptions.
+func (s *Subscriptions) RefreshViewer(ctx context.Context, c *Conn) {
+	c.mu.Lock()
+	users := make([]string, 0, len(c.subs))
+	for u, st := range c.subs {
+		if st.json != "" { // an ack still being built carries the news
+			users = append(users, u)
+		}
+	}
+	c.mu.Unlock()
+	if len(users) == 0 {
+		return
+	}
+	ps, err := s.viewers.Presences(ctx, c.UserID, users)
+	if err != nil {
+		s.log.Warn("presence updates after a privacy change not delivered", "sid", c.sid, "err", err)
+		return
+	}
+	for _, p := range ps {
+		b, _ := json.Marshal(p)
+		if remember(c, p, string(b)) {
+			if err := s.send(c, "presence:update", p); err != nil {
+				s.log.Debug("presence update emit failed", "sid", c.sid, "err", err)
+			}
+		}
+	}
+}
+
 // current reads a user's presence as each viewer may see it now.
 func (s *Subscriptions) current(ctx context.Context, user string, viewers []string) ([]lastseen.Presence, error) {
 	seen := map[string]lastseen.Presence{}

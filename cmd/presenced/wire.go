@@ -353,6 +353,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		PrivacyChanged: func(ctx context.Context, user string, v store.Visibility) {
 			a.sockets.PrivacyChanged(ctx, user, v)
 		},
+		ContactsChanged: func(ctx context.Context, user string) {
+			a.sockets.ContactsChanged(ctx, user)
+		},
 		Evict: func(ctx context.Context, conv string, users []string) error {
 			return a.sockets.Evict(ctx, conv, users)
 		},

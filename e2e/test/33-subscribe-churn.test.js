@@ -96,5 +96,77 @@ for (const kind of TOPOLOGIES) {
       const after = await v.rec.quiet('presence:update', 1500, { since: mark2 });
       assert.deepEqual(after.map((e) => e.payload), [], 'no update when the hidden user goes offline');
     });
+
+    it("a viewer taken off a contacts user's list sees them hidden at once, and back on it, visible at once", { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, tag: '33c', args: ['--flap-grace', '300ms', '--service-token', serviceToken] });
+      const T = uid('T');
+      const V = uid('V');
+      assert.equal((await contacts(topo.url1, T, [V])).status, 200);
+      assert.equal((await privacy(topo.url1, T, 'contacts')).status, 200);
+      const tc = await connectUser(topo.url2, T, { t });
+      const v = await connectUser(topo.url1, V, { t });
+      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [T] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+
+      const mark = v.rec.mark();
+      assert.equal((await contacts(topo.url2, T, [])).status, 200);
+      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'hidden at once' });
+      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
+      const mark2 = v.rec.mark();
+      tc.socket.disconnect();
+      const quiet = await v.rec.quiet('presence:update', 1500, { since: mark2 });
+      assert.deepEqual(quiet.map((e) => e.payload), [], 'no update when the hidden user goes offline: its moment would show');
+
+      const mark3 = v.rec.mark();
+      assert.equal((await contacts(topo.url2, T, [V])).status, 200);
+      const shown = await v.rec.wait('presence:update', { since: mark3, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'visible at once' });
+      assert.equal(shown.payload.status, 'offline', show(shown.payload));
+      assert.equal(typeof shown.payload.lastSeen, 'string', show(shown.payload));
+    });
+
+    it('a viewer who sets nobody sees the others hidden at once (reciprocity), and visible again when it sets everyone', { timeout: 30000 }, async (t) => {
+      const topo = await startTopology(kind, { t, db: store.db, tag: '33d', args: ['--flap-grace', '300ms'] });
+      const T = uid('T');
+      const V = uid('V');
+      const tc = await connectUser(topo.url2, T, { t });
+      const v = await connectUser(topo.url1, V, { t });
+      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [T] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+
+      const mark = v.rec.mark();
+      assert.equal((await privacy(topo.url2, V, 'nobody')).status, 200);
+      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'hidden at once' });
+      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
+      const mark2 = v.rec.mark();
+      tc.socket.disconnect();
+      const quiet = await v.rec.quiet('presence:update', 1500, { since: mark2 });
+      assert.deepEqual(quiet.map((e) => e.payload), [], 'no update when the hidden user goes offline: its moment would show');
+
+      const mark3 = v.rec.mark();
+      assert.equal((await privacy(topo.url2, V, 'everyone')).status, 200);
+      const shown = await v.rec.wait('presence:update', { since: mark3, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'visible at once' });
+      assert.equal(shown.payload.status, 'offline', show(shown.payload));
+      assert.equal(typeof shown.payload.lastSeen, 'string', show(shown.payload));
+    });
+  });
+}
+
+const serviceToken = 'e2e-service-token-0123456789';
+
+/** PUT /v1/me/privacy as user. */
+function privacy(url, user, lastSeen) {
+  return request(`${url}/v1/me/privacy`, {
+    method: 'PUT',
+    headers: { Authorization: `Bearer ${tokenFor(user, SECRET)}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ lastSeen }),
+  });
+}
+
+/** PUT /v1/service/users/{user}/contacts. */
+function contacts(url, user, userIds) {
+  return request(`${url}/v1/service/users/${user}/contacts`, {
+    method: 'PUT',
+    headers: { Authorization: `Bearer ${serviceToken}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ userIds }),
   });
 }
