@@ -684,7 +684,10 @@ func (h *Sockets) clearStates(c *Conn) {
 }
 
 // ids reads a list of user ids of at most MaxQueryIDs.
-func (p payload) ids(field string, minLen int) ([]string, error) {
+// With distinct, the bound is on the distinct ids, which come back in
+// their first order (presence:subscribe: "duplicates ignored"); else on
+// the list (presence:query answers each duplicate).
+func (p payload) ids(field string, minLen int, distinct bool) ([]string, error) {
 	v, ok := p.get(field)
 	if !ok || v == nil {
 		return nil, errorf(CodeInvalidArgument, "%s is required (an array of user ids)", field)
@@ -693,8 +696,10 @@ func (p payload) ids(field string, minLen int) ([]string, error) {
 	if !ok {
 		return nil, errorf(CodeInvalidArgument, "%s must be an array of user ids", field)
 	}
-	if err := checkIDCount(field, len(arr), minLen, MaxQueryIDs); err != nil {
-		return nil, err
+	if !distinct {
+		if err := checkIDCount(field, len(arr), minLen, MaxQueryIDs); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]string, len(arr))
 	for i, x := range arr {
@@ -704,11 +709,17 @@ func (p payload) ids(field string, minLen int) ([]string, error) {
 		}
 		out[i] = s
 	}
+	if distinct {
+		out = ids.Unique(out)
+		if err := checkIDCount(field, len(out), minLen, MaxQueryIDs); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
 func (h *Sockets) query(ctx context.Context, c *Conn, p payload) (any, error) {
-	ids, err := p.ids("userIds", 1)
+	ids, err := p.ids("userIds", 1, false)
 	if err != nil {
 		return nil, err
 	}
@@ -741,14 +752,13 @@ func (h *Sockets) touchWhile(ctx context.Context, c *Conn, read func() error) er
 }
 
 func (h *Sockets) subscribe(ctx context.Context, c *Conn, p payload) (any, error) {
-	asked, err := p.ids("userIds", 0)
+	unique, err := p.ids("userIds", 0, true)
 	if err != nil {
 		return nil, err
 	}
 	if h.viewers == nil || h.subs == nil {
 		return nil, errorf(CodeUnavailable, "presence subscriptions are not available")
 	}
-	unique := ids.Unique(asked)
 	// Subscribe first, then read: a change between the two is not missed
 	// (at worst it is sent as well as acked). The activity is recorded
 	// before the read; a refusal (the engine has lost the socket, or a

@@ -486,6 +486,13 @@ func manyIDs(n int) map[string]any {
 	return userIDs(ids...)
 }
 
+// withDuplicate appends the first of a userIds payload's ids again.
+func withDuplicate(p map[string]any) map[string]any {
+	ids := p["userIds"].([]any)
+	p["userIds"] = append(ids, ids[0])
+	return p
+}
+
 func itoaTbl(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // badConvIDs are conversationId payloads every conversation event refuses
@@ -1083,6 +1090,7 @@ func TestEventPresenceSubscribe(t *testing.T) {
 			code: CodeUnavailable, message: "connection is closing", after: subscribed("u9"),
 		},
 		{name: "1001 ids", setup: toU9, event: "presence:subscribe", payload: manyIDs(MaxQueryIDs + 1), code: CodeLimitExceeded, message: "at most 1000", after: subscribed("u9")},
+		{name: "1000 ids and a duplicate: ignored", setup: toU9, event: "presence:subscribe", payload: withDuplicate(manyIDs(MaxQueryIDs)), code: "ok"},
 		{name: "missing", setup: toU9, event: "presence:subscribe", payload: map[string]any{}, code: CodeInvalidArgument, message: "userIds is required"},
 		{name: "an invalid id inside", setup: toU9, event: "presence:subscribe", payload: userIDs("u1", strings.Repeat("x", 129)), code: CodeInvalidArgument, message: "userIds[1]"},
 		{name: "payload a string", setup: toU9, event: "presence:subscribe", payload: "u1", code: CodeInvalidArgument, message: "payload must be an object"},
