@@ -263,8 +263,8 @@ var settings = []setting{
 		return nil
 	}},
 	{"PRESENCE_NODE_LEASE", "5s", "cluster mode: a node that stops renewing its lease this long is dead and its users are evicted (crash cleanup takes about this plus 1s)", dur(func(c *Config) *time.Duration { return &c.NodeLease }, time.Second)},
-	{"PRESENCE_PING_INTERVAL", "25s", "Engine.IO ping interval", dur(func(c *Config) *time.Duration { return &c.PingInterval }, 100*time.Millisecond)},
-	{"PRESENCE_PING_TIMEOUT", "20s", "Engine.IO ping timeout", dur(func(c *Config) *time.Duration { return &c.PingTimeout }, 100*time.Millisecond)},
+	{"PRESENCE_PING_INTERVAL", "25s", "Engine.IO ping interval (with the timeout at most 596h31m23s: clients wait with a JavaScript timer)", dur(func(c *Config) *time.Duration { return &c.PingInterval }, 100*time.Millisecond)},
+	{"PRESENCE_PING_TIMEOUT", "20s", "Engine.IO ping timeout (see the interval)", dur(func(c *Config) *time.Duration { return &c.PingTimeout }, 100*time.Millisecond)},
 	{"PRESENCE_HEARTBEAT_INTERVAL", "15s", "heartbeat interval hinted to clients", dur(func(c *Config) *time.Duration { return &c.HeartbeatInterval }, 100*time.Millisecond)},
 	{"PRESENCE_HEARTBEAT_JITTER", "5s", "random jitter added to the heartbeat hint (0: none)", dur(func(c *Config) *time.Duration { return &c.HeartbeatJitter }, 0)},
 	{"PRESENCE_TYPING_TTL", "5s", "typing indicator lifetime", dur(func(c *Config) *time.Duration { return &c.TypingTTL }, 100*time.Millisecond)},
@@ -522,8 +522,23 @@ func (c *Config) finish(verifies bool) error {
 	if c.NodeID == "" {
 		c.NodeID = defaultNodeID()
 	}
+	// Clients wait for these with a JavaScript timer, whose longest delay
+	// is 2^31-1 ms (about 596 hours); a longer one fires at once: with a
+	// ping interval of 1000h every client timed out after 1 ms, and
+	// reconnected, and again.
+	if c.PingInterval+c.PingTimeout > maxClientTimer {
+		return &ConfigError{Setting: "PRESENCE_PING_INTERVAL (--ping-interval)", Value: c.PingInterval.String(),
+			Err: fmt.Errorf("with PRESENCE_PING_TIMEOUT (%s) must be at most %s: clients wait for their sum with a JavaScript timer", c.PingTimeout, maxClientTimer)}
+	}
+	if c.HeartbeatInterval+c.HeartbeatJitter > maxClientTimer {
+		return &ConfigError{Setting: "PRESENCE_HEARTBEAT_INTERVAL (--heartbeat-interval)", Value: c.HeartbeatInterval.String(),
+			Err: fmt.Errorf("with PRESENCE_HEARTBEAT_JITTER (%s) must be at most %s: clients wait for the hint with a JavaScript timer", c.HeartbeatJitter, maxClientTimer)}
+	}
 	return nil
 }
+
+// maxClientTimer is the longest delay of a JavaScript timer (2^31-1 ms).
+const maxClientTimer = (1<<31 - 1) * time.Millisecond
 
 // devOrigins are allowed in dev mode when PRESENCE_CORS_ORIGINS is unset:
 // pages on localhost at the usual front-end dev server ports, over http
@@ -540,18 +555,31 @@ var devOrigins = func() []string {
 	return o
 }()
 
-// parseLimit reads "N/duration".
+// parseLimit reads "N/duration" ("600/1m" or "5/s"); it takes no burst.
 func parseLimit(v string) (int, time.Duration, error) {
+	const form = "must be N/duration (such as 100/10s)"
+	if strings.Contains(v, ":") {
+		return 0, 0, errors.New(form + ", without a :burst (a fixed window: its N is the burst)")
+	}
 	n, w, ok := strings.Cut(v, "/")
 	count, err := strconv.Atoi(n)
 	if !ok || err != nil || count <= 0 {
-		return 0, 0, errors.New("must be N/duration (such as 100/10s)")
+		return 0, 0, errors.New(form)
 	}
-	d, err := time.ParseDuration(w)
+	d, err := limitWindow(w)
 	if err != nil || d < time.Second {
 		return 0, 0, errors.New("the window must be a duration of at least 1s")
 	}
 	return count, d, nil
+}
+
+// limitWindow reads a limit's window: a duration, or a unit alone ("s"
+// for 1s).
+func limitWindow(w string) (time.Duration, error) {
+	if w == "ms" || w == "s" || w == "m" || w == "h" {
+		w = "1" + w // "5/s"
+	}
+	return time.ParseDuration(w)
 }
 
 // eventLimit is the setting of one class of per-socket event limits.
@@ -580,10 +608,7 @@ func parseBucket(v string) (handlers.Limit, error) {
 	if !ok || err != nil || count <= 0 {
 		return handlers.Limit{}, errors.New(form)
 	}
-	if w == "ms" || w == "s" || w == "m" || w == "h" {
-		w = "1" + w // "5/s"
-	}
-	d, err := time.ParseDuration(w)
+	d, err := limitWindow(w)
 	if err != nil || d < time.Millisecond {
 		return handlers.Limit{}, errors.New("the window must be a duration of at least 1ms (such as 1s)")
 	}

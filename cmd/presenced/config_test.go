@@ -118,6 +118,16 @@ func TestParseConfigValues(t *testing.T) {
 	if !c.AllowEIO3 || c.LogFormat != "text" {
 		t.Errorf("eio3/log format: %v %q", c.AllowEIO3, c.LogFormat)
 	}
+	c, _, err = parseConfig("serve", []string{"--rest-limit", "5/s", "--ping-interval", "500h", "--ping-timeout", "96h"}, env(), &bytes.Buffer{}, nil)
+	if err != nil || c.RESTLimit != 5 || c.RESTWindow != time.Second {
+		t.Errorf("rest limit 5/s: %v %d/%s", err, c.RESTLimit, c.RESTWindow)
+	}
+	if err == nil && c.PingInterval+c.PingTimeout != 596*time.Hour {
+		t.Errorf("ping interval and timeout of 596h in all: %s + %s", c.PingInterval, c.PingTimeout)
+	}
+	if _, _, err := parseConfig("serve", []string{"--rest-limit", "5/1s:3"}, env(), &bytes.Buffer{}, nil); err == nil || !strings.Contains(err.Error(), "without a :burst") {
+		t.Errorf("a rest limit with a burst: %v, want the burst named", err)
+	}
 	c, _, err = parseConfig("serve", []string{"--handshake-limit", "0"}, env(), &bytes.Buffer{}, nil)
 	if err != nil || c.HandshakeLimit != 0 {
 		t.Errorf("handshake limit 0: %v %d", err, c.HandshakeLimit)
@@ -165,6 +175,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad membership", []string{"--membership", "closed"}, nil, "PRESENCE_MEMBERSHIP"},
 		{"bad flush batch", []string{"--lastseen-flush-batch", "0"}, nil, "PRESENCE_LASTSEEN_FLUSH_BATCH"},
 		{"bad rest limit", []string{"--rest-limit", "x"}, nil, "PRESENCE_REST_LIMIT"},
+		{"rest limit with a burst", []string{"--rest-limit", "5/1s:3"}, nil, "PRESENCE_REST_LIMIT"},
+		{"ping interval past a JavaScript timer", []string{"--ping-interval", "1000h"}, nil, "PRESENCE_PING_INTERVAL"},
+		{"ping timeout past a JavaScript timer", nil, []string{"PRESENCE_PING_TIMEOUT", "597h"}, "PRESENCE_PING_INTERVAL"},
+		{"heartbeat hint past a JavaScript timer", []string{"--heartbeat-jitter", "600h"}, nil, "PRESENCE_HEARTBEAT_INTERVAL"},
 		{"unknown flag", []string{"--nope"}, nil, "flags"},
 		{"addr without a port", []string{"--addr", "notanaddress"}, nil, "PRESENCE_ADDR"},
 		{"debug addr without a port", nil, []string{"PRESENCE_DEBUG_ADDR", "nonsense"}, "PRESENCE_DEBUG_ADDR"},
