@@ -464,8 +464,13 @@ func (e *MemoryEngine) Tick(ctx context.Context) error {
 }
 
 // fullScanEvery is how often the timers that need a scan of every socket
-// or user (entries past their TTL, away transitions) run.
-const fullScanEvery = time.Second
+// or user (entries past their TTL, away transitions) run, which is how
+// late a user may turn away: a second, or a twentieth of a shorter
+// AwayAfter (at most 50 ms late at the smallest, 1s: a scan each second
+// turned such users away 0.9 s late), at least a tick.
+func fullScanEvery(cfg Config) time.Duration {
+	return max(min(cfg.AwayAfter/20, time.Second), tickEvery(cfg))
+}
 
 // expire runs every timer of the backend; whichever node ticks first does
 // the work, once, under the lock. Typing expiry and flap graces only visit
@@ -478,7 +483,7 @@ func (m *Memory) expire(now time.Time, cfg Config, b batch) batch {
 			lapsed[node] = true
 		}
 	}
-	full := now.Sub(m.lastFull) >= fullScanEvery
+	full := now.Sub(m.lastFull) >= fullScanEvery(cfg)
 	if full || len(lapsed) > 0 {
 		// Dead nodes' sockets and sockets not refreshed within TTL go
 		// without grace; their last proof of life is their lastSeen.
