@@ -429,8 +429,9 @@ func (s *Subscriptions) RefreshViewer(ctx context.Context, c *Conn) {
 	}
 	for _, p := range ps {
 		b, _ := json.Marshal(p)
-		if remember(c, p, string(b)) {
-			if err := s.send(c, "presence:update", p); err != nil {
+		f := &encodedForm{json: string(b)}
+		if remember(c, p, f.json) {
+			if err := s.sendForm(c, p, f); err != nil {
 				s.log.Debug("presence update emit failed", "sid", c.sid, "err", err)
 			}
 		}
