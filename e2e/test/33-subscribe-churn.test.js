@@ -78,23 +78,8 @@ for (const kind of TOPOLOGIES) {
       const topo = await startTopology(kind, { t, db: store.db, tag: '33b', args: ['--flap-grace', '300ms'] });
       const H = uid('H');
       const V = uid('V');
-      const h = await connectUser(topo.url2, H, { t });
-      const v = await connectUser(topo.url1, V, { t });
-      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [H] });
-      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
-      const mark = v.rec.mark();
-      const res = await request(`${topo.url2}/v1/me/privacy`, {
-        method: 'PUT',
-        headers: { Authorization: `Bearer ${tokenFor(H, SECRET)}`, 'Content-Type': 'application/json' },
-        body: JSON.stringify({ lastSeen: 'nobody' }),
-      });
-      assert.equal(res.status, 200, res.body);
-      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === H, timeoutMs: 3000 });
-      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
-      const mark2 = v.rec.mark();
-      h.socket.disconnect();
-      const after = await v.rec.quiet('presence:update', 1500, { since: mark2 });
-      assert.deepEqual(after.map((e) => e.payload), [], 'no update when the hidden user goes offline');
+      const { tc: h, v } = await watching(topo, t, H, V);
+      await hiddenAtOnceThenQuiet(v, H, h, () => privacy(topo.url2, H, 'nobody'));
     });
 
     it("a viewer taken off a contacts user's list sees them hidden at once, and back on it, visible at once", { timeout: 30000 }, async (t) => {
@@ -103,50 +88,20 @@ for (const kind of TOPOLOGIES) {
       const V = uid('V');
       assert.equal((await contacts(topo.url1, T, [V])).status, 200);
       assert.equal((await privacy(topo.url1, T, 'contacts')).status, 200);
-      const tc = await connectUser(topo.url2, T, { t });
-      const v = await connectUser(topo.url1, V, { t });
-      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [T] });
-      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const { tc, v } = await watching(topo, t, T, V);
 
-      const mark = v.rec.mark();
-      assert.equal((await contacts(topo.url2, T, [])).status, 200);
-      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'hidden at once' });
-      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
-      const mark2 = v.rec.mark();
-      tc.socket.disconnect();
-      const quiet = await v.rec.quiet('presence:update', 1500, { since: mark2 });
-      assert.deepEqual(quiet.map((e) => e.payload), [], 'no update when the hidden user goes offline: its moment would show');
-
-      const mark3 = v.rec.mark();
-      assert.equal((await contacts(topo.url2, T, [V])).status, 200);
-      const shown = await v.rec.wait('presence:update', { since: mark3, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'visible at once' });
-      assert.equal(shown.payload.status, 'offline', show(shown.payload));
-      assert.equal(typeof shown.payload.lastSeen, 'string', show(shown.payload));
+      await hiddenAtOnceThenQuiet(v, T, tc, () => contacts(topo.url2, T, []));
+      await visibleAtOnce(v, T, () => contacts(topo.url2, T, [V]));
     });
 
     it('a viewer who sets nobody sees the others hidden at once (reciprocity), and visible again when it sets everyone', { timeout: 30000 }, async (t) => {
       const topo = await startTopology(kind, { t, db: store.db, tag: '33d', args: ['--flap-grace', '300ms'] });
       const T = uid('T');
       const V = uid('V');
-      const tc = await connectUser(topo.url2, T, { t });
-      const v = await connectUser(topo.url1, V, { t });
-      const sub = await ack(v.socket, 'presence:subscribe', { userIds: [T] });
-      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const { tc, v } = await watching(topo, t, T, V);
 
-      const mark = v.rec.mark();
-      assert.equal((await privacy(topo.url2, V, 'nobody')).status, 200);
-      const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'hidden at once' });
-      assert.equal(hid.payload.status, 'hidden', show(hid.payload));
-      const mark2 = v.rec.mark();
-      tc.socket.disconnect();
-      const quiet = await v.rec.quiet('presence:update', 1500, { since: mark2 });
-      assert.deepEqual(quiet.map((e) => e.payload), [], 'no update when the hidden user goes offline: its moment would show');
-
-      const mark3 = v.rec.mark();
-      assert.equal((await privacy(topo.url2, V, 'everyone')).status, 200);
-      const shown = await v.rec.wait('presence:update', { since: mark3, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'visible at once' });
-      assert.equal(shown.payload.status, 'offline', show(shown.payload));
-      assert.equal(typeof shown.payload.lastSeen, 'string', show(shown.payload));
+      await hiddenAtOnceThenQuiet(v, T, tc, () => privacy(topo.url2, V, 'nobody'));
+      await visibleAtOnce(v, T, () => privacy(topo.url2, V, 'everyone'));
     });
   });
 }
@@ -169,4 +124,40 @@ function contacts(url, user, userIds) {
     headers: { Authorization: `Bearer ${serviceToken}`, 'Content-Type': 'application/json' },
     body: JSON.stringify({ userIds }),
   });
+}
+
+/** T connects to node 2, V to node 1 and subscribes to T (seen online). */
+async function watching(topo, t, T, V) {
+  const tc = await connectUser(topo.url2, T, { t });
+  const v = await connectUser(topo.url1, V, { t });
+  const sub = await ack(v.socket, 'presence:subscribe', { userIds: [T] });
+  assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+  return { tc, v };
+}
+
+/**
+ * change() (a request answered 200) makes viewer v, subscribed to T, see T
+ * hidden at once; T's socket tc then disconnects, and v is told nothing:
+ * its moment would show.
+ */
+async function hiddenAtOnceThenQuiet(v, T, tc, change) {
+  const mark = v.rec.mark();
+  const res = await change();
+  assert.equal(res.status, 200, res.body);
+  const hid = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'hidden at once' });
+  assert.equal(hid.payload.status, 'hidden', show(hid.payload));
+  const mark2 = v.rec.mark();
+  tc.socket.disconnect();
+  const quiet = await v.rec.quiet('presence:update', 1500, { since: mark2 });
+  assert.deepEqual(quiet.map((e) => e.payload), [], 'no update when the hidden user goes offline');
+}
+
+/** change() makes v see T (offline) at once, with its last-seen time. */
+async function visibleAtOnce(v, T, change) {
+  const mark = v.rec.mark();
+  const res = await change();
+  assert.equal(res.status, 200, res.body);
+  const shown = await v.rec.wait('presence:update', { since: mark, pred: (p) => p.userId === T, timeoutMs: 3000, label: 'visible at once' });
+  assert.equal(shown.payload.status, 'offline', show(shown.payload));
+  assert.equal(typeof shown.payload.lastSeen, 'string', show(shown.payload));
 }
