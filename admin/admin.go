@@ -196,6 +196,9 @@ func (p *Panel) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if p.d.Redis != nil {
+				p.unpublish()
+			}
 			return nil
 		case <-t.C:
 		}

@@ -121,8 +121,13 @@ func (p *Panel) cluster(ctx context.Context, _ url.Values) (any, error) {
 			n.LeaseAgeMs = &age
 		}
 		seen[st.Node] = true
-		sockets += st.Sockets
-		eps += st.EventsPerSec
+		// A node whose lease is gone (dead, or stopped) is shown with its
+		// last figures until they expire, but its sockets are gone: the
+		// totals leave it out, as the users and rosters already do.
+		if n.Self || n.LeaseAgeMs != nil || leaseErr != nil {
+			sockets += st.Sockets
+			eps += st.EventsPerSec
+		}
 		nodes = append(nodes, n)
 	}
 	// A node with a lease but no stats (publishing failed, or an older

@@ -37,8 +37,11 @@ func TestClusterStatsRedis(t *testing.T) {
 	}
 	defer st.Close()
 	var urls []string
+	var engs []*presence.RedisEngine
+	var stops []context.CancelFunc
 	for _, node := range []string{"n1", "n2"} {
 		eng := presence.NewRedisEngine(rdb, presence.Config{NodeID: node}, presence.RedisConfig{Prefix: prefix})
+		engs = append(engs, eng)
 		if err := eng.Tick(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +55,11 @@ func TestClusterStatsRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		go func() { _ = p.Run(ctx) }()
+		runCtx, stop := context.WithCancel(ctx)
+		stops = append(stops, stop)
+		ran := make(chan struct{})
+		go func() { defer close(ran); _ = p.Run(runCtx) }()
+		defer func() { stop(); <-ran }()
 		mux := http.NewServeMux()
 		mux.Handle("/admin/", http.StripPrefix("/admin", p.Handler()))
 		srv := httptest.NewServer(mux)
@@ -100,4 +107,40 @@ func TestClusterStatsRedis(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, prefix+":admin:node:n1").Val(); ttl <= 0 || ttl > 10*time.Second {
 		t.Fatalf("stats hash TTL %v", ttl)
 	}
+
+	// n1's lease goes (it stopped): n2 still shows its last figures, but
+	// its sockets are out of the total (3 each: fakeSockets); once n1's
+	// panel stops, n1 is off n2's page at once.
+	type clusterView struct {
+		Sockets int64 `json:"sockets"`
+		Nodes   []struct {
+			Node       string `json:"node"`
+			LeaseAgeMs *int64 `json:"leaseAgeMs"`
+		} `json:"nodes"`
+	}
+	c2 := sessionAt(t, urls[1])
+	waitView := func(what string, ok func(clusterView) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var cl clusterView
+			getJSON(t, c2, urls[1]+"/admin/api/cluster", &cl)
+			if ok(cl) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: n2's view %+v", what, cl)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitView("both counted", func(cl clusterView) bool { return cl.Sockets == 6 })
+	if err := engs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitView("n1 without a lease, out of the total", func(cl clusterView) bool {
+		return len(cl.Nodes) == 2 && cl.Nodes[0].Node == "n1" && cl.Nodes[0].LeaseAgeMs == nil && cl.Sockets == 3
+	})
+	stops[0]()
+	waitView("n1 gone", func(cl clusterView) bool { return len(cl.Nodes) == 1 && cl.Nodes[0].Node == "n2" && cl.Sockets == 3 })
 }

@@ -152,6 +152,20 @@ func (p *Panel) publish(ctx context.Context, st NodeStats) error {
 	return err
 }
 
+// unpublish takes this node's stats away (it stops): the other nodes'
+// panels drop it at once instead of showing its last figures until they
+// expire.
+func (p *Panel) unpublish() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	pipe := p.d.Redis.Pipeline()
+	pipe.Del(ctx, p.nodeKey(p.cfg.NodeID))
+	pipe.ZRem(ctx, p.nodesKey(), p.cfg.NodeID)
+	if _, err := pipe.Exec(ctx); err != nil {
+		p.log.Debug("admin stats not taken away", "err", err)
+	}
+}
+
 // clusterStats reads every node's published stats (this node's from
 // memory when Redis is off).
 func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {

@@ -180,8 +180,10 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	}()
 	go func() { defer close(pipelineDone); _ = a.pipeline.Run(bg) }()
 	go func() { defer close(subsDone); a.subs.Run(bg) }()
+	adminDone := make(chan struct{})
 	if a.admin != nil {
-		go func() { _ = a.admin.Run(bg) }()
+		// at its end it takes this node off the other panels
+		go func() { defer close(adminDone); _ = a.admin.Run(bg) }()
 		// the admin pages' live streams would hold up the graceful shutdown
 		defer context.AfterFunc(sctx, a.admin.EndStreams)()
 	}
@@ -227,6 +229,9 @@ func serve(ctx context.Context, args []string, lookupEnv func(string) (string, b
 	<-pipelineDone
 	<-busDone
 	<-subsDone
+	if a.admin != nil {
+		<-adminDone
+	}
 	flushErr := a.pipeline.Flush(fctx)
 	if flushErr != nil {
 		log.Error("last-seen flush at shutdown failed", "err", flushErr)
