@@ -79,7 +79,7 @@ func paging(q url.Values) (page, limit int, err error) {
 	page, limit = 1, defaultPage
 	if s := q.Get("page"); s != "" {
 		if page, err = strconv.Atoi(s); err != nil || page < 1 || page > 1_000_000 {
-			return 0, 0, badRequest("page must be a number ≥ 1")
+			return 0, 0, badRequest("page must be a number from 1 to 1000000")
 		}
 	}
 	if s := q.Get("limit"); s != "" {
