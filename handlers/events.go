@@ -473,6 +473,7 @@ func (h *Sockets) typingStop(ctx context.Context, c *Conn, p payload) (any, erro
 // at most one per StateInterval, coalesced to the latest value.
 type stateSlot struct {
 	latest  any
+	setAt   time.Time // when latest was set, if it is a state
 	sent    time.Time
 	timer   *time.Timer
 	visible bool // a non-null state has been broadcast
@@ -556,15 +557,29 @@ func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 	if c.gone {
 		return
 	}
+	slot := c.states[conv]
+	if state == nil && (slot == nil || !slot.visible) {
+		// Nothing of this socket's was shown: a null would clear the
+		// state another socket of the user shows.
+		if slot != nil {
+			if slot.timer != nil {
+				slot.timer.Stop()
+			}
+			delete(c.states, conv)
+		}
+		return
+	}
 	if c.states == nil {
 		c.states = map[string]*stateSlot{}
 	}
-	slot := c.states[conv]
 	if slot == nil {
 		slot = &stateSlot{}
 		c.states[conv] = slot
 	}
 	slot.latest = state
+	if state != nil {
+		slot.setAt = time.Now()
+	}
 	if slot.timer != nil {
 		return // a send is scheduled; it will take the latest
 	}
@@ -590,7 +605,7 @@ func (h *Sockets) sendStateLocked(c *Conn, conv string, slot *stateSlot) {
 	h.rooms.State(conv, c.UserID, c.sid, slot.latest)
 	if slot.latest == nil {
 		delete(c.states, conv)
-		go h.RestoreState(conv, c.UserID)
+		go h.RestoreState(conv, c.UserID, slot.sent)
 	}
 }
 
@@ -609,28 +624,31 @@ func (h *Sockets) clearState(c *Conn, conv string) {
 	delete(c.states, conv)
 	if slot.visible {
 		h.rooms.State(conv, c.UserID, c.sid, nil)
-		go h.RestoreState(conv, c.UserID)
+		go h.RestoreState(conv, c.UserID, time.Now())
 	}
 }
 
 // RestoreState shows again, after a `state: null` of user in conv went
-// out (one socket of theirs cleared its state, left or went away), the
-// state another socket of theirs on this node has there: of those, the
-// one sent last. The others saw the user's state cleared, though the
-// user's last write may have been that other socket's (CONTRACT §1: last
-// write wins, cleared on leave): each socket's state is its own, and the
-// user's is the last one set of the sockets still there. Every node does
-// this for its own sockets on a null from another node (RemoteBroadcast),
-// after it arrived, so everyone gets the null before what follows it.
-// It runs on a goroutine of its own: the null goes out under the clearing
-// socket's lock, and this takes the others'.
-func (h *Sockets) RestoreState(conv, user string) {
+// out at nullAt (one socket of theirs cleared its state, left or went
+// away), the state of the user's socket on this node that set one last
+// there, unless that state went out since or is about to (a throttled
+// send). The others saw the user's state cleared, though the user's last
+// write may have been another socket's (CONTRACT §1: last write wins,
+// cleared on leave): each socket's state is its own, and the user's is
+// the last one set by a socket still there. It goes out at once, not held
+// by the throttle: held, it came after a state set meanwhile by a third
+// socket, and stayed. Every node does this for its own sockets on a null
+// from another node (RemoteBroadcast), after it arrived, so everyone gets
+// the null before what follows it. It runs on a goroutine of its own: the
+// null goes out under the clearing socket's lock, and this takes the
+// others'.
+func (h *Sockets) RestoreState(conv, user string, nullAt time.Time) {
 	var last *Conn
-	var lastSent time.Time
+	var lastSet time.Time
 	for _, c := range h.localConns(user, ConversationRoom(conv)) {
 		c.mu.Lock()
-		if slot := c.states[conv]; !c.gone && slot != nil && slot.visible && slot.sent.After(lastSent) {
-			last, lastSent = c, slot.sent
+		if slot := c.states[conv]; !c.gone && slot != nil && slot.latest != nil && slot.setAt.After(lastSet) {
+			last, lastSet = c, slot.setAt
 		}
 		c.mu.Unlock()
 	}
@@ -639,10 +657,11 @@ func (h *Sockets) RestoreState(conv, user string) {
 	}
 	last.mu.Lock()
 	defer last.mu.Unlock()
-	// A send already scheduled shows the latest value anyway.
-	if slot := last.states[conv]; slot != nil && slot.visible && slot.timer == nil {
-		h.queueStateLocked(last, conv, slot.latest)
+	slot := last.states[conv]
+	if last.gone || slot == nil || slot.latest == nil || slot.timer != nil || slot.sent.After(nullAt) {
+		return
 	}
+	h.sendStateLocked(last, conv, slot)
 }
 
 // RemoteBroadcast is told of each event another node (or an emitter)
@@ -664,7 +683,7 @@ func (h *Sockets) RemoteBroadcast(data any) {
 	if st, has := p["state"]; !has || st != nil || conv == "" || user == "" {
 		return
 	}
-	go h.RestoreState(conv, user)
+	go h.RestoreState(conv, user, time.Now())
 }
 
 // clearStates clears every state of a closing socket.

@@ -170,6 +170,31 @@ for (const kind of TOPOLOGIES) {
       assert.deepEqual(stateAndLeaves(a, markGone), [['state', B, null], ['state', B, { s: 3 }]], a.rec.dump(markGone));
     });
 
+    it("a user's sockets racing: the restore after a leave goes at once, a later set stays; a null from a socket that shows nothing clears nothing", { timeout: 30000 }, async (t) => {
+      const { topo, c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23g' });
+      const b1 = await joinUser(topo.url1, B, c, { t });
+      const b2 = await joinUser(topo.url2, B, c, { t });
+      // b2 shows nothing: its null clears nothing
+      const markNone = a.rec.mark();
+      assert.deepEqual(await ack(b2.socket, 'state:set', { conversationId: c, state: null }), { ok: true });
+      await sleep(300);
+      assert.deepEqual(a.rec.list('state', { since: markNone }), [], `a null from a socket without a state:\n    ${a.rec.dump(markNone)}`);
+
+      await stateSeen(a, b, c, { z: 1 });
+      await sleep(300);
+      await stateSeen(a, b1, c, { y: 1 });
+      // b leaves 20 ms after b1's set (within b1's throttle), b2 sets 10 ms later
+      await sleep(20);
+      const mark = a.rec.mark();
+      assert.deepEqual(await ack(b.socket, 'conversation:leave', { conversationId: c }), { ok: true });
+      await sleep(10);
+      assert.deepEqual(await ack(b2.socket, 'state:set', { conversationId: c, state: { w: 1 } }), { ok: true });
+      await sleep(700);
+      const got = a.rec.list('state', { since: mark }).map((e) => e.payload.state);
+      assert.deepEqual(got[got.length - 1], { w: 1 }, `the last set stays: ${JSON.stringify(got)}`);
+      assert.deepEqual(got[0], null, `the leave's null first: ${JSON.stringify(got)}`);
+    });
+
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23e' });
       const markA = await stateSeen(a, b, c, { y: 2 });
