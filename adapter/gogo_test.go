@@ -401,19 +401,13 @@ func TestDelivered(t *testing.T) {
 			var mu sync.Mutex
 			var seen []any
 			cfg := adapter.Config{Prefix: prefix, Sharded: m.sharded, RequestsTimeout: 2 * time.Second}
-			n1 := startGoNode(t, "n1", rdb, cfg)
-			cfg.Delivered = func(p *parser.Packet) {
+			cfg2 := cfg
+			cfg2.Delivered = func(p *parser.Packet) {
 				mu.Lock()
 				seen = append(seen, p.Data)
 				mu.Unlock()
 			}
-			n2 := startGoNode(t, "n2", rdb, cfg)
-			waitCluster(t, n1, n2)
-			c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", "r1")})
-			c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", "r1")})
-			waitMembers(t, n1, map[string][]*wsClient{"r1": {c1}})
-			waitMembers(t, n2, map[string][]*wsClient{"r1": {c2}})
-			waitRooms(t, n1, n2)
+			n1, n2, _, c2 := pairInRoom(t, rdb, cfg, cfg2, "r1")
 
 			n2.io.To("r1").Emit("own", 1)
 			n1.io.To("r1").Emit("state", map[string]any{"conversationId": "c", "userId": "u", "state": nil})

@@ -326,3 +326,19 @@ func got(tb testing.TB, name string, clients []*wsClient, want []int) {
 		}
 	}
 }
+
+// pairInRoom starts node n1 (cfg1) and node n2 (cfg2) and a client on
+// each, both in room, and waits until each node knows the other and the
+// room.
+func pairInRoom(t *testing.T, rdb redis.UniversalClient, cfg1, cfg2 adapter.Config, room string) (n1, n2 *goNode, c1, c2 *wsClient) {
+	t.Helper()
+	n1 = startGoNode(t, "n1", rdb, cfg1)
+	n2 = startGoNode(t, "n2", rdb, cfg2)
+	waitCluster(t, n1, n2)
+	c1 = dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", room)})
+	c2 = dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", room)})
+	waitMembers(t, n1, map[string][]*wsClient{room: {c1}})
+	waitMembers(t, n2, map[string][]*wsClient{room: {c2}})
+	waitRooms(t, n1, n2)
+	return n1, n2, c1, c2
+}

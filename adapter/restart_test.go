@@ -28,16 +28,9 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	t.Cleanup(func() { rdb.Close() })
 	obs1, obs2 := &countingObserver{}, &countingObserver{}
 	cfg := adapter.Config{Prefix: uniquePrefix(t), Sharded: sharded, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second}
-	cfg.Observer = obs1
-	n1 := startGoNode(t, "n1", rdb, cfg)
-	cfg.Observer = obs2
-	n2 := startGoNode(t, "n2", rdb, cfg)
-	waitCluster(t, n1, n2)
-	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", "r")})
-	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", "r")})
-	waitMembers(t, n1, map[string][]*wsClient{"r": {c1}})
-	waitMembers(t, n2, map[string][]*wsClient{"r": {c2}})
-	waitRooms(t, n1, n2)
+	cfg1, cfg2 := cfg, cfg
+	cfg1.Observer, cfg2.Observer = obs1, obs2
+	n1, n2, c1, c2 := pairInRoom(t, rdb, cfg1, cfg2, "r")
 
 	n1.io.To("r").Emit("before")
 	c1.expect("before")

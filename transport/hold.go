@@ -29,8 +29,8 @@ type heldFrames struct {
 // so an event that reached the socket before the ack could be newer than
 // the ack's snapshot (a typing stop the read did not see yet: the client,
 // applying the ack after it, would show the user typing for good); held,
-// each such event comes after the ack, which a client applies first. release may be called more
-// than once. A nil s holds nothing.
+// each such event comes after the ack, which a client applies first.
+// release may be called more than once. A nil s holds nothing.
 func Hold(s *socket.Socket) (release func()) {
 	if s == nil {
 		return func() {}
