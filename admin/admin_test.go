@@ -40,7 +40,7 @@ func (f *fakeSockets) Open() int64 { return 3 }
 func (f *fakeSockets) ClusterSockets(_ context.Context, user string) ([]handlers.LocalSocket, error) {
 	return f.local[user], nil
 }
-func (f *fakeSockets) DisconnectUser(user string) {
+func (f *fakeSockets) DisconnectUser(_ context.Context, user string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.disconnected = append(f.disconnected, user)

@@ -452,7 +452,9 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), viewTimeout)
 	defer cancel()
 	socks, _ := p.d.View.UserSockets(ctx, body.UserID)
-	p.d.Sockets.DisconnectUser(body.UserID)
+	kctx, kcancel := context.WithTimeout(r.Context(), viewTimeout) // a time of its own: the count may have used up ctx's
+	defer kcancel()
+	p.d.Sockets.DisconnectUser(kctx, body.UserID)
 	p.disconnects.Inc()
 	p.log.Warn("admin disconnected a user", "user_id", body.UserID, "reason", body.Reason, "sockets", len(socks), "ip", handlers.ClientIP(r))
 	handlers.WriteJSON(w, http.StatusOK, map[string]any{"userId": body.UserID, "sockets": len(socks)})

@@ -124,11 +124,39 @@ func (h *Sockets) ClusterSockets(ctx context.Context, userID string) ([]LocalSoc
 	return out, a.err
 }
 
+// kickEvent tells the other nodes to disconnect a user's sockets: (userId).
+const kickEvent = "presenced:kick"
+
 // DisconnectUser disconnects every socket of userID on every node, as a
 // server-side disconnect (the client gets "io server disconnect" and does
-// not reconnect by itself).
-func (h *Sockets) DisconnectUser(userID string) {
-	if io := h.rooms.io.Load(); io != nil {
-		io.In(UserRoom(userID)).DisconnectSockets(false)
+// not reconnect by itself), and ends the user's presence at once: no flap
+// grace, which is there for a client coming back, and this one will not
+// (presence.Connections.DisconnectNow). It returns once every node has
+// disconnected its sockets, or when ctx ends.
+func (h *Sockets) DisconnectUser(ctx context.Context, userID string) {
+	h.kick(userID)
+	if err := h.tellNodes(ctx, kickEvent, userID); err != nil {
+		h.log.Warn("disconnect not confirmed by every node", "user_id", userID, "err", err)
+	}
+}
+
+// kick is this node's part of DisconnectUser.
+func (h *Sockets) kick(userID string) {
+	for _, c := range h.localConns(userID, "") {
+		c.kicked.Store(true) // before the disconnect work can run
+		c.sock.Disconnect(false)
+	}
+}
+
+// onKick is the other side of DisconnectUser.
+func (h *Sockets) onKick(raw ...any) {
+	args, ack := ackOf(raw)
+	if len(args) >= 1 {
+		if user, _ := args[0].(string); user != "" {
+			h.kick(user)
+		}
+	}
+	if ack != nil {
+		ack([]any{true}, nil)
 	}
 }

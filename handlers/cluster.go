@@ -142,7 +142,7 @@ func (h *Sockets) onPrivacy(raw ...any) {
 const evictEvent = "presenced:evict"
 
 // ListenEvictions makes this node act on the changes other nodes tell it
-// of (membership and privacy).
+// of (membership, privacy, contacts) and on their operators' disconnects.
 func (h *Sockets) ListenEvictions() {
 	io := h.rooms.io.Load()
 	if io == nil {
@@ -150,6 +150,7 @@ func (h *Sockets) ListenEvictions() {
 	}
 	_ = io.Sockets().On(privacyEvent, h.onPrivacy)
 	_ = io.Sockets().On(contactsEvent, h.onContacts)
+	_ = io.Sockets().On(kickEvent, h.onKick)
 	_ = io.Sockets().On(evictEvent, h.onEvict)
 }
 

@@ -231,7 +231,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 		if c.sock.Disconnected() {
 			// closed meanwhile: its disconnect work may have skipped the
 			// engine; the engine's Disconnect is idempotent
-			_ = h.engine.Disconnect(ctx, c.sid)
+			_ = h.engineDisconnect(ctx, c)
 			reply(nil, errorf(CodeUnavailable, "connection is closing"))
 			return
 		}

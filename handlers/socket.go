@@ -150,6 +150,7 @@ type Conn struct {
 	started   atomic.Bool   // Connect has begun: the library connected the socket
 	connected atomic.Bool   // the engine knows the socket
 	closed    sync.Once
+	kicked    atomic.Bool // an operator disconnected it: no flap grace (DisconnectUser)
 
 	limits socketLimits // the event limits' buckets (limits.go)
 
@@ -365,12 +366,21 @@ func (h *Sockets) disconnect(c *Conn, reason string) {
 		if c.connected.Load() {
 			ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
 			defer cancel()
-			if err := h.engine.Disconnect(ctx, c.sid); err != nil {
+			if err := h.engineDisconnect(ctx, c); err != nil {
 				h.log.Warn("presence disconnect failed", "sid", c.sid, "user_id", c.UserID, "err", err)
 			}
 		}
 		h.log.Debug("socket disconnected", "sid", c.sid, "user_id", c.UserID, "reason", reason)
 	})
+}
+
+// engineDisconnect removes a closed socket from the engine: without the
+// flap grace if an operator disconnected it.
+func (h *Sockets) engineDisconnect(ctx context.Context, c *Conn) error {
+	if c.kicked.Load() {
+		return h.engine.DisconnectNow(ctx, c.sid)
+	}
+	return h.engine.Disconnect(ctx, c.sid)
 }
 
 // Open is the number of sockets whose disconnect work has not run yet.

@@ -133,22 +133,31 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 
 // Disconnect implements Engine.
 func (e *MemoryEngine) Disconnect(ctx context.Context, socketID string) error {
+	return e.disconnect(ctx, socketID, e.cfg.FlapGrace)
+}
+
+// DisconnectNow implements Engine.
+func (e *MemoryEngine) DisconnectNow(ctx context.Context, socketID string) error {
+	return e.disconnect(ctx, socketID, 0)
+}
+
+func (e *MemoryEngine) disconnect(ctx context.Context, socketID string, grace time.Duration) error {
 	err := e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
 		if s, ok := m.sockets[socketID]; ok {
-			return m.removeSocket(s, now, e.cfg.FlapGrace, ReasonDisconnected, nil), nil
+			return m.removeSocket(s, now, grace, ReasonDisconnected, nil), nil
 		}
 		return nil, nil
 	})
-	if err == nil && e.cfg.FlapGrace > 0 {
-		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
+	if err == nil && grace > 0 {
+		e.alarm.set(time.Now().Add(grace))
 	}
 	return err
 }
 
 // removeSocket takes a socket out of every conversation and of its user.
-// With a grace, the user's leaves and offline wait for it; without
-// (reason timeout), they happen now and lastSeen is the socket's last proof
-// of life.
+// With a grace, the user's leaves and offline wait for it; without, they
+// happen now, and lastSeen is the socket's last proof of life (reason
+// timeout) or now.
 func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, reason string, b batch) batch {
 	for _, conv := range sortedKeys(s.convs) {
 		b = m.leaveConv(s, conv, now, grace, reason, b)
@@ -158,8 +167,12 @@ func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, re
 	if u == nil || !removeLast(u.socks, s.id) {
 		return b
 	}
-	if reason == ReasonTimeout {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: s.refreshed})
+	if reason == ReasonTimeout || grace <= 0 {
+		seen := now
+		if reason == ReasonTimeout {
+			seen = s.refreshed
+		}
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: seen})
 		delete(m.users, s.user)
 		return b
 	}

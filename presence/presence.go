@@ -169,6 +169,12 @@ type Connections interface {
 	// Disconnect removes a socket; safe to call twice. Its conversations'
 	// leaves and the user's offline are deferred by the flap grace.
 	Disconnect(ctx context.Context, socketID string) error
+	// DisconnectNow removes a socket the server took away on purpose (an
+	// operator's disconnect): no flap grace, as its client does not come
+	// back by itself. Its conversations' leaves (reason disconnected) and,
+	// for the user's last socket, the offline status with this moment as
+	// last-seen happen now. Safe to call twice, and after Disconnect.
+	DisconnectNow(ctx context.Context, socketID string) error
 }
 
 // Rooms is a socket's membership of conversations.

@@ -102,6 +102,9 @@ type rSocket struct {
 	id, user string
 	convs    map[string]struct{}
 	bucket   int // its registry bucket (redis_registry.go)
+	// mode is how its removal ends its presence (removeFrom: "grace" or
+	// "now"), set by Disconnect; a retry of a failed one keeps it.
+	mode string
 }
 
 var _ Engine = (*RedisEngine)(nil)

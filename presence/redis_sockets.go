@@ -119,9 +119,25 @@ func (e *RedisEngine) cleanIfGone(s *rSocket) {
 
 // Disconnect implements Engine.
 func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
+	mode := "grace"
+	if e.cfg.FlapGrace <= 0 {
+		mode = "now"
+	}
+	return e.disconnect(ctx, socketID, mode)
+}
+
+// DisconnectNow implements Engine.
+func (e *RedisEngine) DisconnectNow(ctx context.Context, socketID string) error {
+	return e.disconnect(ctx, socketID, "now")
+}
+
+// disconnect removes a socket of this node, in mode "grace" (removeFrom)
+// or "now".
+func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) error {
 	e.mu.Lock()
 	s, ok := e.local[socketID]
 	if ok {
+		s.mode = mode
 		delete(e.local, socketID)
 		e.away.remove(s.user)
 		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
@@ -143,15 +159,21 @@ func (e *RedisEngine) Disconnect(ctx context.Context, socketID string) error {
 	return err
 }
 
-// removeSocket removes a disconnected socket of this node: its leaves and
-// offline wait for the flap grace.
+// removeSocket removes a disconnected socket of this node, in the mode
+// its Disconnect gave it ("grace" if none did).
 func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time) (batch, error) {
-	return e.removeFrom(ctx, e.regKey(s), s, now, "grace", time.Time{})
+	mode := s.mode
+	if mode == "" {
+		mode = "grace"
+	}
+	return e.removeFrom(ctx, e.regKey(s), s, now, mode, time.Time{})
 }
 
 // removeFrom removes a socket from its conversations and user, and
-// schedules the grace timers, in one pipelined round trip. mode "grace" or
-// "timeout" (then lastProof, if set, is the socket's last proof of life).
+// schedules the grace timers, in one pipelined round trip. mode "grace"
+// (the leaves and offline wait for the flap grace), "now" (they happen
+// now, reason disconnected) or "timeout" (now, reason timeout; lastProof,
+// if set, is the socket's last proof of life, the last-seen).
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
 	at := ""
 	if !lastProof.IsZero() {

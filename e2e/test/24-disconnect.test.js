@@ -1,14 +1,16 @@
 // Leaves caused by connections going away: a client disconnect (after the
-// flap grace), a reconnect within the grace (nothing said), a client
-// process SIGKILLed, and (cluster only) a node SIGKILLed, whose users the
-// surviving node evicts with reason "timeout".
+// flap grace), a reconnect within the grace (nothing said), an operator's
+// disconnect (at once), a client process SIGKILLed, and (cluster only) a
+// node SIGKILLed, whose users the surviving node evicts with reason
+// "timeout".
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import net from 'node:net';
 
-import { sleep } from '../lib/client.js';
+import { sleep, waitFor } from '../lib/client.js';
+import { ADMIN_TOKEN } from '../lib/admin.js';
 import { SECRET } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
 import {
@@ -83,6 +85,40 @@ for (const kind of TOPOLOGIES) {
       const seen = a.rec.events.slice(markA).filter((e) => e.event.startsWith('presence:'));
       assert.deepEqual(seen.map((e) => `${e.event} ${show(e.payload)}`), [], 'A saw no leave, no join and no presence:update');
       assert.deepEqual(b2.rec.list('presence:join'), []);
+    });
+
+    it('an operator disconnect (admin API) of a user on both nodes: the leave and the offline status at once, not after the flap grace (10 s)', { timeout: 30000 }, async (t) => {
+      const { topo, c, A, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '10s', '--admin-token', ADMIN_TOKEN], tag: '24k' });
+      const b2 = await joinUser(topo.url1, B, c, { t }); // B's second device, on node 1
+      await a.rec.wait('presence:join', { pred: (p) => p.userId === B });
+      const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
+      assert.equal(sub.presences?.[0]?.status, 'online', show(sub));
+      const login = await fetch(topo.url1 + '/admin/api/login', { method: 'POST', body: JSON.stringify({ token: ADMIN_TOKEN }) });
+      assert.equal(login.status, 204);
+      const cookie = login.headers.get('set-cookie').split(';')[0];
+      const { csrf } = await (await fetch(topo.url1 + '/admin/api/session', { headers: { Cookie: cookie } })).json();
+      const markA = a.rec.mark();
+      const gone = [b, b2].map((x) => waitFor(x.socket, 'disconnect', { timeoutMs: 10000 }));
+      const t0 = Date.now();
+      const res = await fetch(topo.url1 + '/admin/api/users/disconnect', {
+        method: 'POST',
+        headers: { Cookie: cookie, 'X-CSRF-Token': csrf, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ userId: B, reason: 'e2e: kick' }),
+      });
+      assert.equal(res.status, 200);
+      assert.equal((await res.json()).sockets, 2);
+      for (const [reason] of await Promise.all(gone)) assert.equal(reason, 'io server disconnect');
+      const left = await a.rec.wait('presence:leave', { since: markA, timeoutMs: 5000 });
+      const off = await a.rec.wait('presence:update', { since: markA, pred: (p) => p.userId === B && p.status === 'offline', timeoutMs: 5000 });
+      t.diagnostic(`presence:leave ${left.at - t0} ms and the offline update ${off.at - t0} ms after the request`);
+      assert.equal(left.payload.userId, B);
+      assert.equal(left.payload.reason, 'disconnected', show(left.payload));
+      assert.ok(left.at - t0 < 3000 && off.at - t0 < 3000, 'at once, not after the 10 s grace');
+      await sleep(300);
+      assert.equal(a.rec.list('presence:leave', { since: markA }).length, 1, `one leave:\n    ${a.rec.dump(markA)}`);
+      const probe = await connectUser(topo.url2, uid('P'), { t });
+      const roster = await ack(probe.socket, 'conversation:join', { conversationId: c });
+      assert.deepEqual(roster.online.map((m) => m.userId).sort(), [A, probe.userId].sort(), `B is gone: ${show(roster)}`);
     });
 
     it('a client process killed with SIGKILL: presence:leave "disconnected"', { timeout: 30000 }, async (t) => {

@@ -217,6 +217,7 @@ func Run(t *testing.T, f Factory) {
 		{"JoinLeave", testJoinLeave},
 		{"MultiDevice", testMultiDevice},
 		{"FlapGrace", testFlapGrace},
+		{"DisconnectNow", testDisconnectNow},
 		{"Typing", testTyping},
 		{"Errors", testErrors},
 		{"AwayAndBack", testAway},
@@ -347,6 +348,71 @@ func testFlapGrace(e *env) {
 	_, err = n.Join(e.ctx, "s3", "c1")
 	e.must(err)
 	e.expect("status alice online", "join c1 alice")
+}
+
+// testDisconnectNow: an operator's disconnect of a user's sockets on two
+// nodes ends the user's presence at once, without the flap grace: the
+// first socket's removal changes nothing (the other is there), the last
+// one's announces the stop of its typing, the leave (reason disconnected)
+// and the offline status, with that moment as last-seen. Twice, or after a
+// plain Disconnect, it does nothing more.
+func testDisconnectNow(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.must(n1.Connect(e.ctx, presence.Socket{ID: "b1", UserID: "bob"}))
+	e.must(n1.Connect(e.ctx, presence.Socket{ID: "phone", UserID: "alice"}))
+	e.must(n2.Connect(e.ctx, presence.Socket{ID: "laptop", UserID: "alice"}))
+	for _, j := range [][3]string{{"b1", "c1"}, {"phone", "c1"}, {"laptop", "c1"}} {
+		eng := n1
+		if j[0] == "laptop" {
+			eng = n2
+		}
+		_, err := eng.Join(e.ctx, j[0], j[1])
+		e.must(err)
+	}
+	e.must(n2.TypingStart(e.ctx, "laptop", "c1"))
+	e.rec.Take()
+
+	e.clock.Advance(time.Second)
+	e.must(n1.DisconnectNow(e.ctx, "phone"))
+	e.expect() // the laptop is still there
+	if got := e.status(n1, "alice"); got != "alice/online" {
+		e.t.Fatalf("status %q after the first socket", got)
+	}
+	at := e.clock.Now()
+	e.must(n2.DisconnectNow(e.ctx, "laptop"))
+	e.settle()
+	ev := e.rec.TakeEvents()
+	var got []string
+	for _, x := range ev {
+		got = append(got, Render(x))
+		switch x.Kind {
+		case presence.EventLeave:
+			if !x.At.Equal(at) {
+				e.t.Errorf("leave at %v, want the disconnect %v", x.At, at)
+			}
+		case presence.EventStatus:
+			if !x.LastSeen.Equal(at) {
+				e.t.Errorf("lastSeen %v, want the disconnect %v", x.LastSeen, at)
+			}
+		}
+	}
+	if want := []string{"typing c1 alice false", "leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("events %q, want %q", got, want)
+	}
+	if got, want := e.roster(n1, "c1"), "bob/online typing:"; got != want {
+		e.t.Fatalf("roster %q, want %q", got, want)
+	}
+	if got := e.status(n1, "alice"); got != "alice/offline" {
+		e.t.Fatalf("status %q", got)
+	}
+	e.must(n2.DisconnectNow(e.ctx, "laptop"))
+	e.must(n1.Disconnect(e.ctx, "b1"))
+	e.must(n1.DisconnectNow(e.ctx, "b1"))
+	e.elapse(5*time.Second, n1, n2)
+	e.settle()
+	if got, want := e.rec.Take(), []string{"leave c1 bob disconnected", "status bob offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("after the repeats: %q, want only bob's grace to end, %q", got, want)
+	}
 }
 
 func testTyping(e *env) {
