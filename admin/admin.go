@@ -121,6 +121,7 @@ func New(cfg Config, d Deps) (*Panel, error) {
 		streams:  make(chan struct{}, cfg.MaxStreams),
 		ending:   make(chan struct{}),
 	}
+	p.fails.rdb, p.fails.prefix = d.Redis, cfg.Prefix
 	p.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "presenced_admin_logins_total",
 		Help: "Admin panel logins by outcome: ok, wrong_token, rate_limited, forbidden (cross-origin).",

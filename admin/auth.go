@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sessions are stateless: the cookie is "expiry.nonce.mac", MACed with a
@@ -80,24 +83,49 @@ func tokenMatches(got, want string) bool {
 
 // failures rate-limits wrong tokens per client IP: Limit failures per
 // Window, then every attempt (right or wrong) is refused until the window
-// of the oldest failure passes.
+// of the oldest failure passes. With Redis (a cluster) the failures are
+// counted there, in a sorted set per IP (<prefix>:admin:fails:<ip>), so
+// that the limit holds across nodes, not per node; if Redis fails, the
+// node counts on its own meanwhile.
 type failures struct {
 	mu     sync.Mutex
 	limit  int
 	window time.Duration
 	byIP   map[string][]time.Time
 	now    func() time.Time
+
+	rdb    redis.UniversalClient // nil: this node's count only
+	prefix string                // the Redis keys' prefix
 }
 
 func newFailures(limit int, window time.Duration) *failures {
 	return &failures{limit: limit, window: window, byIP: map[string][]time.Time{}, now: time.Now}
 }
 
+// failuresTimeout bounds each Redis round trip of the limit.
+const failuresTimeout = time.Second
+
+func (f *failures) key(ip string) string { return f.prefix + ":admin:fails:" + ip }
+
 // blocked reports whether ip may not try now, and for how long.
-func (f *failures) blocked(ip string) (time.Duration, bool) {
+func (f *failures) blocked(ctx context.Context, ip string) (time.Duration, bool) {
+	now := f.now()
+	if f.rdb != nil {
+		ctx, cancel := context.WithTimeout(ctx, failuresTimeout)
+		defer cancel()
+		pipe := f.rdb.TxPipeline()
+		pipe.ZRemRangeByScore(ctx, f.key(ip), "-inf", strconv.FormatInt(now.Add(-f.window).UnixMilli(), 10))
+		first := pipe.ZRangeWithScores(ctx, f.key(ip), 0, 0)
+		n := pipe.ZCard(ctx, f.key(ip))
+		if _, err := pipe.Exec(ctx); err == nil {
+			if int(n.Val()) < f.limit || len(first.Val()) == 0 {
+				return 0, false
+			}
+			return time.UnixMilli(int64(first.Val()[0].Score)).Add(f.window).Sub(now), true
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
 	ts := f.prune(ip, now)
 	if len(ts) < f.limit {
 		return 0, false
@@ -106,10 +134,24 @@ func (f *failures) blocked(ip string) (time.Duration, bool) {
 }
 
 // add notes a wrong token of ip; it reports whether ip is blocked from now.
-func (f *failures) add(ip string) bool {
+func (f *failures) add(ctx context.Context, ip string) bool {
+	now := f.now()
+	if f.rdb != nil {
+		ctx, cancel := context.WithTimeout(ctx, failuresTimeout)
+		defer cancel()
+		var id [8]byte
+		_, _ = rand.Read(id[:])
+		pipe := f.rdb.TxPipeline()
+		pipe.ZRemRangeByScore(ctx, f.key(ip), "-inf", strconv.FormatInt(now.Add(-f.window).UnixMilli(), 10))
+		pipe.ZAdd(ctx, f.key(ip), redis.Z{Score: float64(now.UnixMilli()), Member: hex.EncodeToString(id[:])})
+		pipe.PExpire(ctx, f.key(ip), f.window)
+		n := pipe.ZCard(ctx, f.key(ip))
+		if _, err := pipe.Exec(ctx); err == nil {
+			return int(n.Val()) == f.limit
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.now()
 	f.byIP[ip] = append(f.prune(ip, now), now)
 	blocked := len(f.byIP[ip]) == f.limit
 	if len(f.byIP) > 10000 {

@@ -1,9 +1,14 @@
 package admin
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/redistest"
 )
 
 func TestSessions(t *testing.T) {
@@ -35,26 +40,62 @@ func TestSessions(t *testing.T) {
 	}
 }
 
+// TestFailuresWindow: the limit of wrong tokens per IP and its window, on
+// one node (in memory) and across two nodes counting in Redis, where the
+// failures of both count together; and a Redis that fails leaves the node
+// counting on its own.
 func TestFailuresWindow(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	f := newFailures(2, time.Minute)
-	f.now = func() time.Time { return now }
-	f.add("1.2.3.4")
-	if _, blocked := f.blocked("1.2.3.4"); blocked {
-		t.Fatal("blocked after one failure")
-	}
-	f.add("1.2.3.4")
-	if wait, blocked := f.blocked("1.2.3.4"); !blocked || wait != time.Minute {
-		t.Fatalf("after two: blocked %v for %v", blocked, wait)
-	}
-	if _, blocked := f.blocked("5.6.7.8"); blocked {
-		t.Fatal("another address blocked")
-	}
-	now = now.Add(time.Minute)
-	if _, blocked := f.blocked("1.2.3.4"); blocked {
-		t.Fatal("still blocked after the window")
-	}
-	if len(f.byIP) != 0 {
-		t.Fatalf("forgotten failures kept: %v", f.byIP)
+	rdb := redistest.Client(t)
+	prefix := redistest.Prefix(t, rdb, "test-admin-fails-")
+	ctx := context.Background()
+	for _, mode := range []string{"memory", "redis", "redis down"} {
+		t.Run(mode, func(t *testing.T) {
+			now := time.Unix(1_800_000_000, 0)
+			f1, f2 := newFailures(2, time.Minute), newFailures(2, time.Minute)
+			down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+			defer down.Close()
+			for _, f := range []*failures{f1, f2} {
+				f.now = func() time.Time { return now }
+				switch mode {
+				case "redis":
+					f.rdb, f.prefix = rdb, prefix
+				case "redis down":
+					f.rdb = down
+				}
+			}
+			second := f2 // the other node
+			if mode != "redis" {
+				second = f1 // each node counts its own
+			}
+			if f1.add(ctx, "1.2.3.4") {
+				t.Fatal("blocked from the first failure")
+			}
+			if _, blocked := f1.blocked(ctx, "1.2.3.4"); blocked {
+				t.Fatal("blocked after one failure")
+			}
+			if !second.add(ctx, "1.2.3.4") {
+				t.Fatal("the second failure did not start a block")
+			}
+			if wait, blocked := f1.blocked(ctx, "1.2.3.4"); !blocked || wait != time.Minute {
+				t.Fatalf("after two: blocked %v for %v", blocked, wait)
+			}
+			if _, blocked := f1.blocked(ctx, "5.6.7.8"); blocked {
+				t.Fatal("another address blocked")
+			}
+			now = now.Add(time.Minute)
+			if _, blocked := f1.blocked(ctx, "1.2.3.4"); blocked {
+				t.Fatal("still blocked after the window")
+			}
+			if mode == "redis" {
+				if n := rdb.ZCard(ctx, f1.key("1.2.3.4")).Val(); n != 0 {
+					t.Fatalf("%d forgotten failures kept in Redis", n)
+				}
+				if ttl := rdb.PTTL(ctx, f1.key("1.2.3.4")).Val(); ttl > time.Minute {
+					t.Fatalf("key kept for %v", ttl)
+				}
+			} else if len(f1.byIP) != 0 {
+				t.Fatalf("forgotten failures kept: %v", f1.byIP)
+			}
+		})
 	}
 }

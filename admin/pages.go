@@ -77,7 +77,7 @@ func (p *Panel) static(w http.ResponseWriter, r *http.Request) {
 // success it sets the session cookie. It returns the HTTP status.
 func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (int, time.Duration) {
 	ip := handlers.ClientIP(r)
-	if wait, blocked := p.fails.blocked(ip); blocked {
+	if wait, blocked := p.fails.blocked(r.Context(), ip); blocked {
 		p.logins.WithLabelValues("rate_limited").Inc()
 		return http.StatusTooManyRequests, wait
 	}
@@ -89,7 +89,7 @@ func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (i
 	if !tokenMatches(token, p.cfg.Token) {
 		p.logins.WithLabelValues("wrong_token").Inc()
 		p.log.Warn("admin login refused", "ip", ip, "reason", "wrong token")
-		if p.fails.add(ip) {
+		if p.fails.add(r.Context(), ip) {
 			// the refusals while it is blocked are counted, not logged
 			// one by one: a flood would flood the log
 			p.log.Warn("admin logins of this IP refused until its window passes", "ip", ip, "wrong_tokens", p.cfg.LoginLimit, "window", p.cfg.LoginWindow)
