@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -188,6 +189,22 @@ func (e *env) status(eng presence.Engine, users ...string) string {
 	return strings.Join(parts, ",")
 }
 
+// place connects each socket to its node, in the order of their ids, then
+// makes the joins ("socket conversation"), each on the socket's node.
+func (e *env) place(on map[presence.Socket]presence.Engine, joins ...string) {
+	e.t.Helper()
+	node := map[string]presence.Engine{}
+	for _, s := range slices.SortedFunc(maps.Keys(on), func(a, b presence.Socket) int { return strings.Compare(a.ID, b.ID) }) {
+		e.must(on[s].Connect(e.ctx, s))
+		node[s.ID] = on[s]
+	}
+	for _, j := range joins {
+		sid, conv, _ := strings.Cut(j, " ")
+		_, err := node[sid].Join(e.ctx, sid, conv)
+		e.must(err)
+	}
+}
+
 // elapse moves time by d in steps of at most 500ms, ticking every live node
 // at each step as their Run loops would.
 func (e *env) elapse(d time.Duration, engs ...presence.Engine) {
@@ -358,17 +375,9 @@ func testFlapGrace(e *env) {
 // plain Disconnect, it does nothing more.
 func testDisconnectNow(e *env) {
 	n1, n2 := e.node("n1"), e.node("n2")
-	e.must(n1.Connect(e.ctx, presence.Socket{ID: "b1", UserID: "bob"}))
-	e.must(n1.Connect(e.ctx, presence.Socket{ID: "phone", UserID: "alice"}))
-	e.must(n2.Connect(e.ctx, presence.Socket{ID: "laptop", UserID: "alice"}))
-	for _, j := range [][3]string{{"b1", "c1"}, {"phone", "c1"}, {"laptop", "c1"}} {
-		eng := n1
-		if j[0] == "laptop" {
-			eng = n2
-		}
-		_, err := eng.Join(e.ctx, j[0], j[1])
-		e.must(err)
-	}
+	e.place(map[presence.Socket]presence.Engine{
+		{ID: "b1", UserID: "bob"}: n1, {ID: "phone", UserID: "alice"}: n1, {ID: "laptop", UserID: "alice"}: n2,
+	}, "b1 c1", "phone c1", "laptop c1")
 	e.must(n2.TypingStart(e.ctx, "laptop", "c1"))
 	e.rec.Take()
 
@@ -583,18 +592,9 @@ func testAwayAcrossNodes(e *env) {
 
 func testDeadNode(e *env) {
 	n1, n2 := e.node("n1"), e.node("n2")
-	e.must(n1.Connect(e.ctx, presence.Socket{ID: "a1", UserID: "alice"}))
-	e.must(n2.Connect(e.ctx, presence.Socket{ID: "b1", UserID: "bob"}))
-	e.must(n2.Connect(e.ctx, presence.Socket{ID: "a2", UserID: "alice"}))
-	for _, j := range [][2]string{{"a1", "c1"}, {"b1", "c1"}, {"b1", "c2"}} {
-		var err error
-		if j[0] == "a1" {
-			_, err = n1.Join(e.ctx, j[0], j[1])
-		} else {
-			_, err = n2.Join(e.ctx, j[0], j[1])
-		}
-		e.must(err)
-	}
+	e.place(map[presence.Socket]presence.Engine{
+		{ID: "a1", UserID: "alice"}: n1, {ID: "b1", UserID: "bob"}: n2, {ID: "a2", UserID: "alice"}: n2,
+	}, "a1 c1", "b1 c1", "b1 c2")
 	e.rec.Take()
 	// n2 stops (crash); n1 keeps ticking
 	lastProof := e.clock.Now()
