@@ -164,20 +164,28 @@ func (m *Memory) removeSocket(s *mSocket, now time.Time, grace time.Duration, re
 	}
 	delete(m.sockets, s.id)
 	u := m.users[s.user]
-	if u == nil || !removeLast(u.socks, s.id) {
+	if u == nil {
+		return b
+	}
+	// the user's last-seen is the latest moment one of their sockets was
+	// there: a socket that closed after a node died, before its sockets
+	// were reaped, was there later than the dead node's last proof
+	seen := now
+	if reason == ReasonTimeout {
+		seen = s.refreshed
+	}
+	if seen.After(u.disconnectedAt) {
+		u.disconnectedAt = seen
+	}
+	if !removeLast(u.socks, s.id) {
 		return b
 	}
 	if reason == ReasonTimeout || grace <= 0 {
-		seen := now
-		if reason == ReasonTimeout {
-			seen = s.refreshed
-		}
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: seen})
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: u.disconnectedAt})
 		delete(m.users, s.user)
 		return b
 	}
 	u.graceUntil = now.Add(grace)
-	u.disconnectedAt = now
 	m.graceUsers[s.user] = struct{}{}
 	return b
 }

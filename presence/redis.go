@@ -103,8 +103,10 @@ type rSocket struct {
 	convs    map[string]struct{}
 	bucket   int // its registry bucket (redis_registry.go)
 	// mode is how its removal ends its presence (removeFrom: "grace" or
-	// "now"), set by Disconnect; a retry of a failed one keeps it.
+	// "now") and gone the moment of its disconnect (Redis's clock, ms),
+	// set by Disconnect: a retry of a removal that failed keeps both.
 	mode string
+	gone int64
 }
 
 var _ Engine = (*RedisEngine)(nil)

@@ -3,12 +3,14 @@ package presence_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
+	"github.com/presenced/presenced/presence/enginetest"
 )
 
 // delayHook holds back pipelines by the role in their context: "slow" ones
@@ -58,5 +60,55 @@ func TestRedisLeaveDuringDisconnect(t *testing.T) {
 	}
 	if err := <-left; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A disconnect whose removal fails (Redis unreachable) is retried by
+// Tick, and dated at the disconnect, not at the retry: the user's
+// last-seen is when the socket went (before, the moment Redis came back,
+// seconds later).
+func TestRedisDisconnectRetriedAtItsMoment(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	ctx := context.Background()
+	clock := enginetest.NewClock()
+	rec := &enginetest.Recorder{}
+	eng := presence.NewRedisEngine(rdb, presence.Config{
+		NodeID: "n1", FlapGrace: time.Second, Now: clock.Now, Sink: rec.Sink(),
+	}, presence.RedisConfig{Prefix: prefix})
+	presence.SetRedisClock(eng, clock.Now)
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connectJoin(t, eng, "s1", "alice", "c1")
+	rec.Take()
+	rdb.AddHook(delayHook{})
+	clock.Advance(time.Second)
+	gone := clock.Now()
+	if err := eng.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "s1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	clock.Advance(10 * time.Second) // Redis is back; the retry runs
+	for range 3 {
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second)
+	}
+	if err := eng.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range rec.TakeEvents() {
+		got = append(got, enginetest.Render(x))
+		switch {
+		case x.Kind == presence.EventStatus && !x.LastSeen.Equal(gone):
+			t.Errorf("lastSeen %v, want the disconnect %v", x.LastSeen, gone)
+		case x.Kind == presence.EventLeave && !x.At.Equal(gone):
+			t.Errorf("leave at %v, want the disconnect %v", x.At, gone)
+		}
+	}
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
 	}
 }

@@ -146,7 +146,7 @@ func (e *RedisEngine) retryPending(ctx context.Context, now time.Time) error {
 		if live {
 			continue
 		}
-		b, err := e.removeSocket(ctx, s, now)
+		b, err := e.removeSocket(ctx, s, now, true)
 		e.emit(ctx, b)
 		if err != nil {
 			return err

@@ -259,8 +259,9 @@ end
 `
 
 // convLeave removes a socket from a conversation. mode: "left" (leave now),
-// "grace" (the user's leave waits graceMs), "timeout" (leave now, at =
-// atMs; "" is now).
+// "grace" (the user's leave waits graceMs from atMs), "timeout" or "now"
+// (leave now, at atMs). atMs "" is now; a retry of a disconnect that
+// failed gives the moment of the disconnect.
 // The keys on and sk of releases before 2026-12-02 are cleared here too
 // (and on in userLeft), so that what such a release left in Redis goes
 // with its sockets.
@@ -271,8 +272,8 @@ end
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
-local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
+local deadline = at + tonumber(ARGV[5])
 local tag, short = ARGV[7], ARGV[8] == '1'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
@@ -292,7 +293,7 @@ if r.n > 0 then
   return {stopped, 0, 0}
 end
 if mode == 'grace' then
-  r.grace, r.left = deadline, now
+  r.grace, r.left = deadline, at
   mset(m, user, r, short)
   return {stopped, 0, 0}
 end
@@ -416,8 +417,13 @@ return came
 `)
 
 // userDisconnect uncounts a connection (a socket not counted is a no-op).
-// mode grace: offline waits graceMs; timeout: offline now with lastSeen
-// atMs ("" is now). An online user with sockets left gets an away timer
+// mode grace: offline waits graceMs from atMs; timeout or now: offline
+// now. atMs ("" is now) is the moment the socket was last there: its
+// disconnect (a retry of one that failed gives that moment), or a dead
+// node's last proof of life. The record keeps the latest of those moments
+// of the user's sockets (disc): the lastSeen of a user whose last socket
+// was on a dead node is the later of that node's proof and the moment
+// another socket of the user closed meanwhile. An online user with sockets left gets an away timer
 // in the due set: the node of this socket may have been the one watching
 // the user (redis_away.go); it fires awayAfterMs after the recorded
 // activity (the caller adds the slack, awaySlack, to AwayAfter).
@@ -426,8 +432,8 @@ return came
 var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
-local deadline = now + tonumber(ARGV[5])
 local at = tonumber(ARGV[6]) or now
+local deadline = at + tonumber(ARGV[5])
 local u = uget(h, user)
 if not u then
   redis.call('SREM', usk, sid)
@@ -442,6 +448,7 @@ if not i then
 end
 table.remove(l, i)
 usave(u, l)
+if u.disc < at then u.disc = at end
 if u.n > 0 then
   uset(h, user, u)
   if u.st == 'on' then redis.call('ZADD', due, u.act + tonumber(ARGV[7]), 'a\t' .. user) end
@@ -449,14 +456,13 @@ if u.n > 0 then
 end
 if mode == 'grace' then
   u.grace = deadline
-  u.disc = now
   uset(h, user, u)
   redis.call('ZADD', due, deadline, 'u\t' .. user)
   return {0, 0}
 end
 redis.call('HDEL', h, user)
 redis.call('ZREM', due, 'u\t' .. user, 'a\t' .. user)
-return {1, at}
+return {1, u.disc}
 `)
 
 // userGrace ends a user's flap grace if it is due, or says how long to wait.

@@ -137,7 +137,7 @@ func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) err
 	e.mu.Lock()
 	s, ok := e.local[socketID]
 	if ok {
-		s.mode = mode
+		s.mode, s.gone = mode, e.redisNow()
 		delete(e.local, socketID)
 		e.away.remove(s.user)
 		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
@@ -147,7 +147,7 @@ func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) err
 		return nil
 	}
 	now := e.cfg.Now()
-	b, err := e.removeSocket(ctx, s, now)
+	b, err := e.removeSocket(ctx, s, now, false)
 	e.emit(ctx, b)
 	e.mu.Lock()
 	delete(e.leaving, socketID)
@@ -160,26 +160,40 @@ func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) err
 }
 
 // removeSocket removes a disconnected socket of this node, in the mode
-// its Disconnect gave it ("grace" if none did).
-func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time) (batch, error) {
+// its Disconnect gave it ("grace" if none did). A retry (of a removal that
+// failed: Redis was unreachable) dates it at its disconnect, not now: the
+// user's last-seen is when the socket went.
+func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Time, retry bool) (batch, error) {
 	mode := s.mode
 	if mode == "" {
 		mode = "grace"
 	}
-	return e.removeFrom(ctx, e.regKey(s), s, now, mode, time.Time{})
+	var at time.Time
+	if retry && s.gone != 0 {
+		at = timestamp.FromMillis(s.gone)
+	}
+	return e.removeFrom(ctx, e.regKey(s), s, now, mode, at)
 }
 
 // removeFrom removes a socket from its conversations and user, and
 // schedules the grace timers, in one pipelined round trip. mode "grace"
 // (the leaves and offline wait for the flap grace), "now" (they happen
-// now, reason disconnected) or "timeout" (now, reason timeout; lastProof,
-// if set, is the socket's last proof of life, the last-seen).
+// now, reason disconnected) or "timeout" (now, reason timeout). lastProof,
+// if set, is the moment the socket was last there (a dead node's last
+// proof of life, or the disconnect of a retried removal); unset, now.
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
 	at := ""
 	if !lastProof.IsZero() {
 		at = strconv.FormatInt(timestamp.Millis(lastProof), 10)
 	}
 	grace := e.cfg.FlapGrace.Milliseconds()
+	delay := grace // until the grace's timers are due
+	if !lastProof.IsZero() {
+		// dated earlier (a retry): the grace ends that long after it
+		// (maybe past: due at once), at the user's deadline, so that the
+		// leaves go first, then the status, as always
+		delay = timestamp.Millis(lastProof) + grace - e.redisNow()
+	}
 	// s.convs is written under mu by a Leave, Join or undoJoin of the same
 	// socket that may still be running.
 	e.mu.Lock()
@@ -195,7 +209,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			// not this was the user's last socket there (if not, it finds
 			// nothing to do): a retry after a failure, whose leave finds
 			// the socket gone, still leaves the timer scheduled.
-			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, grace, 0, e.clk())
+			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, delay, 0, e.clk())
 		}
 	}
 	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, (e.cfg.AwayAfter + e.awaySlack()).Milliseconds())

@@ -240,6 +240,7 @@ func Run(t *testing.T, f Factory) {
 		{"AwayAndBack", testAway},
 		{"AwayAcrossNodes", testAwayAcrossNodes},
 		{"DeadNode", testDeadNode},
+		{"DeadNodeLastClose", testDeadNodeLastClose},
 		{"Idempotent", testIdempotent},
 		{"UsersQuery", testUsers},
 	}
@@ -624,6 +625,43 @@ func testDeadNode(e *env) {
 	e.clock.Advance(time.Second)
 	e.tick(n1)
 	e.expect()
+}
+
+// testDeadNodeLastClose: a user with a socket on a node that dies and one
+// on a live node, which closes after the death and before the reap: the
+// user's last-seen is that close (CONTRACT §1: the time the last
+// connection closed, cluster-wide), not the dead node's last proof of
+// life, which came before it.
+func testDeadNodeLastClose(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.place(map[presence.Socket]presence.Engine{
+		{ID: "a1", UserID: "alice"}: n1, {ID: "a2", UserID: "alice"}: n2,
+	}, "a1 c1", "a2 c1")
+	e.rec.Take()
+	// n2 stops (crash); 2 s later alice's socket on n1 closes
+	e.clock.Advance(time.Second)
+	e.tick(n1)
+	e.clock.Advance(time.Second)
+	e.tick(n1)
+	closed := e.clock.Now()
+	e.must(n1.Disconnect(e.ctx, "a1"))
+	e.expect() // the socket on n2 is still counted
+	for range 6 {
+		e.clock.Advance(time.Second)
+		e.tick(n1)
+	}
+	e.settle()
+	ev := e.rec.TakeEvents()
+	var got []string
+	for _, x := range ev {
+		got = append(got, Render(x))
+		if x.Kind == presence.EventStatus && !x.LastSeen.Equal(closed) {
+			e.t.Errorf("lastSeen %v, want the close on the live node %v", x.LastSeen, closed)
+		}
+	}
+	if want := []string{"leave c1 alice timeout", "status alice offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("events %q, want %q", got, want)
+	}
 }
 
 func testIdempotent(e *env) {
