@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,8 +123,17 @@ type Pipeline struct {
 	lastGC time.Time
 	// online (Config.Online): users whose status changed since the list
 	// in the store was last written, true if online (or away) now
-	online    map[string]bool
+	online map[string]bool
+	// arrived (Config.Online): users whose status changed since the list
+	// was last written, by a flush or by writeArrivals, which adds them
+	// to it between flushes (a user who came after the last flush, or
+	// came and went since, is then listed at a crash)
+	arrived   map[string]struct{}
 	recovered bool // RecoverOnline ran (under flushMu)
+	// born is when the pipeline was made; alive, whether a flush of its
+	// has written the alive moment (under flushMu)
+	born  time.Time
+	alive bool
 
 	flushMu  sync.Mutex // one flush at a time per pipeline
 	lastTrim time.Time
@@ -146,7 +157,9 @@ func NewPipeline(buf Buffer, st store.Store, cfg Config) *Pipeline {
 		pending: map[string]int64{},
 		exact:   map[string]int64{},
 		online:  map[string]bool{},
+		arrived: map[string]struct{}{},
 		lastGC:  cfg.Now(),
+		born:    cfg.Now(),
 	}
 	p.m = newMetrics(p)
 	return p
@@ -216,6 +229,7 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 		if p.cfg.Online != nil {
 			p.mu.Lock()
 			p.online[ev.UserID] = ev.Status != presence.Offline
+			p.arrived[ev.UserID] = struct{}{}
 			p.mu.Unlock()
 		}
 		var err error
@@ -397,7 +411,57 @@ func (p *Pipeline) takeOnline() map[string]bool {
 	defer p.mu.Unlock()
 	changed := p.online
 	p.online = make(map[string]bool, len(changed))
+	clear(p.arrived) // the flush writes them
 	return changed
+}
+
+// writeArrivals (Config.Online) adds the users whose status changed since
+// the list was last written to it, without moving the alive moment (Run,
+// every PushInterval; before this run's first flush, the moment it began): without it a user who came after the last flush was
+// not listed at a crash, and had no last-seen after it, or an older one
+// (the flush moment is what the others listed get). A user who went since
+// is listed too, and taken off by the next flush once their time is
+// stored. One statement when any changed.
+func (p *Pipeline) writeArrivals(ctx context.Context) error {
+	if p.cfg.Online == nil {
+		return nil
+	}
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	p.mu.Lock()
+	users := slices.Collect(maps.Keys(p.arrived))
+	clear(p.arrived)
+	p.mu.Unlock()
+	if len(users) == 0 {
+		return nil
+	}
+	put := func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, u := range users {
+			p.arrived[u] = struct{}{}
+		}
+	}
+	if _, err := p.recoverOnline(ctx); err != nil {
+		put()
+		return err
+	}
+	var alive time.Time // the last flush's stays
+	if !p.alive {
+		// no flush of this run has written one: the moment left is an
+		// earlier run's, and everyone listed now came after this one began
+		alive = p.born
+	}
+	for len(users) > 0 {
+		n := min(len(users), p.cfg.FlushBatch)
+		if err := p.cfg.Online.KeepOnline(ctx, alive, users[:n], nil); err != nil {
+			put()
+			return fmt.Errorf("lastseen: list the users who came online: %w", err)
+		}
+		p.statements.Add(1)
+		users = users[n:]
+	}
+	return nil
 }
 
 // keepOnlineChanges puts changes that were not written back; a change
@@ -440,6 +504,7 @@ func (p *Pipeline) writeOnline(ctx context.Context, alive time.Time, changed map
 			p.keepOnlineChanges(changed)
 			return fmt.Errorf("lastseen: write the online list: %w", err)
 		}
+		p.alive = true
 		p.statements.Add(1)
 		on, off = on[n:], off[m:]
 	}
@@ -589,7 +654,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-pushT.C:
-			err := p.push(ctx)
+			err := errors.Join(p.push(ctx), p.writeArrivals(ctx))
 			switch {
 			case ctx.Err() != nil:
 			case err != nil && !pushFailing:

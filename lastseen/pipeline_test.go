@@ -903,3 +903,64 @@ func TestOnlineList(t *testing.T) {
 		t.Fatalf("last-seen after the recovery %v: want u2 at its offline time %v, u1 and u3 at the alive moment %v", got, offAt, now)
 	}
 }
+
+// Between flushes the users whose status changed are added to the online
+// list (WriteArrivals, every PushInterval), without moving the alive
+// moment: after a crash a user who came after the last flush, or came and
+// went since, gets the last flush's moment, as the users listed then do
+// (before, they were not listed: "never seen", or an older stored time);
+// before the run's first flush, the moment the run began.
+func TestOnlineListArrivals(t *testing.T) {
+	ctx := t.Context()
+	lite, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "p.db"), store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	now := t0.Add(time.Hour)
+	p := lastseen.NewPipeline(lastseen.NewMemory(), lite, lastseen.Config{Online: lite, Now: func() time.Time { return now }})
+	must(t, lite.UpsertLastSeen(ctx, []store.LastSeen{{UserID: "back", At: t0}})) // an older stored time
+	if _, err := p.RecoverOnline(ctx); err != nil {
+		t.Fatal(err)
+	}
+	must(t, lite.KeepOnline(ctx, t0.Add(-time.Hour), nil, nil)) // an earlier run's alive moment
+	born := now
+	// before this run's first flush: listed, with the moment it began
+	now = now.Add(5 * time.Second)
+	p.HandleEvents(ctx, []presence.Event{{Kind: presence.EventStatus, UserID: "early", Status: presence.Online, At: now}})
+	must(t, p.WriteArrivals(ctx))
+	if n, err := lite.RecoverOnline(ctx); err != nil || n != 1 {
+		t.Fatalf("%d users listed before the first flush (%v), want 1", n, err)
+	}
+	if got, err := lite.LastSeen(ctx, []string{"early"}); err != nil || !got["early"].Equal(born) {
+		t.Fatalf("before the first flush: last-seen %v (%v), want the run's start %v, not an earlier run's moment", got, err, born)
+	}
+	p.HandleEvents(ctx, []presence.Event{{Kind: presence.EventStatus, UserID: "old", Status: presence.Online, At: now}})
+	must(t, p.Flush(ctx)) // listed: old; alive: now
+	flushed := now
+	now = now.Add(10 * time.Second)
+	p.HandleEvents(ctx, []presence.Event{
+		{Kind: presence.EventStatus, UserID: "new", Status: presence.Online, At: now},
+		{Kind: presence.EventStatus, UserID: "back", Status: presence.Online, At: now},
+		{Kind: presence.EventStatus, UserID: "brief", Status: presence.Online, At: now},
+		{Kind: presence.EventStatus, UserID: "brief", Status: presence.Offline, At: now, LastSeen: now},
+	})
+	before := p.Stats().Statements
+	must(t, p.WriteArrivals(ctx))
+	must(t, p.WriteArrivals(ctx)) // nothing new: no statement
+	if s := p.Stats().Statements - before; s != 1 {
+		t.Fatalf("%d statements for the arrivals, want 1", s)
+	}
+	// a crash now, before the next flush
+	n, err := lite.RecoverOnline(ctx)
+	if err != nil || n != 5 {
+		t.Fatalf("%d users listed (%v), want 5", n, err)
+	}
+	got, err := lite.LastSeen(ctx, []string{"early", "old", "new", "back", "brief"})
+	must(t, err)
+	for _, u := range []string{"early", "old", "new", "back", "brief"} {
+		if !got[u].Equal(flushed) {
+			t.Errorf("%s: last-seen %v after the crash, want the last flush's moment %v", u, got[u], flushed)
+		}
+	}
+}

@@ -14,8 +14,9 @@ import (
 // stores keep it; a cluster does not use it.
 type OnlineKeeper interface {
 	// KeepOnline notes, in one transaction, that the node was alive at
-	// alive, that the users of online are online and those of offline
-	// are not (each list at most MaxIDs; a user in both is offline).
+	// alive (zero: the moment noted before stays), that the users of
+	// online are online and those of offline are not (each list at most
+	// MaxIDs; a user in both is offline).
 	KeepOnline(ctx context.Context, alive time.Time, online, offline []string) error
 	// RecoverOnline gives every user listed online the last alive moment
 	// as last-seen (the later of that and the stored time wins), empties
@@ -24,16 +25,19 @@ type OnlineKeeper interface {
 }
 
 // onlineArgs validates KeepOnline's arguments: the lists as unique ids,
-// and the moment in Unix milliseconds.
+// and the moment in Unix milliseconds (0: none).
 func onlineArgs(op string, alive time.Time, online, offline []string) (on, off []string, ms int64, err error) {
-	if alive.IsZero() {
-		return nil, nil, 0, invalid(op, "zero alive time")
+	if !alive.IsZero() && alive.UnixMilli() <= 0 {
+		return nil, nil, 0, invalid(op, "alive time before 1970")
 	}
 	if on, err = uniqueIDs(op, "user id", online); err != nil {
 		return nil, nil, 0, err
 	}
 	if off, err = uniqueIDs(op, "user id", offline); err != nil {
 		return nil, nil, 0, err
+	}
+	if alive.IsZero() {
+		return on, off, 0, nil
 	}
 	return on, off, alive.UnixMilli(), nil
 }

@@ -346,8 +346,10 @@ func (p *Postgres) KeepOnline(ctx context.Context, alive time.Time, online, offl
 		return err
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		if _, err := p.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at`, ms); err != nil {
-			return err
+		if ms != 0 {
+			if _, err := p.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET seen_at = EXCLUDED.seen_at`, ms); err != nil {
+				return err
+			}
 		}
 		if len(on) > 0 {
 			if _, err := p.exec(ctx, tx, `INSERT INTO online_users (user_id) SELECT unnest($1::text[]) ON CONFLICT DO NOTHING`, on); err != nil {

@@ -471,8 +471,10 @@ func (s *SQLite) KeepOnline(ctx context.Context, alive time.Time, online, offlin
 		return err
 	}
 	return wrap(op, s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`, ms); err != nil {
-			return err
+		if ms != 0 {
+			if err := s.exec(ctx, tx, `INSERT INTO node_alive (id, seen_at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at`, ms); err != nil {
+				return err
+			}
 		}
 		if len(on) > 0 {
 			if err := s.exec(ctx, tx, `INSERT INTO online_users (user_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING`, jsonIDs(on)); err != nil {

@@ -193,6 +193,33 @@ describe('faults', { timeout: 300000 }, () => {
     assert.ok(again.logs.some((l) => /without a clean shutdown/.test(l.msg ?? '') && l.users === 1), 'the start says it recovered one user');
   });
 
+  it('SIGKILL of one node (embedded store) before any flush: a user who came since is listed within a second, and gets a last-seen after the restart', { timeout: 60000 }, async (t) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigkill-'));
+    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', '1h', '--flap-grace', '0s'];
+    const startAt = Date.now();
+    const server = await startServer({ t, nodeId: uid('kill'), args });
+    const came = uid('kcame');
+    const brief = uid('kbrief');
+    const { socket: stays } = await connect(server.url, { transports: ['websocket'], token: tokenFor(came, SECRET) });
+    const { socket: goes } = await connect(server.url, { transports: ['websocket'], token: tokenFor(brief, SECRET) });
+    closeClient(goes);
+    await sleep(1500); // one write of the list (every second), no flush (1 h)
+    const killAt = Date.now();
+    await server.kill();
+    closeClient(stays);
+
+    const again = await startServer({ t, nodeId: uid('kill2'), args });
+    for (const u of [came, brief]) {
+      const p = await ownPresence(again.url, u);
+      assert.equal(p.status, 'offline', show(p));
+      assert.ok(p.lastSeen, `${u}: a last-seen after the crash, not "never seen": ${show(p)}`);
+      const seen = Date.parse(p.lastSeen);
+      assert.ok(seen >= startAt - 50 && seen <= killAt, `${u}: last-seen ${p.lastSeen} between the start (${new Date(startAt).toISOString()}) and the kill`);
+    }
+    assert.ok(again.logs.some((l) => /without a clean shutdown/.test(l.msg ?? '') && l.users === 2), 'the start says it recovered two users');
+  });
+
   it('SIGHUP (a closed terminal) shuts down as SIGTERM does: final flush, exit 0', { timeout: 60000 }, async (t) => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sighup-'));
     t.after(() => fs.rmSync(dir, { recursive: true, force: true }));

@@ -818,9 +818,10 @@ func testOnlineKeeper(t *testing.T, b Backend) {
 	}
 	must(t, k.KeepOnline(ctx(t), at(1), []string{"a", "b", "c"}, nil))
 	must(t, k.KeepOnline(ctx(t), at(2), []string{"d", "a"}, []string{"b", "e"}))
+	must(t, k.KeepOnline(ctx(t), time.Time{}, []string{"f"}, nil)) // listed; the alive moment stays at(2)
 	must(t, s.UpsertLastSeen(ctx(t), []store.LastSeen{{UserID: "a", At: at(5)}, {UserID: "c", At: at(-5)}, {UserID: "b", At: at(1)}}))
 	for _, bad := range []func() error{
-		func() error { return k.KeepOnline(ctx(t), time.Time{}, []string{"x"}, nil) },
+		func() error { return k.KeepOnline(ctx(t), time.Unix(-1, 0), []string{"x"}, nil) },
 		func() error { return k.KeepOnline(ctx(t), at(9), []string{"a b"}, nil) },
 		func() error { return k.KeepOnline(ctx(t), at(9), nil, []string{""}) },
 	} {
@@ -829,10 +830,10 @@ func testOnlineKeeper(t *testing.T, b Backend) {
 		}
 	}
 	n, err := k.RecoverOnline(ctx(t))
-	if err != nil || n != 3 {
-		t.Fatalf("recover: %d %v, want 3 users (a, c, d)", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("recover: %d %v, want 4 users (a, c, d, f)", n, err)
 	}
-	wantTimes(t, s, map[string]time.Time{"a": at(5), "b": at(1), "c": at(2), "d": at(2)}, "a", "b", "c", "d", "e", "x")
+	wantTimes(t, s, map[string]time.Time{"a": at(5), "b": at(1), "c": at(2), "d": at(2), "f": at(2)}, "a", "b", "c", "d", "e", "f", "x")
 	if n, err := k.RecoverOnline(ctx(t)); err != nil || n != 0 {
 		t.Fatalf("a second recovery: %d %v, want an empty list", n, err)
 	}
