@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -127,4 +128,37 @@ func internString(s string) string {
 	}
 	var stack [handshakeInternBytes]byte
 	return internedStrings.get(append(stack[:0], s...), s)
+}
+
+// handshakeToken is the client's token: the CONNECT's auth payload
+// ({token}). A client of Engine.IO v3 (socket.io-client 2.x, with
+// PRESENCE_ALLOW_EIO3) has no auth payload: its token comes as a query
+// parameter, as such clients send it to a Node server (query: {token}),
+// of the namespace's CONNECT (which the library hands over as auth, each
+// value a list) or, for the main namespace, which such a client joins
+// without a CONNECT, of its handshake request; inURL says so.
+func handshakeToken(sock *socket.Socket) (token string, inURL bool) {
+	h := sock.Handshake()
+	if h == nil {
+		return "", false
+	}
+	if t, ok := h.Auth["token"].(string); ok || sock.Conn().Protocol() != 3 {
+		return t, false
+	}
+	if l, ok := h.Auth["token"].([]string); ok && len(l) > 0 {
+		return l[0], true
+	}
+	return h.Query.Query().Get("token"), true
+}
+
+// dropURLToken removes a v3 client's token from the handshake's query and
+// URL (handshakeToken): a credential is kept for no connection's life.
+func dropURLToken(h *socket.Handshake) {
+	delete(h.Query, "token")
+	if u, err := url.Parse(h.Url); err == nil {
+		q := u.Query()
+		q.Del("token")
+		u.RawQuery = q.Encode()
+		h.Url = u.String()
+	}
 }

@@ -331,7 +331,7 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 			s.gate.leaveFor(sid)
 		}
 	}()
-	token, _ := sock.Handshake().Auth["token"].(string)
+	token, inURL := handshakeToken(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), verifyTimeout)
 	defer cancel()
 	claims, err := s.deps.Verifier.Verify(ctx, token)
@@ -363,6 +363,9 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		delete(h.Auth, "token")
 		if len(h.Auth) == 0 {
 			h.Auth = nil
+		}
+		if inURL {
+			dropURLToken(h)
 		}
 		compactHandshake(h)
 	}

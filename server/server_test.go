@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -742,4 +743,57 @@ func waitFor(tb testing.TB, cond func() bool, what string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// With AllowEIO3 a client of Engine.IO v3 (socket.io-client 2.x), which
+// has no auth payload, gives its token as a query parameter: of the
+// handshake request (the main namespace, which such a client joins without
+// a CONNECT), or of a CONNECT's namespace; the socket keeps it nowhere.
+// Before, every v3 client was refused "missing token".
+func TestEIO3Token(t *testing.T) {
+	ts := newTestServer(t, server.Config{AllowEIO3: true})
+	poll := func(u string) string {
+		var got string
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && !strings.Contains(got, "session") && !strings.Contains(got, "unauthorized") {
+			_, body := do(t, "GET", u, "", nil)
+			got += body
+		}
+		return got
+	}
+	sid3 := func(query string) string {
+		resp, body := do(t, "GET", ts.URL+"/socket.io/?EIO=3&transport=polling"+query, "", nil)
+		i := strings.Index(body, "{")
+		var open struct{ Sid string }
+		if resp.StatusCode != 200 || i < 0 || json.Unmarshal([]byte(body[i:strings.LastIndex(body, "}")+1]), &open) != nil || open.Sid == "" {
+			t.Fatalf("v3 handshake: %d %q", resp.StatusCode, body)
+		}
+		return open.Sid
+	}
+	// the handshake's query
+	sid := sid3("&token=" + mint(t, "vthree"))
+	if got := poll(ts.URL + "/socket.io/?EIO=3&transport=polling&sid=" + sid); !strings.Contains(got, `"session",{"userId":"vthree"`) {
+		t.Fatalf("v3 client with a token in the handshake's query: %q", got)
+	}
+	// a CONNECT's namespace query, after the main namespace refused the
+	// handshake without one
+	sid = sid3("")
+	u := ts.URL + "/socket.io/?EIO=3&transport=polling&sid=" + sid
+	if got := poll(u); !strings.Contains(got, "missing token") {
+		t.Fatalf("v3 client without a token: %q", got)
+	}
+	pkt := "40/?token=" + mint(t, "vconnect") + ","
+	if resp, body := do(t, "POST", u, strconv.Itoa(len(pkt))+":"+pkt, nil); resp.StatusCode != 200 {
+		t.Fatalf("v3 CONNECT: %d %q", resp.StatusCode, body)
+	}
+	if got := poll(u); !strings.Contains(got, `"session",{"userId":"vconnect"`) {
+		t.Fatalf("v3 client with a token in its CONNECT: %q", got)
+	}
+	ts.Server.IO().Sockets().Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+		h := s.Handshake()
+		if _, ok := h.Query["token"]; ok || strings.Contains(h.Url, "token") || h.Auth["token"] != nil {
+			t.Errorf("socket %s keeps its token: query %v, url %q, auth %v", s.Id(), h.Query, h.Url, h.Auth)
+		}
+		return true
+	})
 }

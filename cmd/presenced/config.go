@@ -332,7 +332,7 @@ var settings = []setting{
 	}},
 	{"PRESENCE_PARSER", "json", "Socket.IO parser: json (the default parser) or msgpack (socket.io-msgpack-parser, as in socket.io.msgpack.min.js); every client of the server must use the same",
 		oneOf(func(c *Config) *string { return &c.Parser }, "json", "msgpack")},
-	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x)", boolean(func(c *Config) *bool { return &c.AllowEIO3 })},
+	{"PRESENCE_ALLOW_EIO3", "false", "also accept Engine.IO v3 clients (socket.io-client 2.x; their token: the query parameter token)", boolean(func(c *Config) *bool { return &c.AllowEIO3 })},
 	{"PRESENCE_HANDSHAKE_LIMIT", "100/10s", "new connections allowed per client IP per window, as N/duration; 0 turns the limit off", func(c *Config, v string) error {
 		if v == "0" || v == "off" {
 			c.HandshakeLimit = 0
