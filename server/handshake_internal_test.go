@@ -104,3 +104,23 @@ func TestCompactHandshakeTablesBounded(t *testing.T) {
 		t.Fatalf("a shared map changed: %v", first)
 	}
 }
+
+// FuzzValidPayload: the polling payload check (closeOnBadPollingPayload)
+// never panics on any body, in either Engine.IO version, and refuses an
+// empty one and any v4 body with an empty packet.
+func FuzzValidPayload(f *testing.F) {
+	for _, seed := range []string{"", "1", "6", `42["x"]`, "2\x1e3", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "bAQID", "b!!!", "1:6", `7:42["x"]`, `99:42["x"]`, "ab:42", "1:9", "0:", "2:b4AQ"} {
+		f.Add(seed, true)
+		f.Add(seed, false)
+	}
+	f.Fuzz(func(t *testing.T, body string, v4 bool) {
+		eio := "3"
+		if v4 {
+			eio = "4"
+		}
+		ok := validPayload(eio, []byte(body), "text/plain;charset=UTF-8")
+		if ok && (body == "" || (v4 && strings.Contains("\x1e"+body+"\x1e", "\x1e\x1e"))) {
+			t.Fatalf("EIO %s body %q accepted", eio, body)
+		}
+	})
+}

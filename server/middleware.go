@@ -172,16 +172,19 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodPost {
 			if r.ContentLength > s.cfg.MaxBuffer {
+				endPollingSession(next, r)
 				handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 				return
 			}
 			if r.ContentLength < 0 {
 				body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBuffer+1))
 				if err != nil {
+					endPollingSession(next, r)
 					handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 					return
 				}
 				if int64(len(body)) > s.cfg.MaxBuffer {
+					endPollingSession(next, r)
 					handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 					return
 				}
@@ -194,36 +197,101 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 }
 
 // closeOnBadPollingPayload ends a session whose long-polling POST is no
-// Engine.IO payload (an unknown packet type, bad base64, an empty body), as
-// Engine.IO does. The library's polling transport drops the decoder's
-// error and keeps the session open: a client could go on posting garbage
-// for as long as it answered pings. (Our websocket transport closes at
-// once.) The body is handed on as a CLOSE packet, so that the transport
-// closes the way it does for a client's close (200 "ok", as Node answers
-// such a POST; the session is gone for the next request). Closing the
-// engine socket from here instead left the transport's close timer
-// running for 30 s.
+// Engine.IO payload (an unknown packet type, bad base64, an empty body or
+// an empty packet in it, a v3 length that is no number or runs past the
+// body), or whose body could not be read whole, as Engine.IO does (a
+// "parse error", a request "closed prematurely"). The library's polling
+// transport drops the decoder's error and keeps the session open: a client
+// could go on posting garbage for as long as it answered pings, and a user
+// whose POST connection broke stayed online until the ping timeout. (Our
+// websocket transport closes at once.) The body is handed on as a CLOSE
+// packet, so that the transport closes the way it does for a client's
+// close (200 "ok", as Node answers such a POST; the session is gone for
+// the next request). Closing the engine socket from here instead left the
+// transport's close timer running for 30 s. capPollingBody ends the
+// session of a body over MaxBuffer the same way (endPollingSession).
 func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		sid := q.Get("sid")
-		if r.Method != http.MethodPost || sid == "" || q.Get("transport") != "polling" || q.Get("EIO") != "4" {
+		eio := q.Get("EIO")
+		close := closePayload(eio)
+		if r.Method != http.MethodPost || q.Get("sid") == "" || q.Get("transport") != "polling" || close == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
 		body, err := io.ReadAll(r.Body) // bounded by capPollingBody
 		if err != nil {
+			endPollingSession(next, r)
 			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 			return
 		}
-		if _, derr := eioparser.Parserv4().DecodePayload(types.NewStringBuffer(body)); derr != nil || len(body) == 0 {
-			body = []byte{'1'} // Engine.IO's CLOSE
+		if !validPayload(eio, body, r.Header.Get("Content-Type")) {
+			body = []byte(close)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
 }
+
+// closePayload is a polling payload of one CLOSE packet in Engine.IO
+// version eio's framing ("" for another version).
+func closePayload(eio string) string {
+	switch eio {
+	case "4":
+		return "1"
+	case "3":
+		return "1:1"
+	}
+	return ""
+}
+
+// validPayload reports whether body is a polling payload of Engine.IO
+// version eio (see closePayload) that Engine.IO accepts: every packet
+// decodes, and none is empty. A v3 binary payload (octet-stream) is left
+// to the transport.
+func validPayload(eio string, body []byte, contentType string) bool {
+	if len(body) == 0 {
+		return false
+	}
+	if eio == "3" {
+		if strings.HasPrefix(contentType, "application/octet-stream") {
+			return true
+		}
+		_, err := eioparser.Parserv3().DecodePayload(types.NewStringBuffer(body))
+		return err == nil
+	}
+	if body[0] == 0x1e || body[len(body)-1] == 0x1e || bytes.Contains(body, []byte{0x1e, 0x1e}) {
+		return false // an empty packet
+	}
+	_, err := eioparser.Parserv4().DecodePayload(types.NewStringBuffer(body))
+	return err == nil
+}
+
+// endPollingSession ends the session of r, a long-polling POST refused
+// before the engine saw it (its body over MaxBuffer, or unreadable): the
+// engine is handed a CLOSE for the session instead, its answer discarded,
+// and the caller answers r. Engine.IO ends a session on such a POST; the
+// library's transport kept it. Other requests are left alone.
+func endPollingSession(next http.Handler, r *http.Request) {
+	q := r.URL.Query()
+	close := closePayload(q.Get("EIO"))
+	if r.Method != http.MethodPost || q.Get("sid") == "" || q.Get("transport") != "polling" || close == "" {
+		return
+	}
+	cr := r.Clone(context.WithoutCancel(r.Context())) // r's ends with its connection, which may be gone
+	cr.Body = io.NopCloser(strings.NewReader(close))
+	cr.ContentLength = int64(len(close))
+	cr.Header.Del("Content-Type")
+	next.ServeHTTP(discardResponse{header: http.Header{}}, cr)
+}
+
+// discardResponse is a ResponseWriter that keeps nothing.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header         { return d.header }
+func (d discardResponse) Write(b []byte) (int, error) { return len(b), nil }
+func (d discardResponse) WriteHeader(int)             {}
 
 // releaseOnHijack hands the engine a websocket upgrade's ResponseWriter
 // that lets go of net/http's once the connection is hijacked. The engine

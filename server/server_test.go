@@ -713,7 +713,7 @@ func embeddedEmitter(p reflect.Value) string {
 // it. A good payload passes.
 func TestPollingBadPayloadEndsSession(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
-	for _, bad := range []string{"zzz", "9", "", "b!!!notbase64", "4hi\x1e9"} {
+	for _, bad := range []string{"zzz", "9", "", "b!!!notbase64", "4hi\x1e9", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "\x1e" + `42["a"]`} {
 		sid := handshake(t, ts.URL, nil)
 		u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
 		if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "garbler")+`"}`, nil); resp.StatusCode != 200 {
@@ -796,4 +796,82 @@ func TestEIO3Token(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A long-polling POST refused before the engine reads it ends its session
+// too, as Engine.IO ends it: a body over MaxBuffer (413, with a length or
+// chunked) and a body cut short (400); and so does a v3 POST that is no
+// v3 payload. Before, the session stayed, and its user online until the
+// ping timeout.
+func TestPollingRefusedPostEndsSession(t *testing.T) {
+	ts := newTestServer(t, server.Config{MaxBuffer: 1024, AllowEIO3: true})
+	open := func(eio string) string {
+		if eio == "4" {
+			sid := handshake(t, ts.URL, nil)
+			u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+			if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "refused")+`"}`, nil); resp.StatusCode != 200 {
+				t.Fatalf("connect: %d %q", resp.StatusCode, body)
+			}
+			waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+			return u
+		}
+		resp, body := do(t, "GET", ts.URL+"/socket.io/?EIO=3&transport=polling&token="+mint(t, "refused3"), "", nil)
+		i := strings.Index(body, `"sid":"`)
+		if resp.StatusCode != 200 || i < 0 {
+			t.Fatalf("v3 handshake: %d %q", resp.StatusCode, body)
+		}
+		sid := body[i+7 : i+7+strings.Index(body[i+7:], `"`)]
+		waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the v3 socket connected")
+		return ts.URL + "/socket.io/?EIO=3&transport=polling&sid=" + sid
+	}
+	gone := func(what, u string) {
+		t.Helper()
+		if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Session ID unknown") {
+			t.Errorf("GET after %s: %d %q, want the session gone", what, resp.StatusCode, body)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected after "+what)
+	}
+	big := `42["x","` + strings.Repeat("a", 2000) + `"]`
+
+	u := open("4")
+	if resp, _ := do(t, "POST", u, big, nil); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversize POST: %d", resp.StatusCode)
+	}
+	gone("an oversize POST", u)
+
+	u = open("4")
+	req, _ := http.NewRequest("POST", u, io.MultiReader(strings.NewReader(big))) // no length: chunked
+	req.ContentLength = -1
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversize chunked POST: %d", resp.StatusCode)
+	}
+	gone("an oversize chunked POST", u)
+
+	u = open("4")
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := strings.TrimPrefix(u, ts.URL)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\nContent-Type: text/plain;charset=UTF-8\r\n\r\n42[\"cut\"", path, addr)
+	c.(*net.TCPConn).CloseWrite()
+	_, _ = io.ReadAll(c)
+	c.Close()
+	gone("a POST cut short", u)
+
+	for _, bad := range []string{`42["x"]`, `99:42["x"]`, "ab:42", "1:9"} {
+		u = open("3")
+		do(t, "POST", u, bad, nil)
+		gone(fmt.Sprintf("the v3 POST %q", bad), u)
+	}
+	u = open("3")
+	if resp, body := do(t, "POST", u, "1:6", nil); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("v3 NOOP: %d %q", resp.StatusCode, body)
+	}
 }
