@@ -856,11 +856,7 @@ func TestWithPresenceEngine(t *testing.T) {
 // listed get the last alive moment and the others keep their own times.
 func TestOnlineList(t *testing.T) {
 	ctx := t.Context()
-	lite, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "p.db"), store.SQLiteConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lite.Close() })
+	lite := tempSQLite(t)
 	st := &wrapStore{Store: lite}
 	now := t0.Add(time.Hour)
 	p := lastseen.NewPipeline(lastseen.NewMemory(), st, lastseen.Config{Online: lite, Now: func() time.Time { return now }})
@@ -912,11 +908,7 @@ func TestOnlineList(t *testing.T) {
 // before the run's first flush, the moment the run began.
 func TestOnlineListArrivals(t *testing.T) {
 	ctx := t.Context()
-	lite, err := store.OpenSQLite(ctx, filepath.Join(t.TempDir(), "p.db"), store.SQLiteConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lite.Close() })
+	lite := tempSQLite(t)
 	now := t0.Add(time.Hour)
 	p := lastseen.NewPipeline(lastseen.NewMemory(), lite, lastseen.Config{Online: lite, Now: func() time.Time { return now }})
 	must(t, lite.UpsertLastSeen(ctx, []store.LastSeen{{UserID: "back", At: t0}})) // an older stored time
@@ -963,4 +955,15 @@ func TestOnlineListArrivals(t *testing.T) {
 			t.Errorf("%s: last-seen %v after the crash, want the last flush's moment %v", u, got[u], flushed)
 		}
 	}
+}
+
+// tempSQLite is a store in a file of the test's, closed after it.
+func tempSQLite(t *testing.T) *store.SQLite {
+	t.Helper()
+	lite, err := store.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "p.db"), store.SQLiteConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lite.Close() })
+	return lite
 }

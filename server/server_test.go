@@ -860,7 +860,7 @@ func TestPollingRefusedPostEndsSession(t *testing.T) {
 	}
 	path := strings.TrimPrefix(u, ts.URL)
 	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 100\r\nContent-Type: text/plain;charset=UTF-8\r\n\r\n42[\"cut\"", path, addr)
-	c.(*net.TCPConn).CloseWrite()
+	_ = c.(*net.TCPConn).CloseWrite()
 	_, _ = io.ReadAll(c)
 	c.Close()
 	gone("a POST cut short", u)

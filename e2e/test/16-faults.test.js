@@ -28,6 +28,23 @@ async function ownPresence(url, user) {
   return JSON.parse(res.body);
 }
 
+
+/**
+ * One node on a fresh embedded store (last-seen flushed every `flush`,
+ * no flap grace) and two users: the first stays connected, the second
+ * connects and leaves. Resolves with {args, server, stays, ids}.
+ */
+async function crashSetup(t, flush, stems) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigkill-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', flush, '--flap-grace', '0s'];
+  const server = await startServer({ t, nodeId: uid('kill'), args });
+  const ids = stems.map(uid);
+  const { socket: stays } = await connect(server.url, { transports: ['websocket'], token: tokenFor(ids[0], SECRET) });
+  const { socket: goes } = await connect(server.url, { transports: ['websocket'], token: tokenFor(ids[1], SECRET) });
+  closeClient(goes);
+  return { args, server, stays, ids };
+}
 describe('faults', { timeout: 300000 }, () => {
   it('Redis unreachable at start: the node starts, /readyz is 503 until Redis comes', { timeout: 60000 }, async (t) => {
     const redis = await privateRedis(t); // not started yet
@@ -167,15 +184,7 @@ describe('faults', { timeout: 300000 }, () => {
   });
 
   it('SIGKILL of one node (embedded store): its online users get its last alive moment as last-seen, the others keep theirs', { timeout: 60000 }, async (t) => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigkill-'));
-    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', '1s', '--flap-grace', '0s'];
-    const server = await startServer({ t, nodeId: uid('kill'), args });
-    const online = uid('kon');
-    const left = uid('kleft');
-    const { socket: stays } = await connect(server.url, { transports: ['websocket'], token: tokenFor(online, SECRET) });
-    const { socket: goes } = await connect(server.url, { transports: ['websocket'], token: tokenFor(left, SECRET) });
-    closeClient(goes);
+    const { args, server, stays, ids: [online, left] } = await crashSetup(t, '1s', ['kon', 'kleft']);
     const leftAt = Date.now();
     await sleep(2500); // two flushes or more
     const killAt = Date.now();
@@ -194,16 +203,8 @@ describe('faults', { timeout: 300000 }, () => {
   });
 
   it('SIGKILL of one node (embedded store) before any flush: a user who came since is listed within a second, and gets a last-seen after the restart', { timeout: 60000 }, async (t) => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'presenced-sigkill-'));
-    t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
-    const args = ['--data', path.join(dir, 'presenced.db'), '--membership', 'open', '--lastseen-flush-interval', '1h', '--flap-grace', '0s'];
     const startAt = Date.now();
-    const server = await startServer({ t, nodeId: uid('kill'), args });
-    const came = uid('kcame');
-    const brief = uid('kbrief');
-    const { socket: stays } = await connect(server.url, { transports: ['websocket'], token: tokenFor(came, SECRET) });
-    const { socket: goes } = await connect(server.url, { transports: ['websocket'], token: tokenFor(brief, SECRET) });
-    closeClient(goes);
+    const { args, server, stays, ids: [came, brief] } = await crashSetup(t, '1h', ['kcame', 'kbrief']);
     await sleep(1500); // one write of the list (every second), no flush (1 h)
     const killAt = Date.now();
     await server.kill();
