@@ -133,10 +133,16 @@ const kickEvent = "presenced:kick"
 // grace, which is there for a client coming back, and this one will not
 // (presence.Connections.DisconnectNow). It returns once every node has
 // disconnected its sockets, or when ctx ends.
+// Then it asks every node to disconnect the user's sockets the library's
+// way too: a node of an earlier release, which knows no kickEvent, does
+// that (with the grace); the others have none left by then.
 func (h *Sockets) DisconnectUser(ctx context.Context, userID string) {
 	h.kick(userID)
 	if err := h.tellNodes(ctx, kickEvent, userID); err != nil {
 		h.log.Warn("disconnect not confirmed by every node", "user_id", userID, "err", err)
+	}
+	if io := h.rooms.io.Load(); io != nil {
+		io.In(UserRoom(userID)).DisconnectSockets(false)
 	}
 }
 

@@ -416,12 +416,13 @@ func (p *Pipeline) takeOnline() map[string]bool {
 }
 
 // writeArrivals (Config.Online) adds the users whose status changed since
-// the list was last written to it, without moving the alive moment (Run,
-// every PushInterval; before this run's first flush, the moment it began): without it a user who came after the last flush was
-// not listed at a crash, and had no last-seen after it, or an older one
-// (the flush moment is what the others listed get). A user who went since
-// is listed too, and taken off by the next flush once their time is
-// stored. One statement when any changed.
+// the list was last written to it (Run, every PushInterval), without
+// moving the alive moment (before this run's first flush: the moment it
+// began). Without it a user who came after the last flush was not listed
+// at a crash, and had no last-seen after it, or an older one (the flush
+// moment is what the others listed get). A user who went since is listed
+// too, and taken off by the next flush once their time is stored. One
+// statement when any changed.
 func (p *Pipeline) writeArrivals(ctx context.Context) error {
 	if p.cfg.Online == nil {
 		return nil

@@ -423,10 +423,11 @@ return came
 // node's last proof of life. The record keeps the latest of those moments
 // of the user's sockets (disc): the lastSeen of a user whose last socket
 // was on a dead node is the later of that node's proof and the moment
-// another socket of the user closed meanwhile. An online user with sockets left gets an away timer
-// in the due set: the node of this socket may have been the one watching
-// the user (redis_away.go); it fires awayAfterMs after the recorded
-// activity (the caller adds the slack, awaySlack, to AwayAfter).
+// another socket of the user closed meanwhile. An online user with
+// sockets left gets an away timer in the due set: the node of this socket
+// may have been the one watching the user (redis_away.go); it fires
+// awayAfterMs after the recorded activity (the caller adds the slack,
+// awaySlack, to AwayAfter).
 // KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
 // → {offline(0|1), lastSeen}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
