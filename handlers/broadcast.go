@@ -42,6 +42,65 @@ type Rooms struct {
 
 	mu       sync.RWMutex
 	onStatus []func(context.Context, presence.Event)
+
+	// joins: when this node last delivered a presence:join of a user in
+	// a conversation (its own or another node's), for a leave that
+	// overtakes it (Sockets.RemoteBroadcast); entries older than
+	// joinWindow are dropped.
+	joinsMu    sync.Mutex
+	joins      map[joinKey]time.Time
+	joinsSwept time.Time
+}
+
+// joinKey is a user in a conversation.
+type joinKey struct{ conv, user string }
+
+// joinWindow is how long after a presence:join a leave of the same user
+// in the same conversation is checked against the roster.
+const joinWindow = time.Second
+
+// noteJoin notes a presence:join of user in conv delivered here now.
+func (r *Rooms) noteJoin(conv, user string) {
+	now := time.Now()
+	r.joinsMu.Lock()
+	defer r.joinsMu.Unlock()
+	if r.joins == nil {
+		r.joins = map[joinKey]time.Time{}
+	}
+	if now.Sub(r.joinsSwept) > joinWindow {
+		for k, at := range r.joins {
+			if now.Sub(at) > joinWindow {
+				delete(r.joins, k)
+			}
+		}
+		r.joinsSwept = now
+	}
+	r.joins[joinKey{conv, user}] = now
+}
+
+// joinedLately reports whether a presence:join of user in conv was
+// delivered here within joinWindow.
+func (r *Rooms) joinedLately(conv, user string) bool {
+	r.joinsMu.Lock()
+	defer r.joinsMu.Unlock()
+	at, ok := r.joins[joinKey{conv, user}]
+	return ok && time.Since(at) <= joinWindow
+}
+
+// JoinAgain tells this node's sockets in a conversation, and only them,
+// that a member is there (presence:join), with their join time: after a
+// presence:leave that came after the join it is older than (see
+// Sockets.RemoteBroadcast).
+func (r *Rooms) JoinAgain(ctx context.Context, m presence.Member, conv string) {
+	io := r.io.Load()
+	if io == nil {
+		return
+	}
+	settings := lookup(ctx, r.settings, []string{m.UserID})
+	payload := JoinPayload{ConversationID: conv, UserID: m.UserID, At: roomTime(m.Since, m.UserID, settings)}
+	if err := io.Local().To(ConversationRoom(conv)).Emit("presence:join", payload); err != nil {
+		r.log.Warn("broadcast failed", "event", "presence:join", "room", string(ConversationRoom(conv)), "err", err)
+	}
 }
 
 // NewRooms creates an unbound Rooms.
@@ -196,6 +255,7 @@ func (r *Rooms) Sink() presence.Sink {
 func (r *Rooms) deliver(ctx context.Context, e presence.Event, settings map[string]store.Visibility) {
 	switch e.Kind {
 	case presence.EventJoin:
+		r.noteJoin(e.ConversationID, e.UserID)
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "presence:join", JoinPayload{
 			ConversationID: e.ConversationID, UserID: e.UserID, At: roomTime(e.At, e.UserID, settings),
 		})

@@ -176,3 +176,67 @@ func TestJoinRacingEvictionIsUndone(t *testing.T) {
 		t.Fatalf("typing after the undone join: %s", got)
 	}
 }
+
+// A presence:leave from another node that arrives right after a
+// presence:join of the same user in the same conversation (the leave,
+// through one node, came first; the join, through this one, a few
+// milliseconds after it, reached this node's sockets at once) leaves this
+// node's sockets seeing the user gone while the roster has them: each is
+// told of the join again. A leave the roster agrees with changes nothing.
+func TestLeaveOvertakingJoin(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	mem := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
+	t.Cleanup(func() { mem.Close() })
+	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: mem, Membership: &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}}, Rooms: rooms,
+	})
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewHS256(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooms.Bind(srv.IO())
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		srv.IO().Close(nil)
+		hs.Close()
+	})
+	bob := dialSocket(t, hs.URL, signToken(t, secret, "bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice := dialSocket(t, hs.URL, signToken(t, secret, "alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+
+	// another node's leave of alice, older than her join here, arrives now
+	stale := map[string]any{"conversationId": "c1", "userId": "alice", "at": nil, "reason": "disconnected"}
+	if err := srv.IO().Local().To(handlers.ConversationRoom("c1")).Emit("presence:leave", handlers.LeavePayload{ConversationID: "c1", UserID: "alice", Reason: "disconnected"}); err != nil {
+		t.Fatal(err)
+	}
+	sockets.RemoteBroadcast([]any{"presence:leave", stale})
+	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`) // told again
+
+	// alice leaves for real; a leave arriving after it changes nothing
+	alice.emit(3, "conversation:leave", map[string]string{"conversationId": "c1"})
+	alice.read("433[")
+	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
+	sockets.RemoteBroadcast([]any{"presence:leave", stale})
+	_ = bob.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	for {
+		_, msg, err := bob.conn.ReadMessage()
+		if err != nil {
+			break // quiet
+		}
+		if strings.Contains(string(msg), "presence:join") {
+			t.Fatalf("a join after a leave the roster agrees with: %s", msg)
+		}
+	}
+}
