@@ -61,7 +61,19 @@ const joinWindow = time.Second
 
 // noteJoin notes a presence:join of user in conv delivered here now.
 func (r *Rooms) noteJoin(conv, user string) {
-	now := time.Now()
+	r.noteJoinAt(conv, user, time.Now())
+}
+
+// joinedSince reports whether a presence:join of user in conv was
+// delivered here after t.
+func (r *Rooms) joinedSince(conv, user string, t time.Time) bool {
+	r.joinsMu.Lock()
+	defer r.joinsMu.Unlock()
+	at, ok := r.joins[joinKey{conv, user}]
+	return ok && at.After(t)
+}
+
+func (r *Rooms) noteJoinAt(conv, user string, now time.Time) {
 	r.joinsMu.Lock()
 	defer r.joinsMu.Unlock()
 	if r.joins == nil {

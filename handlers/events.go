@@ -699,10 +699,14 @@ func (h *Sockets) RemoteBroadcast(data any) {
 		h.rooms.noteJoin(conv, user)
 	case "presence:leave":
 		if h.rooms.joinedLately(conv, user) {
-			go h.leaveOvertook(conv, user)
+			go h.leaveOvertook(conv, user, time.Now())
 		}
 	}
 }
+
+// overtakeWait is how long leaveOvertook waits for a join that the leave
+// it checks came before.
+const overtakeWait = 100 * time.Millisecond
 
 // leaveOvertook runs after a presence:leave that came from another node
 // right after a presence:join of the same user in the same conversation:
@@ -712,9 +716,15 @@ func (h *Sockets) RemoteBroadcast(data any) {
 // the other's through Redis after it. The join's node, and a third node
 // that got the join's publication first, showed the user gone while the
 // roster had them (a black-box run: 5 of 70 tries at 1.5-4.5 ms apart).
-// If the roster has the user now, this node's sockets there are told of
-// the join again, and only they (each node sees to its own).
-func (h *Sockets) leaveOvertook(conv, user string) {
+// Unless a join of the user there reaches this node within overtakeWait
+// after the leave (arrived at), which then came in the right order, the
+// roster is read: if it has the user, this node's sockets there are told
+// of the join again, and only they (each node sees to its own).
+func (h *Sockets) leaveOvertook(conv, user string, arrived time.Time) {
+	time.Sleep(overtakeWait)
+	if h.rooms.joinedSince(conv, user, arrived) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
 	defer cancel()
 	res, err := h.engine.Roster(ctx, conv)
