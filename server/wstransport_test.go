@@ -151,6 +151,22 @@ func TestWebsocketSessionNotUpgradedAgain(t *testing.T) {
 	if _, msg, err := up.ReadMessage(); err != nil || string(msg) != "3probe" {
 		t.Fatalf("probe answer %q, %v", msg, err)
 	}
+	// and completes: the session's PINGs come on the websocket. (Ending
+	// the test at the probe raced the server's close against the
+	// library's probe handler, which arms its upgrade check after sending
+	// the answer: a close in between left that check's goroutine running.)
+	if err := up.WriteMessage(ws.TextMessage, []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, msg, err := up.ReadMessage()
+		if err != nil {
+			t.Fatalf("after the upgrade: %v", err)
+		}
+		if string(msg) == "2" {
+			break
+		}
+	}
 }
 
 // One Engine.IO connection may have maxRefusals CONNECTs refused; its next
