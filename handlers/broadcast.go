@@ -59,11 +59,6 @@ type joinKey struct{ conv, user string }
 // in the same conversation is checked against the roster.
 const joinWindow = time.Second
 
-// noteJoin notes a presence:join of user in conv delivered here now.
-func (r *Rooms) noteJoin(conv, user string) {
-	r.noteJoinAt(conv, user, time.Now())
-}
-
 // joinedSince reports whether a presence:join of user in conv was
 // delivered here after t.
 func (r *Rooms) joinedSince(conv, user string, t time.Time) bool {
@@ -73,7 +68,9 @@ func (r *Rooms) joinedSince(conv, user string, t time.Time) bool {
 	return ok && at.After(t)
 }
 
-func (r *Rooms) noteJoinAt(conv, user string, now time.Time) {
+// noteJoin notes a presence:join of user in conv delivered here now.
+func (r *Rooms) noteJoin(conv, user string) {
+	now := time.Now()
 	r.joinsMu.Lock()
 	defer r.joinsMu.Unlock()
 	if r.joins == nil {
