@@ -107,32 +107,12 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 // joined (#12 finding 5). The test holds the join inside the engine, runs
 // the removal and its eviction, then lets the join finish.
 func TestJoinRacingEvictionIsUndone(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	rooms := handlers.NewRooms(0, log)
-	mem := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	t.Cleanup(func() { mem.Close() })
-	eng := &gatedEngine{Engine: mem}
-	membership := &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}}
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
-		Log: log, Metrics: m, Engine: eng, Membership: membership, Rooms: rooms,
+	var eng *gatedEngine
+	n := startNode(t, func(mem presence.Engine) presence.Engine {
+		eng = &gatedEngine{Engine: mem}
+		return eng
 	})
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	v, err := auth.NewHS256(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rooms.Bind(srv.IO())
-	sockets.ListenEvictions()
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.IO().Close(nil)
-		hs.Close()
-	})
+	mem, membership, sockets, hs, secret := n.mem, n.membership, n.sockets, n.hs, n.secret
 	token := func(user string) string { return signToken(t, secret, user) }
 
 	bob := dialSocket(t, hs.URL, token("bob"))
@@ -184,29 +164,8 @@ func TestJoinRacingEvictionIsUndone(t *testing.T) {
 // node's sockets seeing the user gone while the roster has them: each is
 // told of the join again. A leave the roster agrees with changes nothing.
 func TestLeaveOvertakingJoin(t *testing.T) {
-	log := slog.New(slog.DiscardHandler)
-	m := metrics.New()
-	rooms := handlers.NewRooms(0, log)
-	mem := presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()})
-	t.Cleanup(func() { mem.Close() })
-	sockets := handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
-		Log: log, Metrics: m, Engine: mem, Membership: &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}}, Rooms: rooms,
-	})
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	v, err := auth.NewHS256(secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rooms.Bind(srv.IO())
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		srv.IO().Close(nil)
-		hs.Close()
-	})
+	n := startNode(t, nil)
+	sockets, srv, hs, secret := n.sockets, n.srv, n.hs, n.secret
 	bob := dialSocket(t, hs.URL, signToken(t, secret, "bob"))
 	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
 	bob.read("431[")
@@ -239,4 +198,52 @@ func TestLeaveOvertakingJoin(t *testing.T) {
 			t.Fatalf("a join after a leave the roster agrees with: %s", msg)
 		}
 	}
+}
+
+// testNode is one node on a memory engine, serving over HTTP, with alice
+// and bob members of c1.
+type testNode struct {
+	mem        *presence.MemoryEngine
+	membership *members
+	sockets    *handlers.Sockets
+	srv        *server.Server
+	hs         *httptest.Server
+	secret     []byte
+}
+
+// startNode starts a testNode; wrap, if set, wraps its engine.
+func startNode(t *testing.T, wrap func(presence.Engine) presence.Engine) *testNode {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	m := metrics.New()
+	rooms := handlers.NewRooms(0, log)
+	n := &testNode{
+		mem:        presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()}),
+		membership: &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}},
+		secret:     []byte("0123456789abcdef0123456789abcdef"),
+	}
+	t.Cleanup(func() { n.mem.Close() })
+	var eng presence.Engine = n.mem
+	if wrap != nil {
+		eng = wrap(eng)
+	}
+	n.sockets = handlers.NewSockets(handlers.SessionConfig{NodeID: "n1"}, handlers.SocketDeps{
+		Log: log, Metrics: m, Engine: eng, Membership: n.membership, Rooms: rooms,
+	})
+	v, err := auth.NewHS256(n.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.srv, err = server.New(server.Config{}, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: n.sockets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rooms.Bind(n.srv.IO())
+	n.sockets.ListenEvictions()
+	n.hs = httptest.NewServer(n.srv.Handler())
+	t.Cleanup(func() {
+		n.srv.IO().Close(nil)
+		n.hs.Close()
+	})
+	return n
 }
