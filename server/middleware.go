@@ -212,10 +212,8 @@ func (s *Server) capPollingBody(next http.Handler) http.Handler {
 // session of a body over MaxBuffer the same way (endPollingSession).
 func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		eio := q.Get("EIO")
-		close := closePayload(eio)
-		if r.Method != http.MethodPost || q.Get("sid") == "" || q.Get("transport") != "polling" || close == "" {
+		close := pollingClose(r)
+		if close == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -225,7 +223,7 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 			return
 		}
-		if !validPayload(eio, body, r.Header.Get("Content-Type")) {
+		if !validPayload(r.URL.Query().Get("EIO"), body, r.Header.Get("Content-Type")) {
 			body = []byte(close)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -234,10 +232,15 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 	})
 }
 
-// closePayload is a polling payload of one CLOSE packet in Engine.IO
-// version eio's framing ("" for another version).
-func closePayload(eio string) string {
-	switch eio {
+// pollingClose is, for r a long-polling POST of a session, a payload of
+// one CLOSE packet in the framing of its Engine.IO version; "" for another
+// request or version.
+func pollingClose(r *http.Request) string {
+	q := r.URL.Query()
+	if r.Method != http.MethodPost || q.Get("sid") == "" || q.Get("transport") != "polling" {
+		return ""
+	}
+	switch q.Get("EIO") {
 	case "4":
 		return "1"
 	case "3":
@@ -247,7 +250,7 @@ func closePayload(eio string) string {
 }
 
 // validPayload reports whether body is a polling payload of Engine.IO
-// version eio (see closePayload) that Engine.IO accepts: every packet
+// version eio (see pollingClose) that Engine.IO accepts: every packet
 // decodes, and none is empty. A v3 binary payload (octet-stream) is left
 // to the transport.
 func validPayload(eio string, body []byte, contentType string) bool {
@@ -274,9 +277,8 @@ func validPayload(eio string, body []byte, contentType string) bool {
 // and the caller answers r. Engine.IO ends a session on such a POST; the
 // library's transport kept it. Other requests are left alone.
 func endPollingSession(next http.Handler, r *http.Request) {
-	q := r.URL.Query()
-	close := closePayload(q.Get("EIO"))
-	if r.Method != http.MethodPost || q.Get("sid") == "" || q.Get("transport") != "polling" || close == "" {
+	close := pollingClose(r)
+	if close == "" {
 		return
 	}
 	cr := r.Clone(context.WithoutCancel(r.Context())) // r's ends with its connection, which may be gone
