@@ -257,10 +257,7 @@ func TestRedisDataLossResync(t *testing.T) {
 		t.Fatal(err)
 	}
 	connectJoin(t, eng, "s1", "alice", "c1")
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		rdb.Del(ctx, iter.Val())
-	}
+	loseData(rdb, prefix)
 	if r, _ := eng.Roster(ctx, "c1"); len(r.Online) != 0 {
 		t.Fatalf("keys deleted but roster %+v", r)
 	}

@@ -120,6 +120,9 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (
 
 // resync registers every local socket again, after this node was reaped
 // (or Redis lost its data). It is idempotent: what is still there stays.
+// A user comes back with the last activity this node saw (away if that
+// is AwayAfter old), and the typing entries of this node's starts that
+// have not expired are written again (resyncTyping).
 func (e *RedisEngine) resync(ctx context.Context) error {
 	now := e.cfg.Now()
 	e.mu.Lock()
@@ -142,7 +145,12 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.regKey(s), s.id, regs[s.id])
-		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user), e.userReserved(s.user)}, s.user, s.id, e.clk(), 0)
+		last := e.away.lastSeen(s.user) // (a connect is activity: not zero)
+		if last.IsZero() || last.After(now) {
+			last = now
+		}
+		came := userConnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user), e.userReserved(s.user)},
+			s.user, s.id, e.clk(), 0, now.Sub(last).Milliseconds(), e.cfg.AwayAfter.Milliseconds())
 		joins := make([]*redis.Cmd, len(convs[s.id]))
 		for i, c := range convs[s.id] {
 			k := e.conv(c)
@@ -152,10 +160,13 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 			e.emit(ctx, b)
 			return unavailable("resync", err)
 		}
-		if n, _ := came.Int(); n == 1 {
+		switch n, _ := came.Int(); n {
+		case 1:
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Online})
+		case 2:
+			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Away})
 		}
-		e.away.arm(s.user, now.Add(e.cfg.AwayAfter))
+		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
 				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
@@ -163,5 +174,5 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		}
 	}
 	e.emit(ctx, b)
-	return nil
+	return e.resyncTyping(ctx, now)
 }

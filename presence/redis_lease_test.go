@@ -287,6 +287,68 @@ func TestRedisResyncAfterReap(t *testing.T) {
 	}
 }
 
+// loseData deletes every key of prefix, as a restart of a Redis without
+// persistence loses them.
+func loseData(rdb redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+}
+
+// After Redis lost its data (a restart without persistence), the resync
+// brings each of the node's users back as they were: away if the last
+// activity this node saw is AwayAfter old, not online; and the typing
+// entries this node wrote are written again, so that their expiry
+// announces their stop (before, nobody did, and clients showed the user
+// typing until their own ttlMs ran out).
+func TestRedisResyncAfterDataLoss(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", AwayAfter: 3 * time.Second, TypingTTL: 5 * time.Second})
+	tick := func() {
+		t.Helper()
+		f.clock.Advance(time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connectJoin(t, n1, "b1", "bob", "c1")
+	for range 4 {
+		tick()
+	}
+	connectJoin(t, n1, "a1", "alice", "c1")
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rec.Take(); !slices.Contains(got, "status bob away") || !slices.Contains(got, "typing c1 alice true") {
+		t.Fatalf("events before the loss %q, want bob away and alice typing", got)
+	}
+	loseData(f.rdb, f.prefix)
+	tick() // the lease is found gone: the node registers its sockets again
+	got := f.rec.Take()
+	if slices.Contains(got, "status bob online") {
+		t.Fatalf("events of the resync %q: bob, idle for 5 s, shown online", got)
+	}
+	ups, err := n1.Users(ctx, []string{"alice", "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ups[0].Status != presence.Online || ups[1].Status != presence.Away {
+		t.Fatalf("after the resync alice %s, bob %s; want online and away", ups[0].Status, ups[1].Status)
+	}
+	if r, err := n1.Roster(ctx, "c1"); err != nil || !slices.Equal(r.Typing, []string{"alice"}) || len(r.Online) != 2 {
+		t.Fatalf("roster after the resync %+v, %v; want alice and bob, alice typing", r, err)
+	}
+	for range 5 {
+		tick()
+	}
+	if got := f.rec.Take(); !slices.Contains(got, "typing c1 alice false") {
+		t.Fatalf("events after alice's typing expired %q, want its stop", got)
+	}
+}
+
 // leaseTTL is the lease of the node id tests (sameIDNodes).
 const leaseTTL = 1500 * time.Millisecond
 
@@ -378,18 +440,12 @@ func TestRedisNodeIDUnique(t *testing.T) {
 func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
 	rdb, prefix, node := sameIDNodes(t, "same")
 	ctx := context.Background()
-	loseData := func() {
-		iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-	}
 	running := node()
 	if err := running.Claim(ctx); err != nil {
 		t.Fatal(err)
 	}
 	connectJoin(t, running, "s1", "alice", "c1")
-	loseData()
+	loseData(rdb, prefix)
 	late := node() // started while Redis was unreachable: no Claim
 	if err := late.Tick(ctx); err != nil {
 		t.Fatalf("first connection of the late node: %v", err)
@@ -415,7 +471,7 @@ func TestRedisNodeIDTakenBackAfterDataLoss(t *testing.T) {
 	}
 
 	// A claim at start is not tentative.
-	loseData()
+	loseData(rdb, prefix)
 	fresh := node()
 	if err := fresh.Claim(ctx); err != nil {
 		t.Fatalf("claim of a free id at start: %v", err)

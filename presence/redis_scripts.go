@@ -387,11 +387,21 @@ end
 // those of the list, and the places that nodes of a release before
 // 2026-12-06 reserve for their handshakes (usr, a sorted set by deadline,
 // which they end at their Connect); nothing is written then.
-// KEYS users due usk usr; ARGV user sid clock max → 1 if the user came
-// online, 0 if not, -1 refused
+//
+// A connect is activity. A socket registered again (a resync, after Redis
+// lost its data or the node was reaped) is not: it gives instead how long
+// ago (ageMs) its node last saw the user active, and awayAfterMs. A user
+// with no record, or offline, gets that activity, and is away if it is
+// awayAfterMs old; an away user whose activity here is more recent comes
+// back online; an online user stays so (another node may know of activity
+// this one did not see), with the later of the two activities.
+// KEYS users due usk usr; ARGV user sid clock max [ageMs awayAfterMs] → 1
+// if the user came online, 2 if they came back away, 0 if their status
+// did not change, -1 refused
 var userConnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk, usr = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user, sid, now, max = ARGV[1], ARGV[2], clock(ARGV[3]), tonumber(ARGV[4]) or 0
+local age = tonumber(ARGV[5])
 local u = uget(h, user)
 if max > 0 then
   local l = usocklist(u, usk)
@@ -408,9 +418,22 @@ local l = usocks(u, usk)
 if not socksIndex(l, sid) then l[#l + 1] = sid end
 usave(u, l)
 u.grace = 0
-u.act = now
 local came = 0
-if u.st ~= 'on' then u.st = 'on'; came = 1 end
+if age then
+  local act = now - age
+  if u.st == 'off' or u.act < act then u.act = act end
+  if u.st ~= 'on' then
+    local st = 'on'
+    if u.act + tonumber(ARGV[6]) <= now then st = 'away' end
+    if u.st ~= st then
+      u.st = st
+      came = (st == 'on') and 1 or 2
+    end
+  end
+else
+  u.act = now
+  if u.st ~= 'on' then u.st = 'on'; came = 1 end
+end
 uset(h, user, u)
 redis.call('ZREM', due, 'u\t' .. user)
 return came

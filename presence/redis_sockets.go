@@ -65,6 +65,7 @@ func (e *RedisEngine) Connect(ctx context.Context, s Socket) error {
 		e.refused(ctx, rs)
 		return ErrTooManySockets
 	}
+	e.away.saw(s.UserID, now) // a connect is activity (a resync gives it again)
 	e.away.arm(s.UserID, now.Add(e.cfg.AwayAfter))
 	e.noteActivity(s.UserID, now) // userConnect recorded it
 	if n == 1 {

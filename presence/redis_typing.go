@@ -97,7 +97,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		// tick alone came in bursts, every 50 ms the fan-out of all those
 		// due since the last, and the changes arriving meanwhile waited
 		// behind it.
-		e.typing.started(conv, s.user, now.Add(e.cfg.TypingTTL))
+		e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL))
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
@@ -224,9 +224,10 @@ type typingTimers struct {
 	seq   uint64                          // starts noted so far (mark)
 }
 
-// ownTyping is a start this node wrote: its expiry on the node's clock,
-// and its place among the starts noted (seq).
+// ownTyping is a start this node wrote: its socket, its expiry on the
+// node's clock, and its place among the starts noted (seq).
 type ownTyping struct {
+	sid string
 	exp time.Time
 	seq uint64
 }
@@ -238,9 +239,9 @@ type typingDue struct {
 	users []string
 }
 
-// started notes user's start in conv, expiring at exp, and sets the
-// conversation's moment (or keeps an earlier one).
-func (t *typingTimers) started(conv, user string, exp time.Time) {
+// started notes user's start in conv through socket sid, expiring at
+// exp, and sets the conversation's moment (or keeps an earlier one).
+func (t *typingTimers) started(conv, user, sid string, exp time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.own == nil {
@@ -252,8 +253,73 @@ func (t *typingTimers) started(conv, user string, exp time.Time) {
 		t.own[conv] = users
 	}
 	t.seq++
-	users[user] = ownTyping{exp: exp, seq: t.seq}
+	users[user] = ownTyping{sid: sid, exp: exp, seq: t.seq}
 	t.setLocked(conv, exp)
+}
+
+// ownStart is a start this node wrote that has not expired (owned).
+type ownStart struct {
+	conv, user, sid string
+	exp             time.Time
+}
+
+// owned returns the starts noted that have not expired by now.
+func (t *typingTimers) owned(now time.Time) []ownStart {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []ownStart
+	for conv, users := range t.own {
+		for user, o := range users {
+			if o.exp.After(now) {
+				out = append(out, ownStart{conv, user, o.sid, o.exp})
+			}
+		}
+	}
+	return out
+}
+
+// resyncTyping writes again the typing entries of this node's starts that
+// have not expired, whose sockets are still joined here (after Redis lost
+// its data, or the node was reaped: nobody would announce their stop
+// otherwise, and the others' clients would show the user typing until
+// their own ttlMs ran out). An entry the write adds is announced, as a
+// start's is: the reap of this node announced its stop.
+func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
+	starts := e.typing.owned(now)
+	e.mu.Lock()
+	starts = slices.DeleteFunc(starts, func(o ownStart) bool {
+		s := e.local[o.sid]
+		if s == nil || s.user != o.user {
+			return true
+		}
+		_, in := s.convs[o.conv]
+		return !in
+	})
+	e.mu.Unlock()
+	if len(starts) == 0 {
+		return nil
+	}
+	rnow := e.redisNow()
+	pipe := e.rdb.Pipeline()
+	added := make([]*redis.IntCmd, len(starts))
+	for i, o := range starts {
+		k := e.conv(o.conv)
+		exp := float64(rnow + o.exp.Sub(now).Milliseconds())
+		added[i] = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: exp, Member: o.user})
+		pipe.HSet(ctx, k.tyo, o.user, o.sid)
+	}
+	err := e.exec(ctx, pipe)
+	var b batch
+	for i, o := range starts {
+		if added[i].Val() == 1 {
+			b = append(b, Event{Kind: EventTyping, ConversationID: o.conv, UserID: o.user, At: now, Typing: true, ExceptSocket: o.sid})
+		}
+	}
+	e.emit(ctx, b)
+	if err != nil {
+		return unavailable("resync", err)
+	}
+	return nil
 }
 
 // mark is the place of the last start noted, for stopped.

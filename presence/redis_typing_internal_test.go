@@ -35,13 +35,13 @@ func TestTypingTimers(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	tt.started("c1", "alice", at(500))
-	tt.started("c1", "bob", at(900))
-	tt.started("c2", "carol", at(300))
-	tt.started("c3", "dave", at(700))
+	tt.started("c1", "alice", "s1", at(500))
+	tt.started("c1", "bob", "s1", at(900))
+	tt.started("c2", "carol", "s1", at(300))
+	tt.started("c3", "dave", "s1", at(700))
 	tt.stopped("c3", "dave", tt.mark())
-	tt.started("c4", "eve", at(600))
-	tt.started("c4", "eve", at(5850)) // a restart: c4's first moment finds nothing expired
+	tt.started("c4", "eve", "s1", at(600))
+	tt.started("c4", "eve", "s1", at(5850)) // a restart: c4's first moment finds nothing expired
 	if got := tt.take(at(299), 10); len(got) != 0 {
 		t.Fatalf("take before any moment %q", convs(got))
 	}
@@ -88,9 +88,9 @@ func TestTypingTimers(t *testing.T) {
 func TestTypingStopKeepsLaterStart(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
-	tt.started("c1", "alice", t0.Add(time.Second))
+	tt.started("c1", "alice", "s1", t0.Add(time.Second))
 	mark := tt.mark()                                // socket 1's stop is sent
-	tt.started("c1", "alice", t0.Add(2*time.Second)) // socket 2's start, noted first
+	tt.started("c1", "alice", "s1", t0.Add(2*time.Second)) // socket 2's start, noted first
 	tt.stopped("c1", "alice", mark)                  // the stop's reply
 	due := tt.take(t0.Add(2*time.Second), 10)
 	if len(due) != 1 || due[0].conv != "c1" || !slices.Equal(due[0].users, []string{"alice"}) {
