@@ -89,9 +89,9 @@ func TestTypingStopKeepsLaterStart(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
 	tt.started("c1", "alice", "s1", t0.Add(time.Second))
-	mark := tt.mark()                                // socket 1's stop is sent
+	mark := tt.mark()                                      // socket 1's stop is sent
 	tt.started("c1", "alice", "s1", t0.Add(2*time.Second)) // socket 2's start, noted first
-	tt.stopped("c1", "alice", mark)                  // the stop's reply
+	tt.stopped("c1", "alice", mark)                        // the stop's reply
 	due := tt.take(t0.Add(2*time.Second), 10)
 	if len(due) != 1 || due[0].conv != "c1" || !slices.Equal(due[0].users, []string{"alice"}) {
 		t.Fatalf("take %+v, want alice's later start in c1", due)
