@@ -169,7 +169,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
-				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
+				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now, ExceptSocket: s.id})
 			}
 		}
 	}

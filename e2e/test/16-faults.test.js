@@ -1,5 +1,5 @@
 // Faults, each bounded in time: Redis unreachable at start, Redis restarted
-// (with an append-only file), PostgreSQL down for a minute during flushes,
+// (with an append-only file, and without persistence), PostgreSQL down for a minute during flushes,
 // SIGTERM under load on one node. Private Redis and PostgreSQL servers
 // (lib/faults.js), never the shared ones. A node killed with SIGKILL is in
 // 24-disconnect (its users leave within 10 s).
@@ -114,6 +114,48 @@ describe('faults', { timeout: 300000 }, () => {
     const again = await startServer({ t, nodeId: uid('rr2'), args });
     const after = await ownPresence(again.url, B);
     assert.equal(after.lastSeen, own.lastSeen, 'the last-seen buffered in Redis across its restart reached the store');
+  });
+
+  it('Redis restarted without persistence: an idle user comes back away, a typing indicator still stops', { timeout: 90000 }, async (t) => {
+    const redis = await privateRedis(t, { aof: false });
+    await redis.start();
+    const db = await freshDatabase('fault_redis_lost');
+    t.after(() => db.drop());
+    const args = ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open',
+      '--away-after', '2s', '--typing-ttl', '6s', '--flap-grace', '300ms'];
+    const server = await startServer({ t, nodeId: uid('rl'), args });
+    const conv = uid('rl');
+    const [A, B, C] = [uid('watch'), uid('idle'), uid('types')];
+    const a = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(A, SECRET) });
+    const rec = new Recorder(a.socket, A);
+    assert.equal((await ack(a.socket, 'conversation:join', { conversationId: conv })).ok, true);
+    assert.equal((await ack(a.socket, 'presence:subscribe', { userIds: [B] })).ok, true);
+    const b = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(B, SECRET) });
+    assert.equal((await ack(b.socket, 'conversation:join', { conversationId: conv })).ok, true);
+    await rec.wait('presence:update', { pred: (p) => p.userId === B && p.status === 'away', timeoutMs: 8000, label: 'B away' });
+    const c = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(C, SECRET) });
+    assert.equal((await ack(c.socket, 'conversation:join', { conversationId: conv })).ok, true);
+    const startedAt = Date.now();
+    assert.equal((await ack(c.socket, 'typing:start', { conversationId: conv })).ok, true);
+    await rec.wait('typing', { pred: (p) => p.userId === C && p.typing === true, timeoutMs: 5000 });
+
+    // Redis dies and comes back empty
+    const mark = rec.mark();
+    await redis.stop();
+    await sleep(500);
+    await redis.start();
+    await waitUntil(async () => (await readyz(server.url)).status === 200, { timeoutMs: 20000, message: '/readyz 200 after the restart' });
+    // the node registers its sockets again: C's typing entry with them, whose stop comes at its expiry
+    const off = await rec.wait('typing', { since: mark, pred: (p) => p.userId === C && p.typing === false, timeoutMs: 12000, label: "C's typing stop" });
+    t.diagnostic(`typing:false ${off.at - startedAt} ms after typing:start (TTL 6 s)`);
+    assert.ok(off.at - startedAt >= 5500, `not before the TTL: ${off.at - startedAt} ms`);
+    const updates = rec.list('presence:update', { since: mark, pred: (p) => p.userId === B });
+    assert.ok(!updates.some((e) => e.payload.status === 'online'), `B, idle, shown online after the loss:\n    ${rec.dump(mark)}`);
+    const q = await ack(a.socket, 'presence:query', { userIds: [B] });
+    assert.equal(q.presences?.[0]?.status, 'away', `B away after the loss: ${show(q)}`);
+    // the others' joins are announced again (what they were shown stands); a socket is not told of its own
+    assert.deepEqual(rec.list('presence:join', { since: mark, pred: (p) => p.userId === A }), [], rec.dump(mark));
+    assert.ok(a.socket.connected && b.socket.connected && c.socket.connected, 'the clients stayed connected');
   });
 
   it('PostgreSQL down for a minute during flushes: no last-seen is lost', { timeout: 180000 }, async (t) => {
