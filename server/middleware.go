@@ -157,6 +157,29 @@ func (s *Server) newHandshakeLimiter() *httprate.RateLimiter {
 	)
 }
 
+// refuseOverlappingPosts ends a long-polling session that is sent a POST
+// while another of its POSTs is under way, and answers the second 400, as
+// Engine.IO does ("data request overlap from client"): a client sends its
+// packets one POST at a time, so a second one at once is no client of
+// the protocol, and the two bodies' packets would have no order. The
+// library's transport took both.
+func (s *Server) refuseOverlappingPosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if pollingClose(r) == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		sid := r.URL.Query().Get("sid")
+		if _, busy := s.posting.LoadOrStore(sid, struct{}{}); busy {
+			endPollingSession(next, r)
+			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "a POST of this session is under way")
+			return
+		}
+		defer s.posting.Delete(sid)
+		next.ServeHTTP(w, r)
+	})
+}
+
 // capPollingBody refuses long-polling POST bodies over MaxBuffer with 413.
 // The engine checks Content-Length but silently truncates a body sent
 // without one (chunked), so such a body is read here, bounded, first.

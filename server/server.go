@@ -117,6 +117,7 @@ type Server struct {
 	draining atomic.Bool
 	gate     *connectGate
 	conns    sync.Map // Engine.IO connection id → *connRecord (connRecordOf)
+	posting  sync.Map // long-polling session id → struct{}: a POST of it under way (refuseOverlappingPosts)
 	// handshakes is the per-IP handshake limit (nil: none), shared by the
 	// Engine.IO handshakes (limitHandshakes) and the CONNECTs after a
 	// connection's first (authenticate)
@@ -399,7 +400,7 @@ func (s *Server) routes() chi.Router {
 
 	ioHandler := releaseOnHijack(s.io.ServeHandler(nil))
 	r.Group(func(r chi.Router) {
-		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.capPollingBody, s.closeOnBadPollingPayload, s.refuseWebsocketReupgrade)
+		r.Use(s.cors, s.rejectWhileDraining, s.limitHandshakes, s.refuseOverlappingPosts, s.capPollingBody, s.closeOnBadPollingPayload, s.refuseWebsocketReupgrade)
 		r.Handle("/socket.io", ioHandler)
 		r.Handle("/socket.io/*", ioHandler)
 	})

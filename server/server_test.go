@@ -865,6 +865,22 @@ func TestPollingRefusedPostEndsSession(t *testing.T) {
 	c.Close()
 	gone("a POST cut short", u)
 
+	// a second POST while the first is under way (its body still coming)
+	u = open("4")
+	c, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 9\r\nContent-Type: text/plain;charset=UTF-8\r\n\r\n42[\"x", strings.TrimPrefix(u, ts.URL), addr)
+	time.Sleep(200 * time.Millisecond) // the first POST reads its body
+	if resp, body := do(t, "POST", u, `42["y"]`, nil); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("overlapping POST: %d %q, want 400", resp.StatusCode, body)
+	}
+	gone("an overlapping POST", u)
+	fmt.Fprint(c, `"]`)
+	c.Close()
+
 	for _, bad := range []string{`42["x"]`, `99:42["x"]`, "ab:42", "1:9"} {
 		u = open("3")
 		do(t, "POST", u, bad, nil)
