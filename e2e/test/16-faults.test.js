@@ -21,6 +21,21 @@ const readyz = async (url) => {
   try { return await request(`${url}/readyz`, { timeoutMs: 3000 }); } catch (err) { return { status: 0, body: String(err) }; }
 };
 
+/**
+ * A node on a redis-server of its own (aof: with an append-only file) and a
+ * fresh database named db, with membership open and extra args. Resolves
+ * with {redis, server, args} (args: the node's, to start another like it).
+ */
+async function nodeOnPrivateRedis(t, { aof, db: name, tag, args: extra }) {
+  const redis = await privateRedis(t, { aof });
+  await redis.start();
+  const db = await freshDatabase(name);
+  t.after(() => db.drop());
+  const args = ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open', ...extra];
+  const server = await startServer({ t, nodeId: uid(tag), args });
+  return { redis, server, args };
+}
+
 /** The user's own presence through REST: the exact last-seen. */
 async function ownPresence(url, user) {
   const res = await request(`${url}/v1/users/${encodeURIComponent(user)}/presence`, { headers: { Authorization: `Bearer ${tokenFor(user, SECRET)}` } });
@@ -71,13 +86,8 @@ describe('faults', { timeout: 300000 }, () => {
   });
 
   it('Redis restarted (AOF): clients stay connected, rosters heal, buffered last-seen is kept', { timeout: 90000 }, async (t) => {
-    const redis = await privateRedis(t, { aof: true });
-    await redis.start();
-    const db = await freshDatabase('fault_redis_restart');
-    t.after(() => db.drop());
-    const args = ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open',
-      '--lastseen-flush-interval', '1h', '--flap-grace', '300ms', '--ttl', '6s'];
-    const server = await startServer({ t, nodeId: uid('rr'), args });
+    const { redis, server, args } = await nodeOnPrivateRedis(t, { aof: true, db: 'fault_redis_restart', tag: 'rr',
+      args: ['--lastseen-flush-interval', '1h', '--flap-grace', '300ms', '--ttl', '6s'] });
     const conv = uid('rc');
     const [A, B] = [uid('stay'), uid('gone')];
     const a = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(A, SECRET) });
@@ -117,13 +127,8 @@ describe('faults', { timeout: 300000 }, () => {
   });
 
   it('Redis restarted without persistence: an idle user comes back away, a typing indicator still stops', { timeout: 90000 }, async (t) => {
-    const redis = await privateRedis(t, { aof: false });
-    await redis.start();
-    const db = await freshDatabase('fault_redis_lost');
-    t.after(() => db.drop());
-    const args = ['--redis-url', redis.url, '--database-url', db.url, '--membership', 'open',
-      '--away-after', '2s', '--typing-ttl', '6s', '--flap-grace', '300ms'];
-    const server = await startServer({ t, nodeId: uid('rl'), args });
+    const { redis, server } = await nodeOnPrivateRedis(t, { aof: false, db: 'fault_redis_lost', tag: 'rl',
+      args: ['--away-after', '2s', '--typing-ttl', '6s', '--flap-grace', '300ms'] });
     const conv = uid('rl');
     const [A, B, C] = [uid('watch'), uid('idle'), uid('types')];
     const a = await connect(server.url, { t, transports: ['websocket'], token: tokenFor(A, SECRET) });
