@@ -107,6 +107,11 @@ type rSocket struct {
 	// set by Disconnect: a retry of a removal that failed keeps both.
 	mode string
 	gone int64
+	// act is the moment (Redis's clock, ms; 0: none) of the user's last
+	// activity this node saw, when the socket was the user's last here:
+	// the removal records it (it may not have been recorded yet, see
+	// activityEvery), for the user's sockets on other nodes.
+	act int64
 }
 
 var _ Engine = (*RedisEngine)(nil)

@@ -87,15 +87,21 @@ func (w *awayWatch) add(user string) {
 	u.socks++
 }
 
-// remove uncounts a socket of user; the user's last one ends the watch.
-func (w *awayWatch) remove(user string) {
+// remove uncounts a socket of user; the user's last one ends the watch,
+// and remove then returns the user's last activity this node saw (zero if
+// none, or if the user has sockets here still).
+func (w *awayWatch) remove(user string) (last time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if u := w.users[user]; u != nil {
 		if u.socks--; u.socks <= 0 {
 			delete(w.users, user) // its heap entry is dropped when it comes up
+			if u.last != 0 {
+				last = time.Unix(0, u.last)
+			}
 		}
 	}
+	return last
 }
 
 // saw notes user's activity at t on this node (recorded or not).

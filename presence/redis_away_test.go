@@ -131,6 +131,49 @@ func TestRedisAwayTwoNodes(t *testing.T) {
 	}
 }
 
+// Activity a node saw and did not record yet (within its activityEvery)
+// on a socket that then closed, the user's last there, while the user has
+// a socket on another node: the disconnect records it, so that the other
+// node turns the user away AwayAfter after it. The node forgot it with
+// the socket, and the user turned away up to activityEvery early (30 s
+// with the default AwayAfter).
+func TestRedisAwayActivityOfClosedSocket(t *testing.T) {
+	for _, mode := range []string{"grace", "now"} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFakeClockRedis(t)
+			ctx := context.Background()
+			cfg := presence.Config{TTL: time.Minute, AwayAfter: 10 * time.Second}
+			cfg.NodeID = "n1"
+			n1 := f.node(cfg)
+			cfg.NodeID = "n2"
+			n2 := f.node(cfg)
+			t0 := f.clock.Now()
+			connectJoin(t, n1, "a1", "alice")
+			connectJoin(t, n2, "a2", "alice")
+			stepTo(t, f, t0, 500*time.Millisecond, n1, n2)
+			if err := n1.Touch(ctx, "a1"); err != nil { // n1 saw it and does not record it yet
+				t.Fatal(err)
+			}
+			stepTo(t, f, t0, 600*time.Millisecond, n1, n2)
+			disconnect := n1.Disconnect
+			if mode == "now" {
+				disconnect = n1.DisconnectNow
+			}
+			if err := disconnect(ctx, "a1"); err != nil {
+				t.Fatal(err)
+			}
+			stepTo(t, f, t0, 10400*time.Millisecond, n2, n1)
+			if st := statusOf(t, n2, "alice"); st != presence.Online {
+				t.Fatalf("alice %s 9.9 s after her last activity (on the socket that closed), want online", st)
+			}
+			stepTo(t, f, t0, 12*time.Second, n2, n1)
+			if st := statusOf(t, n2, "alice"); st != presence.Away {
+				t.Fatalf("alice %s 11.5 s after her last activity, want away", st)
+			}
+		})
+	}
+}
+
 // Activity recorded by two nodes less than a second apart: each record is
 // kept (the later one moves the recorded activity on), so that the node
 // that checks first, from an earlier record, finds the other's and waits.

@@ -450,9 +450,12 @@ return came
 // sockets left gets an away timer in the due set: the node of this socket
 // may have been the one watching the user (redis_away.go); it fires
 // awayAfterMs after the recorded activity (the caller adds the slack,
-// awaySlack, to AwayAfter).
+// awaySlack, to AwayAfter). actMs (optional) is the user's last activity
+// that the socket's node saw, when it had no other socket of the user: it
+// may not have been recorded yet (redis_activity.go), and an online user's
+// recorded activity moves on to it.
 // KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
-// → {offline(0|1), lastSeen}
+// [actMs] → {offline(0|1), lastSeen}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -473,6 +476,8 @@ end
 table.remove(l, i)
 usave(u, l)
 if u.disc < at then u.disc = at end
+local act = tonumber(ARGV[8])
+if act and u.st == 'on' and u.act < act then u.act = act end
 if u.n > 0 then
   uset(h, user, u)
   if u.st == 'on' then redis.call('ZADD', due, u.act + tonumber(ARGV[7]), 'a\t' .. user) end

@@ -140,7 +140,9 @@ func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) err
 	if ok {
 		s.mode, s.gone = mode, e.redisNow()
 		delete(e.local, socketID)
-		e.away.remove(s.user)
+		if last := e.away.remove(s.user); !last.IsZero() {
+			s.act = s.gone - e.cfg.Now().Sub(last).Milliseconds()
+		}
 		e.leaving[socketID] = struct{}{} // not a ghost: the reconciliation leaves it alone
 	}
 	e.mu.Unlock()
@@ -213,7 +215,11 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+s.user, delay, 0, e.clk())
 		}
 	}
-	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, (e.cfg.AwayAfter + e.awaySlack()).Milliseconds())
+	act := ""
+	if s.act != 0 {
+		act = strconv.FormatInt(s.act, 10)
+	}
+	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, (e.cfg.AwayAfter + e.awaySlack()).Milliseconds(), act)
 	pipe.HDel(ctx, regKey, s.id)
 	if err := e.exec(ctx, pipe); err != nil {
 		return nil, unavailable("disconnect", err)
