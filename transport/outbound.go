@@ -20,11 +20,16 @@ import (
 // writable) and the same bounds apply to the transport's own queue
 // instead (wsout.go, checkUnread).
 //
+// The oldest packet waiting is not counted against maxBytes (head): a
+// message larger than the bound reaches a client that takes it, within
+// maxWait, and one more packet behind it trips the guard only if those
+// behind pass maxBytes.
+//
 // What is flushed is at most one batch that the guard has already
 // allowed: the engine hands the transport nothing more until that batch is
 // written, and a websocket write that takes longer than maxWait fails
 // (wsTransport's write deadline). So one connection holds at most about
-// twice maxBytes, whatever it is sent.
+// twice maxBytes and the message at the head, whatever it is sent.
 type outboundGuard struct {
 	maxBytes int64
 	maxWait  time.Duration
@@ -32,6 +37,10 @@ type outboundGuard struct {
 
 	pending atomic.Int64 // bytes created and not flushed
 	since   atomic.Int64 // unix ns when the oldest unflushed packet was created; 0: none
+	// head is the size of the oldest unflushed packet, which the byte
+	// bound does not count (as the websocket queue's head): a client that
+	// polls gets one message larger than the bound. 0: none known.
+	head atomic.Int64
 	tripped atomic.Bool
 }
 
@@ -47,14 +56,17 @@ func packetSize(p *packet.Packet) int64 {
 
 // created accounts a packet the engine has just put in its write buffer.
 func (g *outboundGuard) created(p *packet.Packet, now int64) {
-	n := g.pending.Add(packetSize(p))
-	if !g.since.CompareAndSwap(0, now) && g.maxWait > 0 {
+	size := packetSize(p)
+	n := g.pending.Add(size)
+	if g.since.CompareAndSwap(0, now) {
+		g.head.Store(size)
+	} else if g.maxWait > 0 {
 		if since := g.since.Load(); since != 0 && time.Duration(now-since) > g.maxWait {
 			g.fire("unread for too long", n)
 			return
 		}
 	}
-	if g.maxBytes > 0 && n > g.maxBytes {
+	if g.maxBytes > 0 && n-g.head.Load() > g.maxBytes {
 		g.fire("too much unread data", n)
 	}
 }
@@ -65,6 +77,7 @@ func (g *outboundGuard) flushed(ps []*packet.Packet) {
 	for _, p := range ps {
 		n += packetSize(p)
 	}
+	g.head.Store(0) // (what is left, if anything, is counted whole)
 	if g.pending.Add(-n) <= 0 {
 		g.since.Store(0)
 	} else {

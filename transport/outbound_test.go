@@ -42,6 +42,22 @@ func TestOutboundGuardBytes(t *testing.T) {
 	}
 }
 
+// The oldest packet waiting is not counted: one message larger than the
+// bound waits for its client (within maxWait); what comes behind it trips
+// the guard once it passes the bound itself.
+func TestOutboundGuardLargeMessage(t *testing.T) {
+	why := make(chan string, 1)
+	g := &outboundGuard{maxBytes: 10_000, maxWait: time.Minute, trip: func(w string, _ int64) { why <- w }}
+	now := time.Now().UnixNano()
+	big := msgPacket(30_000)
+	g.created(big, now)
+	g.created(msgPacket(99), now)
+	noTrip(t, why, "tripped on one message over the bound")
+	g.flushed([]*packet.Packet{big})
+	g.created(msgPacket(30_000), now) // behind the 100 bytes left: counted
+	wantTrip(t, why, "too much unread data", "did not trip on a large message behind another")
+}
+
 // Data left unread longer than maxWait trips the guard on the next packet,
 // whatever the size; a flush in time resets the clock.
 func TestOutboundGuardAge(t *testing.T) {

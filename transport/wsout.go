@@ -40,6 +40,11 @@ type outbound struct {
 	frames  net.Buffers // whole frames queued, in order
 	spare   net.Buffers // the last batch's array, for reuse
 	bytes   int64       // queued and being written
+	// head is the size of the oldest frame not written whole (the first
+	// of the batch being written, or of the queue), which the unread
+	// bound does not count: a client that reads gets one message larger
+	// than the bound (the age bound still applies to it). 0: none.
+	head    int64
 	since   int64       // unix ns the oldest frame not yet written was queued; 0: none
 	writing bool        // a writer runs (it owns conn writes)
 	// closing: the transport was closed; the writer closes the connection
@@ -121,11 +126,14 @@ func (w *wsTransport) queue(frames ...[]byte) bool {
 		w.tryWrite(frames[0], now)
 		return true
 	}
+	if o.bytes == 0 && len(frames) > 0 {
+		o.head = int64(len(frames[0]))
+	}
 	for _, f := range frames {
 		o.frames = append(o.frames, f)
 		o.bytes += int64(len(f))
 	}
-	pending, since := o.bytes, o.since
+	pending, since := o.bytes-o.head, o.since
 	if since == 0 {
 		o.since = now
 	}
@@ -168,7 +176,8 @@ func (w *wsTransport) tryWrite(frame []byte, now int64) {
 	rest := frame[n:]
 	o.frames = append(net.Buffers{rest}, o.frames...)
 	o.bytes += int64(len(rest))
-	pending, since := o.bytes, o.since
+	o.head = int64(len(rest))
+	pending, since := o.bytes-o.head, o.since
 	if since == 0 {
 		o.since = now
 	}
@@ -291,14 +300,15 @@ func (w *wsTransport) writeNow(frame []byte) {
 	}
 	o.writing = true
 	o.bytes += int64(len(frame))
+	o.head = int64(len(frame))
 	o.since = time.Now().UnixNano()
 	o.mu.Unlock()
 	w.drain(frame)
 }
 
 // checkUnread applies the unread bound (outboundGuard's settings) to the
-// queue: pending bytes queued, the oldest queued at since (0: none before
-// now).
+// queue: pending bytes queued behind the oldest frame not written whole
+// (head), the oldest queued at since (0: none before now).
 func (w *wsTransport) checkUnread(pending, since, now int64) {
 	g := w.guard.Load()
 	if g == nil {
@@ -356,9 +366,11 @@ func (w *wsTransport) drain(first []byte) {
 				return
 			}
 			o.bytes -= int64(n)
+			o.head = 0
 			if len(o.frames) == 0 {
 				o.since = 0
 			} else {
+				o.head = int64(len(o.frames[0]))
 				// what is left was queued while the batch was written
 				o.since = time.Now().UnixNano()
 			}
@@ -512,7 +524,7 @@ func (w *wsTransport) dropLocked() {
 	o := &w.out
 	clear(o.frames)
 	o.frames, o.spare = nil, nil
-	o.bytes, o.since = 0, 0
+	o.bytes, o.since, o.head = 0, 0, 0
 	o.writing = false
 	o.dead = true
 }

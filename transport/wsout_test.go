@@ -147,6 +147,33 @@ func TestTryWritePartialFramesInTurn(t *testing.T) {
 	w.frameMu.Unlock()
 }
 
+// The unread bound does not count the frame at the head of the queue: a
+// client that reads gets one frame larger than the bound and stays; frames
+// queued behind it count.
+func TestUnreadBoundSparesHead(t *testing.T) {
+	w, client := tcpTransport(t)
+	why := make(chan string, 1)
+	w.guard.Store(&outboundGuard{maxBytes: 1 << 20, maxWait: time.Minute, trip: func(s string, _ int64) { why <- s }})
+	big := buildFrame(opText, nil, bytes.Repeat([]byte{'a'}, 3<<20))
+	small := buildFrame(opText, nil, []byte("after"))
+	if !w.queue(big) || !w.queue(small) {
+		t.Fatal("queue refused")
+	}
+	readAll(t, client, append(append([]byte(nil), big...), small...))
+	waitWriterDone(t, w)
+	noTrip(t, why, "tripped on one frame over the bound, read by its client")
+	// a client that reads nothing: the frames behind the head pass the bound
+	var more []byte
+	for range 3 {
+		f := buildFrame(opText, nil, bytes.Repeat([]byte{'b'}, 1<<20))
+		w.queue(f)
+		more = append(more, f...)
+	}
+	wantTrip(t, why, "too much unread data", "did not trip on 2 MiB behind the head")
+	readAll(t, client, more) // (the guard's trip closes nothing here: the writer ends)
+	waitWriterDone(t, w)
+}
+
 // tcpTransport is a transport on a loopback TCP connection whose socket
 // takes little at once, and the client's end.
 func tcpTransport(t *testing.T) (*wsTransport, net.Conn) {

@@ -16,9 +16,9 @@ import { Emitter } from '@socket.io/redis-emitter';
 
 import { SECRET } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
-import { sleep, waitUntil } from '../lib/client.js';
+import { connect, closeClient, sleep, waitUntil } from '../lib/client.js';
 import { metric, request, pollingHandshake } from '../lib/http.js';
-import { uid, startTopology, clusterDatabase, REDIS_URL } from '../lib/presence.js';
+import { uid, ack, startTopology, clusterDatabase, REDIS_URL } from '../lib/presence.js';
 
 /** A masked client text frame. */
 function textFrame(s) {
@@ -127,6 +127,28 @@ describe('slow consumer under a 400 MB flood', { timeout: 120000, skip: os.platf
     assert.ok(rssMax - rssBefore < 150 * 2 ** 20, `RSS grew by ${((rssMax - rssBefore) / 2 ** 20).toFixed(0)} MiB (want < 150)`);
     const warn = server.logs.find((l) => l.msg === 'slow consumer disconnected');
     assert.equal(warn?.user_id, user, 'the log line names the user');
+  });
+
+  it('a client that reads gets a broadcast larger than the bound (1.5 MB), and stays', async (t) => {
+    const topo = await startTopology('cluster', { t, db: holder.db, nodes: 1, tag: 'bigmsg', args: ['--handshake-limit', '0'] });
+    const conv = uid('big');
+    const redis = createClient({ url: REDIS_URL });
+    await redis.connect();
+    t.after(() => redis.quit().catch(() => {}));
+    const emitter = new Emitter(redis, { key: topo.prefix });
+    const payload = 'y'.repeat(1536 * 1024);
+    for (const transports of [['websocket'], ['polling']]) {
+      const { socket } = await connect(topo.url1, { t, transports, token: tokenFor(uid('reader'), SECRET) });
+      assert.equal((await ack(socket, 'conversation:join', { conversationId: conv })).ok, true);
+      const got = new Promise((resolve) => socket.once('big', resolve));
+      emitter.to(`conversation:${conv}`).emit('big', payload);
+      const body = await Promise.race([got, sleep(10000).then(() => null)]);
+      assert.equal(body?.length, payload.length, `${transports}: the message arrived whole`);
+      await sleep(300);
+      assert.ok(socket.connected, `${transports}: still connected`);
+      closeClient(socket);
+    }
+    assert.equal(await metric(topo.url1, 'presenced_slow_consumer_disconnects_total'), 0);
   });
 
   it('a polling client that stops polling is disconnected too', async (t) => {
