@@ -40,7 +40,7 @@ type outboundGuard struct {
 	// head is the size of the oldest unflushed packet, which the byte
 	// bound does not count (as the websocket queue's head): a client that
 	// polls gets one message larger than the bound. 0: none known.
-	head atomic.Int64
+	head    atomic.Int64
 	tripped atomic.Bool
 }
 

@@ -36,17 +36,17 @@ import (
 // answers (wsframes.go), under the frame lock that every writer holds from
 // a frame's first byte to its last, so frames never interleave.
 type outbound struct {
-	mu      sync.Mutex
-	frames  net.Buffers // whole frames queued, in order
-	spare   net.Buffers // the last batch's array, for reuse
-	bytes   int64       // queued and being written
+	mu     sync.Mutex
+	frames net.Buffers // whole frames queued, in order
+	spare  net.Buffers // the last batch's array, for reuse
+	bytes  int64       // queued and being written
 	// head is the size of the oldest frame not written whole (the first
 	// of the batch being written, or of the queue), which the unread
 	// bound does not count: a client that reads gets one message larger
 	// than the bound (the age bound still applies to it). 0: none.
 	head    int64
-	since   int64       // unix ns the oldest frame not yet written was queued; 0: none
-	writing bool        // a writer runs (it owns conn writes)
+	since   int64 // unix ns the oldest frame not yet written was queued; 0: none
+	writing bool  // a writer runs (it owns conn writes)
 	// closing: the transport was closed; the writer closes the connection
 	// once the queue is written (or its deadline passes). dead: the
 	// connection failed or was closed: nothing more is queued.
