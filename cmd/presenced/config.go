@@ -398,8 +398,49 @@ type ConfigError struct {
 }
 
 func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("invalid %s: %v", e.Setting, e.Err)
+	}
 	return fmt.Sprintf("invalid %s=%q: %v", e.Setting, e.Value, e.Err)
 }
+
+// bareBools gives a boolean setting's flag (default true or false) given
+// bare the value true: --redis-sharded alone is --redis-sharded=true, as
+// Go's bool flags are, while --redis-sharded false still reads its value.
+// A flag is bare when the end of the arguments, or another flag, follows.
+func bareBools(args []string) []string {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			break // the flags end here (as the flag package reads them)
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		next := i+1 < len(out) && !strings.HasPrefix(out[i+1], "-")
+		if boolFlags[name] && !next {
+			out[i] = a + "=true"
+			continue
+		}
+		if next {
+			i++ // its value
+		}
+	}
+	return out
+}
+
+// boolFlags are the flags of the boolean settings.
+var boolFlags = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range settings {
+		if s.def == "true" || s.def == "false" {
+			m[s.flag()] = true
+		}
+	}
+	return m
+}()
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
@@ -419,12 +460,14 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 	for _, s := range settings {
 		vals[s.env] = fs.String(s.flag(), "", s.help)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(bareBools(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(usageOut)
 			return Config{}, nil, errUsage
 		}
-		return Config{}, nil, &ConfigError{Setting: "flags", Value: strings.Join(args, " "), Err: err}
+		// (the arguments are not shown: they may hold secrets; the
+		// error names the flag)
+		return Config{}, nil, &ConfigError{Setting: "flags", Err: err}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -674,7 +717,8 @@ Usage:
 
 Every setting is an environment variable and a flag of the same name in kebab
 case (PRESENCE_TYPING_TTL <-> --typing-ttl); a flag wins over the variable.
-Durations use Go syntax (45s, 10m).
+Durations use Go syntax (45s, 10m). A true/false flag given alone is true
+(--redis-sharded is --redis-sharded=true).
 
 Settings:
 `)

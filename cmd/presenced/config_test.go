@@ -264,6 +264,26 @@ func TestSecretRedactedInErrors(t *testing.T) {
 			t.Errorf("%v: a secret must not appear in %v", e, err)
 		}
 	}
+	// a mistyped flag: the error names it, and shows none of the others
+	_, _, err := parseConfig("serve", []string{"--jwt-secret", "hunter2hunter2hunter2", "--database-url", "postgres://u:hunter2@x/db", "--redis-urll", "x"}, env(), &bytes.Buffer{}, nil)
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "redis-urll") {
+		t.Errorf("unknown flag: %v, want it named and no secret shown", err)
+	}
+}
+
+// A boolean setting's flag may be given bare, as Go's bool flags.
+func TestBareBoolFlags(t *testing.T) {
+	c := mustServeConfig(t, []string{"--redis-sharded", "--allow-eio3", "--sysmon-steady=false", "--ttl", "40s"})
+	if !c.RedisSharded || !c.AllowEIO3 || c.SysmonSteady || c.TTL != 40*time.Second {
+		t.Fatalf("sharded %v, eio3 %v, sysmon %v, ttl %s; want true, true, false, 40s", c.RedisSharded, c.AllowEIO3, c.SysmonSteady, c.TTL)
+	}
+	c = mustServeConfig(t, []string{"--sysmon-steady", "false", "--allow-eio3"}) // a value after a space still counts
+	if c.SysmonSteady || !c.AllowEIO3 {
+		t.Fatalf("sysmon %v, eio3 %v; want false, true", c.SysmonSteady, c.AllowEIO3)
+	}
+	if _, _, err := parseConfig("serve", []string{"--ttl"}, env(), &bytes.Buffer{}, nil); err == nil {
+		t.Fatal("--ttl without a value accepted")
+	}
 }
 
 func TestParseRedisURL(t *testing.T) {
