@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -495,12 +496,12 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 		if !plainJSON(raw, 0) {
 			return nil, errorf(CodeInvalidArgument, "state must be plain JSON: no binary attachments, at most %d levels deep", maxStateDepth)
 		}
-		b, err := json.Marshal(raw)
+		n, err := jsonSize(raw)
 		if err != nil {
 			return nil, errorf(CodeInvalidArgument, "state is not JSON")
 		}
-		if len(b) > MaxStateBytes {
-			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", len(b), MaxStateBytes)
+		if n > MaxStateBytes {
+			return nil, errorf(CodeInvalidArgument, "state is %d bytes of JSON; at most %d", n, MaxStateBytes)
 		}
 	}
 	if !c.rooms.InRoom(ConversationRoom(conv)) {
@@ -511,6 +512,19 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 	}
 	h.queueState(c, conv, raw)
 	return nil, nil
+}
+
+// jsonSize is the length of v's JSON as a client writes it: without the
+// HTML escapes of json.Marshal (which writes <, > and & in 6 bytes each,
+// so that a state of 200 '<' counted 1,208 bytes).
+func jsonSize(v any) (int, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return 0, err
+	}
+	return b.Len() - 1, nil // (Encode ends with a newline)
 }
 
 // maxStateDepth bounds how deeply a state's objects and arrays nest.

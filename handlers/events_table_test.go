@@ -902,6 +902,8 @@ func TestEventStateSet(t *testing.T) {
 	// 1024 bytes of JSON: {"s":"…"} is 8 bytes around the string.
 	exact := map[string]any{"s": strings.Repeat("a", MaxStateBytes-8)}
 	over := map[string]any{"s": strings.Repeat("a", MaxStateBytes-7)}
+	escapes := map[string]any{"s": strings.Repeat("<>&", (MaxStateBytes-8)/3)}
+	escapedJSON, _ := json.Marshal(escapes) // (as broadcasts write it: 6 bytes a character)
 	cases := []eventCase{
 		{
 			name: "set", setup: joined, event: "state:set", payload: set(map[string]any{"cursor": map[string]any{"line": 3.0}}), code: "ok",
@@ -927,6 +929,11 @@ func TestEventStateSet(t *testing.T) {
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "state", Payload: `{"conversationId":"c1","userId":"u1","state":{"s":"` + strings.Repeat("a", MaxStateBytes-8) + `"}}`}},
 		},
 		{name: "1025 bytes", setup: withState, event: "state:set", payload: set(over), code: CodeInvalidArgument, message: "1025 bytes of JSON; at most 1024", after: latest(`{"x":1}`)},
+		// counted as the client writes it, not with json.Marshal's HTML escapes (6 bytes each)
+		{
+			name: "1024 bytes of <>&", setup: joined, event: "state:set", payload: set(escapes), code: "ok",
+			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "state", Payload: `{"conversationId":"c1","userId":"u1","state":` + string(escapedJSON) + `}`}},
+		},
 		{name: "state missing", setup: withState, event: "state:set", payload: conv("c1"), code: CodeInvalidArgument, message: "state is required"},
 		{name: "state a number", setup: withState, event: "state:set", payload: set(5.0), code: CodeInvalidArgument, message: "state must be an object or null"},
 		{name: "state an array", setup: withState, event: "state:set", payload: set([]any{1.0}), code: CodeInvalidArgument, message: "state must be an object or null"},

@@ -288,3 +288,25 @@ func openEngineWS(t *testing.T, url string) (*ws.Conn, string) {
 	}
 	return c, hs.SID
 }
+
+// Valid JSON whose numbers do not fit a float64 gets its handler's answer
+// over the websocket, as in Node (which reads them): not a parse error
+// that closed the socket without an ack.
+func TestWebsocketOutOfRangeNumbers(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	c := dialWS(t, ts.URL, mint(t, "numbers"))
+	defer c.conn.Close()
+	_ = c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for _, tc := range []struct{ event, arg, want string }{
+		{"conversation:join", `{"conversationId":1e999}`, `"code":"invalid_argument"`},
+		{"conversation:join", `{"conversationId":` + strings.Repeat("9", 400) + `}`, `"code":"invalid_argument"`},
+		{"heartbeat", `{"active":true,"x":-1e999}`, `"ok":true`},
+	} {
+		if got := c.call(t, tc.event, tc.arg); !bytes.Contains(got, []byte(tc.want)) {
+			t.Errorf("%s %s: ack %s, want %s", tc.event, tc.arg, got, tc.want)
+		}
+	}
+	if got := c.call(t, "heartbeat", `{}`); !bytes.Contains(got, []byte(`"ok":true`)) {
+		t.Fatalf("after them: %s", got)
+	}
+}

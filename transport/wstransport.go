@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -453,7 +455,7 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 	args, ok := decodeArgsInto(msg[i:], call)
 	if !ok {
 		var slow []any // (a variable of its own: &args would move args to the heap)
-		if err := json.Unmarshal(msg[i:], &slow); err != nil {
+		if !decodeSlow(msg[i:], &slow) {
 			return false
 		}
 		args = slow
@@ -467,6 +469,26 @@ func (w *wsTransport) readDirect(msg []byte) bool {
 		ack = call
 	}
 	return w.direct.DirectEvent(&w.slot, w.idFn, args, ack)
+}
+
+// decodeSlow decodes what decodeArgs does not read itself, as
+// json.Unmarshal does, except that where a number does not fit a float64
+// (1e999, 400 digits) the numbers are json.Numbers, not an error: it is
+// valid JSON (Node reads it), and the event then gets its handler's answer
+// (invalid_argument where a number has no place) instead of a parse error
+// that closes the socket.
+func decodeSlow(b []byte, into *[]any) bool {
+	if json.Unmarshal(b, into) == nil {
+		return true
+	}
+	*into = nil
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(into); err != nil {
+		return false
+	}
+	_, err := d.Token()
+	return err == io.EOF // nothing after the array
 }
 
 // maybeDirect is readDirect's first check, on the reader.
