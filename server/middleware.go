@@ -251,8 +251,37 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(&closedPostWriter{ResponseWriter: w}, r)
 	})
+}
+
+// closedPostWriter answers 200 "ok" for a long-polling POST during which
+// the session closed (a packet the library could not decode, say), as
+// Node does: the library's transport, closing, answers the POST it is
+// reading 429 Too Many Requests with an empty body, which clients and
+// monitoring read as a rate limit.
+type closedPostWriter struct {
+	http.ResponseWriter
+	closed bool
+}
+
+func (c *closedPostWriter) WriteHeader(code int) {
+	if code == http.StatusTooManyRequests {
+		c.closed = true
+		c.Header().Set("Content-Type", "text/html")
+		c.Header().Set("Content-Length", "2")
+		c.ResponseWriter.WriteHeader(http.StatusOK)
+		_, _ = c.ResponseWriter.Write([]byte("ok"))
+		return
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *closedPostWriter) Write(b []byte) (int, error) {
+	if c.closed {
+		return len(b), nil // (the 429's body: none)
+	}
+	return c.ResponseWriter.Write(b)
 }
 
 // pollingClose is, for r a long-polling POST of a session, a payload of

@@ -726,6 +726,37 @@ func TestPollingBadPayloadEndsSession(t *testing.T) {
 		}
 		waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
 	}
+	// a Socket.IO packet the library cannot decode: the session closes
+	// while the POST is read, which is answered 200 "ok" as in Node (the
+	// library's 429 read as a rate limit)
+	for _, bad := range []string{`421[heartbeat`, `421[]`} {
+		sid := handshake(t, ts.URL, nil)
+		u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+		if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "garbler")+`"}`, nil); resp.StatusCode != 200 {
+			t.Fatalf("connect: %d %q", resp.StatusCode, body)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+		do(t, "GET", u, "", nil) // the session's first packets
+		poll := make(chan string, 1)
+		go func() { // a client always has a GET waiting
+			resp, err := http.Get(u)
+			if err != nil {
+				poll <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			poll <- string(b)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if resp, body := do(t, "POST", u, bad, nil); resp.StatusCode != 200 || body != "ok" {
+			t.Errorf("POST %q: %d %q, want 200 ok", bad, resp.StatusCode, body)
+		}
+		if body := <-poll; !strings.HasSuffix(body, "1") {
+			t.Errorf("the waiting GET got %q, want the session's CLOSE", body)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
+	}
 	sid := handshake(t, ts.URL, nil)
 	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
 	if resp, body := do(t, "POST", u, "6\x1e6", nil); resp.StatusCode != 200 || body != "ok" {
