@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"testing"
@@ -161,6 +162,13 @@ func testInterop(t *testing.T, sharded bool) {
 				auth, _ := hs["auth"].(map[string]any)
 				if data["user"] != "g2" || auth["user"] != "g2" || !slices.Contains(strs(s["rooms"]), "r2") {
 					t.Errorf("go socket as node sees it: %#v", s)
+				}
+				// Node's shapes: the address without its port, the time as a JS Date string
+				if a, _ := hs["address"].(string); a != "127.0.0.1" {
+					t.Errorf("handshake.address %q, want 127.0.0.1", a)
+				}
+				if tm, _ := hs["time"].(string); !jsDateRE.MatchString(tm) {
+					t.Errorf("handshake.time %q, not as Date.prototype.toString writes it", tm)
 				}
 			}
 		}
@@ -326,3 +334,6 @@ func testInterop(t *testing.T, sharded bool) {
 		g.waitRoom(t, "user:g2", false, "cg2 gone")
 	})
 }
+
+// jsDateRE matches Date.prototype.toString in UTC.
+var jsDateRE = regexp.MustCompile(`^[A-Z][a-z]{2} [A-Z][a-z]{2} \d{2} \d{4} \d{2}:\d{2}:\d{2} GMT\+0000 \(Coordinated Universal Time\)$`)

@@ -424,6 +424,27 @@ func TestHandshakeWithoutAuth(t *testing.T) {
 	}
 }
 
+// A handshake reaches another node's fetchSockets in Node's shapes: the
+// address without its port, the time as JavaScript's Date writes it.
+func TestHandshakeNodeShapes(t *testing.T) {
+	h := &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}, Address: "127.0.0.1:57970", Time: "2026-12-06T20:44:00Z"}
+	b, err := encodeMsgpack(handshakeObj(h))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := decodeMsgpack(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := v.(map[string]any)
+	if m["address"] != "127.0.0.1" || m["time"] != "Sun Dec 06 2026 20:44:00 GMT+0000 (Coordinated Universal Time)" {
+		t.Fatalf("address %q, time %q", m["address"], m["time"])
+	}
+	if got := hostOnly("[::1]:80"); got != "::1" {
+		t.Errorf("hostOnly([::1]:80) = %q", got)
+	}
+}
+
 // NaN and ±Infinity that @socket.io/redis-emitter (notepack 3.0.1) sends
 // reach a msgpack client as numbers, as a Node server's
 // socket.io-msgpack-parser sends them, and a JSON client as null, as

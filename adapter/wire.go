@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"sort"
 	"strings"
 	"time"
@@ -344,31 +345,61 @@ func jsonNumbers(v any) any {
 	return v
 }
 
+// jsDate writes an RFC 3339 time (the library's handshake time) as
+// JavaScript's Date.prototype.toString does in UTC, as a Node server's
+// handshake.time is; anything else is left as it is.
+func jsDate(v string) string {
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return v
+	}
+	return t.UTC().Format("Mon Jan 02 2006 15:04:05") + " GMT+0000 (Coordinated Universal Time)"
+}
+
+// hostOnly is an address without its port, as Node's handshake.address
+// (the remote address) is.
+func hostOnly(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
 func isLocal(opts *socket.BroadcastOptions) bool {
 	return opts != nil && opts.Flags != nil && opts.Flags.Local
 }
 
+// RemoteData is socket data that shows another node (fetchSockets) a
+// value of its own instead of itself: a Go struct would be sent with its
+// exported fields under their Go names.
+type RemoteData interface{ RemoteData() any }
+
 // socketObj renders a local socket as a fetchSockets answer:
 // {id, handshake, rooms, data}.
 func socketObj(s socket.SocketDetails) obj {
+	data := s.Data()
+	if r, ok := data.(RemoteData); ok {
+		data = r.RemoteData()
+	}
 	return obj{
 		{"id", string(s.Id())},
 		{"handshake", handshakeObj(s.Handshake())},
 		{"rooms", roomList(s.Rooms())},
-		{"data", s.Data()},
+		{"data", data},
 	}
 }
 
 // handshakeObj renders a handshake with Node's field names and shapes: a
-// header or query value seen once is a string, as in Node.
+// header or query value seen once is a string, the address without its
+// port, the time as JavaScript's Date writes it, as in Node.
 func handshakeObj(h *socket.Handshake) any {
 	if h == nil {
 		return nil
 	}
 	return obj{
 		{"headers", nodeValues(h.Headers, true)},
-		{"time", h.Time},
-		{"address", h.Address},
+		{"time", jsDate(h.Time)},
+		{"address", hostOnly(h.Address)},
 		{"xdomain", h.Xdomain},
 		{"secure", h.Secure},
 		{"issued", h.Issued},

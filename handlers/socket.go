@@ -393,3 +393,7 @@ func firstString(args []any) (string, bool) {
 	s, ok := args[0].(string)
 	return s, ok
 }
+
+// RemoteData is what another node's fetchSockets gets as the socket's
+// data: {userId}, in the contract's casing (adapter.RemoteData).
+func (c *Conn) RemoteData() any { return map[string]any{"userId": c.UserID} }
