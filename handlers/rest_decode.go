@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/presenced/presenced/ids"
@@ -26,6 +27,16 @@ func pathID(r *http.Request, name string) (string, error) {
 // readObject reads a body of at most limit bytes that must be exactly one
 // JSON object (unknown fields are the caller's to ignore).
 func readObject(w http.ResponseWriter, r *http.Request, limit int64) (map[string]json.RawMessage, error) {
+	if r.ContentLength > limit {
+		// Refused before reading: a body declared too long was read until
+		// the limit, or until the read deadline (30 s) if it never came,
+		// and then answered 400. The connection is not read again (net/http
+		// would read up to 256 KiB of the rest before answering) and closes
+		// after the answer.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
+		return nil, errorf(CodeLimitExceeded, "request body is larger than %d bytes", limit)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
