@@ -406,10 +406,9 @@ func TestMsgpackDecodeValues(t *testing.T) {
 	}
 }
 
-// A handshake whose auth the server dropped (the token, once verified) is
-// sent with an empty auth object, as Node would have it.
-func TestHandshakeWithoutAuth(t *testing.T) {
-	h := &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}}
+// handshakeSent is h as another node decodes it from a fetchSockets answer.
+func handshakeSent(t *testing.T, h *socket.Handshake) map[string]any {
+	t.Helper()
 	b, err := encodeMsgpack(handshakeObj(h))
 	if err != nil {
 		t.Fatal(err)
@@ -419,6 +418,13 @@ func TestHandshakeWithoutAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, _ := v.(map[string]any)
+	return m
+}
+
+// A handshake whose auth the server dropped (the token, once verified) is
+// sent with an empty auth object, as Node would have it.
+func TestHandshakeWithoutAuth(t *testing.T) {
+	m := handshakeSent(t, &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}})
 	if auth, ok := m["auth"].(map[string]any); !ok || len(auth) != 0 {
 		t.Fatalf("auth sent as %#v, want {}", m["auth"])
 	}
@@ -427,16 +433,7 @@ func TestHandshakeWithoutAuth(t *testing.T) {
 // A handshake reaches another node's fetchSockets in Node's shapes: the
 // address without its port, the time as JavaScript's Date writes it.
 func TestHandshakeNodeShapes(t *testing.T) {
-	h := &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}, Address: "127.0.0.1:57970", Time: "2026-12-06T20:44:00Z"}
-	b, err := encodeMsgpack(handshakeObj(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := decodeMsgpack(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := v.(map[string]any)
+	m := handshakeSent(t, &socket.Handshake{Headers: map[string]any{}, Query: map[string]any{}, Address: "127.0.0.1:57970", Time: "2026-12-06T20:44:00Z"})
 	if m["address"] != "127.0.0.1" || m["time"] != "Sun Dec 06 2026 20:44:00 GMT+0000 (Coordinated Universal Time)" {
 		t.Fatalf("address %q, time %q", m["address"], m["time"])
 	}

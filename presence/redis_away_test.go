@@ -33,6 +33,32 @@ func stepTo(t *testing.T, f *fakeClockRedis, t0 time.Time, at time.Duration, eng
 	}
 }
 
+// twoAwayNodes are two nodes n1 and n2 with AwayAfter 10 s on one fake
+// clock, and the clock's start.
+func twoAwayNodes(t *testing.T) (*fakeClockRedis, *presence.RedisEngine, *presence.RedisEngine, time.Time) {
+	f := newFakeClockRedis(t)
+	cfg := presence.Config{TTL: time.Minute, AwayAfter: 10 * time.Second}
+	cfg.NodeID = "n1"
+	n1 := f.node(cfg)
+	cfg.NodeID = "n2"
+	n2 := f.node(cfg)
+	return f, n1, n2, f.clock.Now()
+}
+
+// awayOnTime checks alice, last active at t0+0.5s, as eng reads her while
+// engs tick: online at t0+10.4s, away at t0+12s (AwayAfter 10 s).
+func awayOnTime(t *testing.T, f *fakeClockRedis, t0 time.Time, eng *presence.RedisEngine, engs ...*presence.RedisEngine) {
+	t.Helper()
+	stepTo(t, f, t0, 10400*time.Millisecond, engs...)
+	if st := statusOf(t, eng, "alice"); st != presence.Online {
+		t.Fatalf("alice %s 9.9 s after her last activity, want online", st)
+	}
+	stepTo(t, f, t0, 12*time.Second, engs...)
+	if st := statusOf(t, eng, "alice"); st != presence.Away {
+		t.Fatalf("alice %s 11.5 s after her last activity, want away", st)
+	}
+}
+
 // A node records a user's activity at most once per activityEvery (1 s
 // here); activity it saw and did not record is recorded when the user's
 // away check comes, so the user turns away AwayAfter after their last
@@ -89,14 +115,8 @@ func TestRedisAwayAfterLastActivity(t *testing.T) {
 func TestRedisAwayTwoNodes(t *testing.T) {
 	for _, n1First := range []bool{true, false} {
 		t.Run(map[bool]string{true: "n2 connected last", false: "n1 connected last"}[n1First], func(t *testing.T) {
-			f := newFakeClockRedis(t)
+			f, n1, n2, t0 := twoAwayNodes(t)
 			ctx := context.Background()
-			cfg := presence.Config{TTL: time.Minute, AwayAfter: 10 * time.Second}
-			cfg.NodeID = "n1"
-			n1 := f.node(cfg)
-			cfg.NodeID = "n2"
-			n2 := f.node(cfg)
-			t0 := f.clock.Now()
 			first, second := n1, n2
 			fs, ss := "a1", "a2"
 			if !n1First {
@@ -110,14 +130,7 @@ func TestRedisAwayTwoNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			n1.Settle()
-			stepTo(t, f, t0, 10400*time.Millisecond, n2, n1)
-			if st := statusOf(t, n1, "alice"); st != presence.Online {
-				t.Fatalf("alice %s 9.9 s after her last activity, want online", st)
-			}
-			stepTo(t, f, t0, 12*time.Second, n2, n1)
-			if st := statusOf(t, n1, "alice"); st != presence.Away {
-				t.Fatalf("alice %s 11.5 s after her last activity, want away", st)
-			}
+			awayOnTime(t, f, t0, n1, n2, n1)
 			var changes []presence.Status
 			for _, ev := range f.rec.TakeEvents() {
 				if ev.Kind == presence.EventStatus && ev.UserID == "alice" && ev.At.After(t0.Add(time.Second)) {
@@ -140,14 +153,8 @@ func TestRedisAwayTwoNodes(t *testing.T) {
 func TestRedisAwayActivityOfClosedSocket(t *testing.T) {
 	for _, mode := range []string{"grace", "now"} {
 		t.Run(mode, func(t *testing.T) {
-			f := newFakeClockRedis(t)
+			f, n1, n2, t0 := twoAwayNodes(t)
 			ctx := context.Background()
-			cfg := presence.Config{TTL: time.Minute, AwayAfter: 10 * time.Second}
-			cfg.NodeID = "n1"
-			n1 := f.node(cfg)
-			cfg.NodeID = "n2"
-			n2 := f.node(cfg)
-			t0 := f.clock.Now()
 			connectJoin(t, n1, "a1", "alice")
 			connectJoin(t, n2, "a2", "alice")
 			stepTo(t, f, t0, 500*time.Millisecond, n1, n2)
@@ -162,14 +169,7 @@ func TestRedisAwayActivityOfClosedSocket(t *testing.T) {
 			if err := disconnect(ctx, "a1"); err != nil {
 				t.Fatal(err)
 			}
-			stepTo(t, f, t0, 10400*time.Millisecond, n2, n1)
-			if st := statusOf(t, n2, "alice"); st != presence.Online {
-				t.Fatalf("alice %s 9.9 s after her last activity (on the socket that closed), want online", st)
-			}
-			stepTo(t, f, t0, 12*time.Second, n2, n1)
-			if st := statusOf(t, n2, "alice"); st != presence.Away {
-				t.Fatalf("alice %s 11.5 s after her last activity, want away", st)
-			}
+			awayOnTime(t, f, t0, n2, n2, n1)
 		})
 	}
 }
