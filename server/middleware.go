@@ -277,6 +277,9 @@ func (c *closedPostWriter) WriteHeader(code int) {
 	c.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap gives http.ResponseController the writer beneath.
+func (c *closedPostWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
 func (c *closedPostWriter) Write(b []byte) (int, error) {
 	if c.closed {
 		return len(b), nil // (the 429's body: none)
