@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/presenced/presenced/internal/throttle"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -143,6 +144,11 @@ type NamespaceAdapter struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// ignoredMu guards ignored, the log of malformed messages dropped
+	// (ignore): one warning per 10 s with their count
+	ignoredMu sync.Mutex
+	ignored   throttle.Log
 
 	mu       sync.Mutex
 	requests map[string]*request
@@ -889,5 +895,21 @@ func (s *serialQueue) push(fn func()) {
 	select {
 	case s.signal <- struct{}{}:
 	default:
+	}
+}
+
+// ignore logs a malformed message of another node or of a backend (what)
+// that is dropped: a warning at the first, then one per 10 s with their
+// count, so that a backend sending what no node can read is seen, and a
+// stream of them does not flood the log.
+func (a *NamespaceAdapter) ignore(what string, err error) {
+	a.ignoredMu.Lock()
+	if a.ignored.Every == 0 {
+		a.ignored.Every = 10 * time.Second
+	}
+	n, log := a.ignored.Fail(time.Now())
+	a.ignoredMu.Unlock()
+	if log {
+		a.log.Warn("ignoring malformed adapter messages (from a backend or another node)", "last", what, "err", err, "count", n)
 	}
 }

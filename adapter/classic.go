@@ -93,11 +93,12 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 	}
 	v, err := decodeMsgpack([]byte(payload))
 	if err != nil {
-		a.log.Debug("ignoring malformed broadcast", "err", err)
+		a.ignore("broadcast", err)
 		return
 	}
 	msg, ok := v.([]any)
 	if !ok || len(msg) < 3 {
+		a.ignore("broadcast", errMalformed)
 		return
 	}
 	uid, _ := msg[0].(string)
@@ -105,12 +106,16 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 		return
 	}
 	packet, err := decodePacket(msg[1])
-	if err != nil || packet.Nsp != a.name {
+	if err != nil {
+		a.ignore("broadcast packet", err)
+		return
+	}
+	if packet.Nsp != a.name {
 		return
 	}
 	opts, ok := decodeOpts(msg[2])
 	if !ok {
-		a.log.Debug("ignoring a broadcast with malformed options")
+		a.ignore("broadcast options", errMalformed)
 		return
 	}
 	a.Adapter.Broadcast(packet, opts)
@@ -161,7 +166,7 @@ func (a *NamespaceAdapter) onClassicRequest(payload string, emitterOnly bool) {
 			opts, ok := decodeOpts(m["opts"])
 			rooms, roomsOK := decodeRooms(m["rooms"])
 			if !ok || !roomsOK {
-				a.log.Debug("ignoring a remote join, leave or disconnect with malformed options or rooms")
+				a.ignore("remote join, leave or disconnect (options or rooms)", errMalformed)
 				return
 			}
 			switch int(t) {

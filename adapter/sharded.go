@@ -83,10 +83,12 @@ func (a *NamespaceAdapter) onShardedMessage(channel, payload string) {
 	case clusterBroadcast:
 		packet, err := decodePacket(data["packet"])
 		if err != nil {
+			a.ignore("broadcast packet", err)
 			return
 		}
 		opts, ok := decodeOpts(data["opts"])
 		if !ok {
+			a.ignore("broadcast options", errMalformed)
 			return
 		}
 		requestID, withAck := data["requestId"].(string)

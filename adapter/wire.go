@@ -180,13 +180,13 @@ func encodeMessage(o obj, mayContainBinary bool) ([]byte, error) {
 var errMalformed = errors.New("adapter: malformed message")
 
 // decodeMap decodes a message of another node as a map; false for a
-// malformed one or another value. A malformed one is logged at debug level
-// as what, unless what is "".
+// malformed one or another value. A malformed one is logged (ignore) as
+// what, unless what is "".
 func (a *NamespaceAdapter) decodeMap(payload, what string) (map[string]any, bool) {
 	v, err := decodeMessage(payload)
 	if err != nil {
 		if what != "" {
-			a.log.Debug("ignoring malformed "+what, "err", err)
+			a.ignore(what, err)
 		}
 		return nil, false
 	}
