@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,9 +36,11 @@ import (
 // they want plain JSON. A packet that socket.io-msgpack-parser would
 // refuse (checkPacket), MessagePack that is malformed, truncated, followed
 // by trailing bytes, nested deeper than 10,000 levels (encoding/json's
-// bound: how deep a payload may be is the handlers' business), or with
-// maps whose keys are not strings, is an error: the library closes that
-// connection.
+// bound: how deep a payload may be is the handlers' business), or with a
+// map key that is binary, an array, a map or an extension, is an error:
+// the library closes that connection. A key that is a number, nil or a
+// boolean is its string, as a Node server's property name is ({1: 2} is
+// {"1": 2}).
 //
 // The bytes are first walked (msgpackScanner.scan), which checks every declared
 // length against the bytes that remain before anything is allocated (a
@@ -204,7 +207,7 @@ var (
 	errMsgpackNsp       = errors.New("msgpack parser: invalid namespace")
 	errMsgpackData      = errors.New("msgpack parser: invalid payload")
 	errMsgpackID        = errors.New("msgpack parser: invalid ack id")
-	errMsgpackKey       = errors.New("msgpack parser: a map key that is not a string")
+	errMsgpackKey       = errors.New("msgpack parser: a map key that is binary, an array, a map or an extension")
 )
 
 // maxMsgpackDepth bounds nesting (the packet map is level 1) as
@@ -368,16 +371,13 @@ func (s *msgpackScanner) decode() (any, error) {
 		}
 		m := make(map[string]any, n)
 		for range n {
-			kc, err := s.dec.PeekCode()
+			kv, err := s.decode()
 			if err != nil {
 				return nil, err
 			}
-			if !msgpcode.IsString(kc) {
+			k, ok := jsKey(kv)
+			if !ok {
 				return nil, errMsgpackKey
-			}
-			k, err := s.dec.DecodeString()
-			if err != nil {
-				return nil, err
 			}
 			if m[k], err = s.decode(); err != nil {
 				return nil, err
@@ -388,6 +388,34 @@ func (s *msgpackScanner) decode() (any, error) {
 		return s.ext(c)
 	}
 	return nil, fmt.Errorf("msgpack parser: unsupported type byte 0x%02x", c)
+}
+
+// jsKey is a map key as notepack.io makes it a property name in a Node
+// server (JavaScript's String of it): a string as it is, a number as
+// JavaScript writes it, nil "null", a boolean "true" or "false". Another
+// key (binary, an array, a map, an extension) is refused.
+func jsKey(v any) (string, bool) {
+	switch k := v.(type) {
+	case string:
+		return k, true
+	case nil:
+		return "null", true
+	case bool:
+		return strconv.FormatBool(k), true
+	case float64:
+		switch {
+		case math.IsNaN(k):
+			return "NaN", true
+		case math.IsInf(k, 1):
+			return "Infinity", true
+		case math.IsInf(k, -1):
+			return "-Infinity", true
+		case k == math.Trunc(k) && math.Abs(k) < 1e21:
+			return strconv.FormatFloat(k, 'f', -1, 64), true
+		}
+		return strconv.FormatFloat(k, 'g', -1, 64), true
+	}
+	return "", false
 }
 
 // ext reads an extension as notepack.io 2.2.0 does: type 0 is an

@@ -126,6 +126,24 @@ func TestMsgpackParserReadsNotepackBytes(t *testing.T) {
 	}
 }
 
+// A map key that is a number, nil or a boolean is its string, as a Node
+// server (notepack.io) makes it a property name: the event gets its
+// handler's answer. It closed the connection (a client in another language
+// can send such keys; the official one cannot).
+func TestMsgpackParserKeysAsJavaScript(t *testing.T) {
+	head := mpHex(t, "83a474797065"+"02a36e7370a12fa464617461"+"92a178") // {type: 2, nsp: "/", data: ["x", …]}
+	// {conversationId: "c", 1: 2, nil: 3, true: 4, -1.5: 5, 1e21: 6}
+	payload := mpHex(t, "86"+"ae636f6e766572736174696f6e4964a163"+"0102"+"c003"+"c304"+"cbbff800000000000005"+"cb444b1ae4d6e2ef5006")
+	got, err := decodeOne(t, append(head, payload...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"x", map[string]any{"conversationId": "c", "1": 2.0, "null": 3.0, "true": 4.0, "-1.5": 5.0, "1e+21": 6.0}}
+	if !reflect.DeepEqual(got.Data, want) {
+		t.Fatalf("got %#v, want %#v", got.Data, want)
+	}
+}
+
 func TestMsgpackParserRefuses(t *testing.T) {
 	deep := bytes.Repeat([]byte{0x91}, maxMsgpackDepth+1)
 	deep = append(deep, 0xc0)
@@ -156,7 +174,8 @@ func TestMsgpackParserRefuses(t *testing.T) {
 		{"ext8 longer than the input", []byte{0x91, 0xc7, 0x05, 0x00, 1, 2}, errMsgpackTruncated},
 		{"fixext 16 cut short", []byte{0x91, 0xd8, 0x01, 1, 2, 3}, errMsgpackTruncated},
 		{"ext header cut short", []byte{0x91, 0xc8, 0x00}, errMsgpackTruncated},
-		{"integer key in the payload", append(mpHex(t, "83a474797065"+"02a36e7370a12fa464617461"+"92a178"), mp(t, map[int]any{1: 2})...), errMsgpackKey},
+		{"binary key in the payload", append(mpHex(t, "83a474797065"+"02a36e7370a12fa464617461"+"92a178"), 0x81, 0xc4, 0x01, 'k', 0x02), errMsgpackKey},
+		{"array key in the payload", append(mpHex(t, "83a474797065"+"02a36e7370a12fa464617461"+"92a178"), 0x81, 0x91, 0x01, 0x02), errMsgpackKey},
 	} {
 		_, err := decodeOne(t, tc.in)
 		if !errors.Is(err, tc.err) {
