@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/presenced/presenced/internal/throttle"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
+	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/transport"
 )
 

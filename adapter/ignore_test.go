@@ -1,36 +1,17 @@
 package adapter_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/presenced/presenced/adapter"
+	"github.com/presenced/presenced/internal/logbuf"
 )
-
-// lockedBuffer is a log destination safe for the adapter's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // Malformed messages on the adapter's channels (a backend writing what no
 // node can read) are dropped with a warning: the first at once, then one
@@ -38,7 +19,7 @@ func (l *lockedBuffer) String() string {
 func TestMalformedMessagesWarned(t *testing.T) {
 	rdb := needRedis(t)
 	prefix := uniquePrefix(t)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	n := startGoNode(t, "n", rdb, adapter.Config{Prefix: prefix, RequestsTimeout: 2 * time.Second,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	defer n.stop()
@@ -60,7 +41,7 @@ func TestMalformedMessagesWarned(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if got := strings.Count(logs.String(), "ignoring malformed adapter messages"); got != 1 || !strings.Contains(logs.String(), "level=WARN") {
+	if got := logs.Count("ignoring malformed adapter messages", "level=WARN"); got != 1 {
 		t.Fatalf("%d warnings within 10 s, want 1 at WARN; log:\n%s", got, logs.String())
 	}
 }

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/presenced/presenced/admin"
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/internal/chantest"
+	"github.com/presenced/presenced/internal/logbuf"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
@@ -53,36 +53,7 @@ type fixture struct {
 	sockets *fakeSockets
 	store   store.Store
 	reg     *prometheus.Registry
-	logs    *syncBuffer // the panel's log, as text
-}
-
-// syncBuffer is a log destination that handlers write to concurrently.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// count is how many lines of the log contain all of parts.
-func (s *syncBuffer) count(parts ...string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, line := range strings.Split(s.b.String(), "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
+	logs    *logbuf.Buffer // the panel's log, as text
 }
 
 // counter reads a counter of the panel's registry.
@@ -138,7 +109,7 @@ func newFixtureWith(tb testing.TB, eng presence.Engine, rdb redis.UniversalClien
 	pipe := lastseen.NewPipeline(buf, st, lastseen.Config{})
 	fs := &fakeSockets{local: map[string][]handlers.LocalSocket{}}
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	p, err := admin.New(admin.Config{Token: token, NodeID: "n1", Prefix: prefix}, admin.Deps{
 		Log: slog.New(slog.NewTextHandler(logs, nil)), Engine: eng, View: eng.(presence.AdminView), Redis: rdb,
 		Reader:   lastseen.NewReader(lastseen.ReaderDeps{Status: eng, Buffer: buf, Store: st}),
@@ -312,7 +283,7 @@ func TestLogin(t *testing.T) {
 		if res.StatusCode != http.StatusForbidden {
 			t.Fatalf("got %d", res.StatusCode)
 		}
-		if n := f.logs.count("admin login refused", "reason=cross-origin", "evil.example"); n != 1 {
+		if n := f.logs.Count("admin login refused", "reason=cross-origin", "evil.example"); n != 1 {
 			t.Errorf("%d log lines of the cross-origin refusal, want 1", n)
 		}
 	})
@@ -341,10 +312,10 @@ func TestLoginRateLimited(t *testing.T) {
 		t.Errorf("rate_limited logins: %v", got)
 	}
 	// each wrong token is logged, and the block once, not each refusal in it
-	if n := f.logs.count("admin login refused", `reason="wrong token"`); n != 5 {
+	if n := f.logs.Count("admin login refused", `reason="wrong token"`); n != 5 {
 		t.Errorf("%d log lines of wrong tokens, want 5", n)
 	}
-	if n := f.logs.count("refused until its window passes"); n != 1 {
+	if n := f.logs.Count("refused until its window passes"); n != 1 {
 		t.Errorf("%d log lines of the block, want 1", n)
 	}
 }
