@@ -55,6 +55,9 @@ func FuzzDecodeArgs(f *testing.F) {
 	for _, in := range decodeSamples {
 		f.Add([]byte(in))
 	}
+	// numbers beyond float64: the fallback's (decodeSlow)
+	f.Add([]byte(`["conversation:join",{"conversationId":1e999}]`))
+	f.Add([]byte(`["x",-` + strings.Repeat("9", 400) + `] `))
 	f.Fuzz(func(t *testing.T, in []byte) { checkDecode(t, in) })
 }
 
@@ -74,7 +77,8 @@ func checkDecode(t *testing.T, in []byte) {
 	}
 	fuzzScratch.reset()
 	if !ok {
-		return // encoding/json's turn: the same result by construction
+		checkDecodeSlow(t, in) // encoding/json's turn
+		return
 	}
 	var want []any
 	if err := json.Unmarshal(in, &want); err != nil {
@@ -94,6 +98,24 @@ func checkDecode(t *testing.T, in []byte) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("decodeArgs(%q) = %#v, encoding/json %#v", in, got, want)
+	}
+}
+
+// checkDecodeSlow checks readDirect's fallback: what encoding/json
+// reads, it reads the same; beyond that it reads only valid JSON (numbers
+// that do not fit a float64, as json.Numbers), with nothing after it.
+func checkDecodeSlow(t *testing.T, in []byte) {
+	t.Helper()
+	var got, want []any
+	ok := decodeSlow(in, &got)
+	if err := json.Unmarshal(in, &want); err == nil {
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeSlow(%q) = %#v (%v), encoding/json %#v", in, got, ok, want)
+		}
+		return
+	}
+	if ok && !json.Valid(in) {
+		t.Fatalf("decodeSlow(%q) = %#v on invalid JSON", in, got)
 	}
 }
 
