@@ -57,8 +57,8 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // that a start added passed that check; if Redis has lost the socket
 // since, the stop of what the others were shown is still right to
 // announce. Each command costs Redis its dispatch, statistics and latency
-// histogram on top of its own work: without the record's HGET a stop is
-// ZSCORE, ZREM and HDEL (docs/benchmarks/presence-load.md).
+// histogram on top of its own work: a stop is ZREM and HDEL alone (it read
+// the entry's expiry with ZSCORE as well, for nothing, until 2026-12-07).
 func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
@@ -72,10 +72,11 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	var rec *redis.StringCmd
+	var cur *redis.FloatCmd // a start's: the entry it finds
 	if start {
 		rec = pipe.HGet(ctx, k.m, s.user)
+		cur = pipe.ZScore(ctx, k.ty, s.user)
 	}
-	cur := pipe.ZScore(ctx, k.ty, s.user)
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
 	if start {
@@ -117,11 +118,10 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	// remove the expired entry then, so the start announces its stop
 	// first. One that finds it removed between its ZSCORE and its ZADD
 	// (the check removed and announced it) adds it anew: the start alone.
-	was, typed := cur.Val(), cur.Err() == nil // the expiry before this change
 	var b batch
 	switch {
 	case changed.Val() == 1:
-	case start && typed && int64(was) <= rnow:
+	case start && cur.Err() == nil && int64(cur.Val()) <= rnow: // the entry it found had expired
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 	default:
 		return nil

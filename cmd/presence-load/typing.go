@@ -194,6 +194,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 	}
 	resumeGC := pauseGC() // until the deliveries have drained
 	defer resumeGC()
+	cs0, _ := e.commandStats(ctx)
 	c0 := e.cpu(pids...)
 	start := time.Now()
 	end := start.Add(o.typingDur)
@@ -228,6 +229,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 		}
 	}
 	c1 := e.cpu(pids...)
+	cs1, _ := e.commandStats(ctx) // the window's commands, without the expiries and writes of the drain
 	// late deliveries: wait until they stop arriving (at most 20 s)
 	drain := time.Now()
 	for prev := int64(-1); time.Since(drain) < 20*time.Second && ctx.Err() == nil; {
@@ -255,6 +257,11 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 		r.printf("    receiver on the sender's node: %s\n    receiver on another node: %s\n", ts.same.summary(), ts.cross.summary())
 	}
 	r.printf("  CPU during the window: %s\n", cpuLine(c0, c1))
+	if cs0 != nil && cs1 != nil && sent.Load() > 0 {
+		net := cs1.sub(cs0).withoutOwn()
+		r.printf("  Redis commands per change (the window, all nodes): %s\n", cmdBreakdown(net, float64(sent.Load())))
+		r.fig(scen, "redis_commands_per_change", float64(net.total())/float64(sent.Load()), "commands", "lower")
+	}
 	r.figHist(scen, "delivery", &ts.all)
 	if nodes > 1 {
 		r.figHist(scen, "delivery_same_node", &ts.same)
