@@ -711,6 +711,44 @@ func embeddedEmitter(p reflect.Value) string {
 // Engine.IO does: the library's polling transport dropped the decoder's
 // error and kept the session open. A connected socket is disconnected with
 // it. A good payload passes.
+// Valid JSON with numbers beyond float64 over long-polling gets its
+// handler's answer, as over websocket (TestWebsocketOutOfRangeNumbers) and
+// in Node; the library's parser failed on it and ended the session.
+func TestPollingOutOfRangeNumbers(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	sid := handshake(t, ts.URL, nil)
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "numbers")+`"}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("connect: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+	do(t, "GET", u, "", nil) // the session's first packets
+	for i, tc := range []struct{ event, arg, want string }{
+		{"conversation:join", `{"conversationId":1e999}`, `"code":"invalid_argument"`},
+		{"conversation:join", `{"conversationId":` + strings.Repeat("9", 400) + `}`, `"code":"invalid_argument"`},
+		{"heartbeat", `{"active":true,"x":-1e999}`, `"ok":true`},
+		{"heartbeat", `{}`, `"ok":true`},
+	} {
+		id := strconv.Itoa(10 + i)
+		if resp, body := do(t, "POST", u, "42"+id+`["`+tc.event+`",`+tc.arg+`]`, nil); resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("POST %s %s: %d %q", tc.event, tc.arg, resp.StatusCode, body)
+		}
+		resp, body := do(t, "GET", u, "", nil)
+		var ack string
+		for _, p := range strings.Split(body, "\x1e") { // (the session event may come first)
+			if strings.HasPrefix(p, "43"+id+"[") {
+				ack = p
+			}
+		}
+		if resp.StatusCode != 200 || !strings.Contains(ack, tc.want) {
+			t.Errorf("%s %s: GET %d %q, want ack %s with %s", tc.event, tc.arg, resp.StatusCode, body, id, tc.want)
+		}
+	}
+	if n := ts.Sockets.Open(); n != 1 {
+		t.Fatalf("%d sockets open after them, want 1", n)
+	}
+}
+
 func TestPollingBadPayloadEndsSession(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	for _, bad := range []string{"zzz", "9", "", "b!!!notbase64", "4hi\x1e9", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "\x1e" + `42["a"]`} {

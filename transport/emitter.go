@@ -1,10 +1,13 @@
 package transport
 
 import (
+	"errors"
 	"log/slog"
 	"reflect"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
@@ -250,5 +253,86 @@ func NewJSONParser() JSONParser { return JSONParser{parser.NewParser()} }
 func (p JSONParser) NewDecoder() parser.Decoder {
 	d := p.Parser.NewDecoder()
 	SetEmitter(d)
-	return d
+	return bigNumberDecoder{d}
+}
+
+// bigNumberDecoder is the library's decoder, except that an EVENT or ACK
+// whose JSON has a number beyond float64 (1e999, 400 digits) is decoded,
+// with such numbers as json.Numbers (decodeSlow), instead of failing as an
+// invalid payload, which ends the session: it is valid JSON, a Node server
+// reads it, and the websocket's direct path takes it (readDirect). The
+// event then gets its handler's answer (invalid_argument where a number
+// has no place). Every other packet, and every error, is the library's.
+type bigNumberDecoder struct{ parser.Decoder }
+
+// Add implements parser.Decoder.
+func (d bigNumberDecoder) Add(data any) error {
+	var text string
+	switch v := data.(type) {
+	case string:
+		text = v
+	case *types.StringBuffer:
+		text = v.String()
+		data = text // (the library's Add reads the buffer)
+	default:
+		return d.Decoder.Add(data)
+	}
+	err := d.Decoder.Add(data)
+	if !errors.Is(err, parser.ErrInvalidPayload) {
+		return err
+	}
+	if p, ok := decodeBigNumbers(text); ok {
+		d.Emit("decoded", p)
+		return nil
+	}
+	return err
+}
+
+// decodeBigNumbers decodes a text EVENT or ACK packet ("2", "3", then an
+// optional "/namespace," and ack id) whose payload only decodeSlow reads,
+// and checks it as the library does: an ACK's payload is an array, an
+// EVENT's a non-empty one whose first element is the name of an event that
+// is not reserved.
+func decodeBigNumbers(text string) (*parser.Packet, bool) {
+	if len(text) < 3 || (text[0] != '2' && text[0] != '3') {
+		return nil, false
+	}
+	p := &parser.Packet{Type: parser.PacketType(text[0] - '0'), Nsp: "/"}
+	rest := text[1:]
+	if rest[0] == '/' {
+		nsp, after, ok := strings.Cut(rest, ",")
+		if !ok || len(nsp) > parser.DefaultMaxNamespaceLength {
+			return nil, false
+		}
+		p.Nsp, rest = nsp, after
+	}
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	if i > 0 {
+		if i > parser.DefaultMaxPacketIDLength {
+			return nil, false
+		}
+		id, err := strconv.ParseUint(rest[:i], 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		p.Id = &id
+	}
+	var args []any
+	if !decodeSlow([]byte(rest[i:]), &args) || args == nil { // (null decodes as a nil array)
+		return nil, false
+	}
+	if p.Type == parser.EVENT {
+		if len(args) == 0 {
+			return nil, false
+		}
+		name, ok := args[0].(string)
+		if !ok || parser.ReservedEvents.Has(name) {
+			return nil, false
+		}
+	}
+	p.Data = args
+	return p, true
 }

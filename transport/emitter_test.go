@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -156,7 +158,7 @@ func TestSetEmitter(t *testing.T) {
 	if p, ok := (<-got).(*parser.Packet); !ok || p.Type != parser.EVENT {
 		t.Fatalf("decoded %#v", p)
 	}
-	if !isOurs(d) {
+	if !isOurs(d.(bigNumberDecoder).Decoder) {
 		t.Fatal("NewJSONParser's decoder is not on our emitter")
 	}
 	busy := transports.MakeTransport()
@@ -229,4 +231,56 @@ func TestAdoptEmitter(t *testing.T) {
 	if adoptField(host) || adoptField(&struct{ types.EventEmitter }{}) || adoptField(&struct{ x int }{}) || adoptField(nil) {
 		t.Fatal("adoptField swapped what is not the library's emitter")
 	}
+}
+
+// FuzzJSONDecoder feeds text packets to the JSON parser's decoder: it
+// decodes what the library's decoder decodes, the same, and beyond it only
+// EVENTs and ACKs of valid JSON that the library refused as invalid
+// payloads (numbers beyond float64: bigNumberDecoder); it never panics.
+func FuzzJSONDecoder(f *testing.F) {
+	for _, s := range []string{
+		`42["heartbeat",{}]`, `421["conversation:join",{"conversationId":1e999}]`,
+		`2/admin,7["x",` + strings.Repeat("9", 400) + `]`, `31[1e999]`, `3/a,[]`, `2[]`, `2["connect",1e999]`,
+		`2[1e999]`, `2"x"`, `0{"token":"t"}`, `1`, `451-["a",{"_placeholder":true,"num":0}]`, `2/a`, `2123456789012345678901["a"]`,
+		`2["a",1e999] junk`, `2["a",1e999]`, `2/a[,["x",1e999]`, `2/` + strings.Repeat("n", 600) + `,["a",1e999]`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		decoded := func(d parser.Decoder) (*parser.Packet, error) {
+			var got *parser.Packet
+			_ = d.On("decoded", func(a ...any) { got, _ = a[0].(*parser.Packet) })
+			err := d.Add(text)
+			d.Destroy()
+			return got, err
+		}
+		lib, libErr := decoded(parser.NewParser().NewDecoder())
+		ours, err := decoded(NewJSONParser().NewDecoder())
+		if libErr == nil || lib != nil {
+			if !reflect.DeepEqual(lib, ours) || (err == nil) != (libErr == nil) {
+				t.Fatalf("%q: library %+v (%v), ours %+v (%v)", text, lib, libErr, ours, err)
+			}
+			return
+		}
+		if ours == nil {
+			if err == nil {
+				t.Fatalf("%q: no packet and no error", text)
+			}
+			return
+		}
+		if err != nil || !errors.Is(libErr, parser.ErrInvalidPayload) {
+			t.Fatalf("%q: decoded %+v with error %v, the library's %v", text, ours, err, libErr)
+		}
+		args, ok := ours.Data.([]any)
+		if !ok || (ours.Type != parser.EVENT && ours.Type != parser.ACK) || (ours.Type == parser.EVENT && len(args) == 0) {
+			t.Fatalf("%q: decoded %+v", text, ours)
+		}
+		payload := text[1:]
+		if strings.HasPrefix(payload, "/") {
+			_, payload, _ = strings.Cut(payload, ",")
+		}
+		if payload = strings.TrimLeft(payload, "0123456789"); !json.Valid([]byte(payload)) {
+			t.Fatalf("%q: decoded %+v from invalid JSON", text, ours)
+		}
+	})
 }
