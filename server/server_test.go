@@ -711,17 +711,25 @@ func embeddedEmitter(p reflect.Value) string {
 // Engine.IO does: the library's polling transport dropped the decoder's
 // error and kept the session open. A connected socket is disconnected with
 // it. A good payload passes.
+// pollingSocket opens a long-polling session of user on ts and connects
+// its socket (the only one open on ts), and returns the session's URL.
+func pollingSocket(t *testing.T, ts *testServer, user string) string {
+	t.Helper()
+	sid := handshake(t, ts.URL, nil)
+	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
+	if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, user)+`"}`, nil); resp.StatusCode != 200 {
+		t.Fatalf("connect: %d %q", resp.StatusCode, body)
+	}
+	waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+	return u
+}
+
 // Valid JSON with numbers beyond float64 over long-polling gets its
 // handler's answer, as over websocket (TestWebsocketOutOfRangeNumbers) and
 // in Node; the library's parser failed on it and ended the session.
 func TestPollingOutOfRangeNumbers(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
-	sid := handshake(t, ts.URL, nil)
-	u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
-	if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "numbers")+`"}`, nil); resp.StatusCode != 200 {
-		t.Fatalf("connect: %d %q", resp.StatusCode, body)
-	}
-	waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+	u := pollingSocket(t, ts, "numbers")
 	do(t, "GET", u, "", nil) // the session's first packets
 	for i, tc := range []struct{ event, arg, want string }{
 		{"conversation:join", `{"conversationId":1e999}`, `"code":"invalid_argument"`},
@@ -752,12 +760,7 @@ func TestPollingOutOfRangeNumbers(t *testing.T) {
 func TestPollingBadPayloadEndsSession(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	for _, bad := range []string{"zzz", "9", "", "b!!!notbase64", "4hi\x1e9", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "\x1e" + `42["a"]`} {
-		sid := handshake(t, ts.URL, nil)
-		u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
-		if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "garbler")+`"}`, nil); resp.StatusCode != 200 {
-			t.Fatalf("connect: %d %q", resp.StatusCode, body)
-		}
-		waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+		u := pollingSocket(t, ts, "garbler")
 		do(t, "POST", u, bad, nil)
 		if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Session ID unknown") {
 			t.Errorf("GET after POST %q: %d %q, want the session gone", bad, resp.StatusCode, body)
@@ -768,12 +771,7 @@ func TestPollingBadPayloadEndsSession(t *testing.T) {
 	// while the POST is read, which is answered 200 "ok" as in Node (the
 	// library's 429 read as a rate limit)
 	for _, bad := range []string{`421[heartbeat`, `421[]`} {
-		sid := handshake(t, ts.URL, nil)
-		u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
-		if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "garbler")+`"}`, nil); resp.StatusCode != 200 {
-			t.Fatalf("connect: %d %q", resp.StatusCode, body)
-		}
-		waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
+		u := pollingSocket(t, ts, "garbler")
 		do(t, "GET", u, "", nil) // the session's first packets
 		poll := make(chan string, 1)
 		go func() { // a client always has a GET waiting
@@ -876,13 +874,7 @@ func TestPollingRefusedPostEndsSession(t *testing.T) {
 	ts := newTestServer(t, server.Config{MaxBuffer: 1024, AllowEIO3: true})
 	open := func(eio string) string {
 		if eio == "4" {
-			sid := handshake(t, ts.URL, nil)
-			u := ts.URL + "/socket.io/?EIO=4&transport=polling&sid=" + sid
-			if resp, body := do(t, "POST", u, "40"+`{"token":"`+mint(t, "refused")+`"}`, nil); resp.StatusCode != 200 {
-				t.Fatalf("connect: %d %q", resp.StatusCode, body)
-			}
-			waitFor(t, func() bool { return ts.Sockets.Open() == 1 }, "the socket connected")
-			return u
+			return pollingSocket(t, ts, "refused")
 		}
 		resp, body := do(t, "GET", ts.URL+"/socket.io/?EIO=3&transport=polling&token="+mint(t, "refused3"), "", nil)
 		i := strings.Index(body, `"sid":"`)
