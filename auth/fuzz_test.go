@@ -67,3 +67,62 @@ func FuzzVerifyHS256(f *testing.F) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// FuzzVerifyJWKS feeds a token's parts to a JWKS verifier whose set has an
+// RSA key ("r"), an EC key ("e") and two RSA keys under one id ("s"): a
+// header and a claims document as an attacker writes them, with no valid
+// signature or signed by one of the set's keys. Verify does not panic, and
+// either refuses with ErrUnauthorized and zero claims, or accepts a token
+// signed by a key of the set, whose header names that key's algorithm and,
+// if it names a key id, that key's, and whose sub is a valid user id.
+func FuzzVerifyJWKS(f *testing.F) {
+	r, e, s1, s2 := mustRSAKey(f), mustECKey(f), mustRSAKey(f), mustRSAKey(f)
+	srv := newJWKSServer(f, rsaJWK("r", &r.PublicKey), ecJWK(f, "e", &e.PublicKey), rsaJWK("s", &s1.PublicKey), rsaJWK("s", &s2.PublicKey))
+	v := mustJWKS(f, f.Context(), auth.JWKSConfig{URL: srv.URL})
+	signers := []struct {
+		method jwt.SigningMethod
+		key    any
+		kid    string
+	}{{nil, nil, ""}, {jwt.SigningMethodRS256, r, "r"}, {jwt.SigningMethodES256, e, "e"}, {jwt.SigningMethodRS256, s2, "s"}}
+	f.Add(`{"alg":"RS256","kid":"r"}`, `{"sub":"alice"}`, uint8(1))
+	f.Add(`{"alg":"ES256","kid":"e"}`, `{"sub":"alice","exp":1e400}`, uint8(2))
+	f.Add(`{"alg":"RS256","kid":"s"}`, `{"sub":"alice"}`, uint8(3))
+	f.Add(`{"alg":"RS256","kid":"e"}`, `{"sub":"alice"}`, uint8(1))
+	f.Add(`{"alg":"ES256","kid":"r"}`, `{"sub":"alice"}`, uint8(2))
+	f.Add(`{"alg":"HS256","kid":"r"}`, `{"sub":"alice"}`, uint8(0))
+	f.Add(`{"alg":"RS256"}`, `{"sub":"alice"}`, uint8(1))
+	f.Add(`{"alg":"RS256","kid":["r"]}`, `{"sub":"alice"}`, uint8(1))
+	f.Add(`{"alg":"RS256","kid":"r","crit":["b64"]}`, `{"sub":"alice"}`, uint8(1))
+	f.Add(`{"alg":"none","kid":"r"}`, `{"sub":"alice"}`, uint8(0))
+	f.Fuzz(func(t *testing.T, header, claims string, signer uint8) {
+		sg := signers[int(signer)%len(signers)]
+		enc := base64.RawURLEncoding
+		unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+		sig := "c2ln"
+		if sg.method != nil {
+			s, err := sg.method.Sign(unsigned, sg.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sig = enc.EncodeToString(s)
+		}
+		c, err := v.Verify(t.Context(), unsigned+"."+sig)
+		if err != nil {
+			if !errors.Is(err, auth.ErrUnauthorized) {
+				t.Fatalf("refusal %v does not wrap ErrUnauthorized", err)
+			}
+			if c != (auth.Claims{}) {
+				t.Fatalf("claims %+v on a refusal", c)
+			}
+			return
+		}
+		var h struct {
+			Alg string `json:"alg"`
+			Kid any    `json:"kid"`
+		}
+		if sg.method == nil || json.Unmarshal([]byte(header), &h) != nil || h.Alg != sg.method.Alg() ||
+			(h.Kid != nil && h.Kid != sg.kid) || !ids.Valid(c.UserID) {
+			t.Fatalf("accepted %q %q (signer %q) as %+v", header, claims, sg.kid, c)
+		}
+	})
+}
