@@ -22,7 +22,7 @@ type metrics struct {
 func newMetrics(p *Pipeline) *metrics {
 	m := &metrics{
 		records: prom.NewCounterVec("presenced_lastseen_records_total",
-			"Last-seen records by outcome: buffered (queued for the buffer; with Redis, activity queued for the store, written at the next flush), coarsened (dropped within the coarse interval), exact (offline time, written at once).", "result"),
+			"Last-seen records by result: buffered (queued for the buffer; with Redis, activity queued for the store, written at the next flush), coarsened (dropped within the coarse interval), exact (offline time, written at once).", "result"),
 		statements: prom.NewCounter("presenced_lastseen_flush_statements_total",
 			"Store write statements sent by last-seen flushes (one per batch), failed ones included."),
 		rows: prom.NewCounter("presenced_lastseen_flush_rows_total",
