@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"net/url"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +55,37 @@ const defaultConnectTimeout = 5 * time.Second
 // flight) on two fresh nodes: ack p99 150–250 ms with a cold pool,
 // 63–99 ms with a warm one.
 const defaultMinConns = 4
+
+// CheckPostgresURL reports, without connecting, why url is not a database
+// URL OpenPostgres can use (an unknown sslmode, a pool_max_conns that is
+// not a number, …), or nil. The reason never holds the URL's password.
+func CheckPostgresURL(raw string) error {
+	_, err := pgxpool.ParseConfig(raw)
+	if err == nil {
+		return nil
+	}
+	// pgx's message is "cannot parse `<the URL, its password redacted at
+	// best>`: <reason>": only the reason is kept, and a password it might
+	// still quote is masked
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	if u, perr := url.Parse(raw); perr == nil {
+		pws := u.Query()["password"]
+		if u.User != nil {
+			if pw, ok := u.User.Password(); ok {
+				pws = append(pws, pw)
+			}
+		}
+		for _, pw := range pws {
+			if pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+			}
+		}
+	}
+	return errors.New(msg)
+}
 
 // OpenPostgres connects to the database at url (a postgres:// URL or a
 // key=value DSN), checks that it answers, and applies pending migrations

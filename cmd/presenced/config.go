@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/store"
 )
 
 // Config is the validated configuration of one process (CONTRACT §4).
@@ -247,7 +248,12 @@ var settings = []setting{
 	}},
 	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA",
-		serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")},
+		func(c *Config, v string) error {
+			if err := serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")(c, v); err != nil || v == "" {
+				return err
+			}
+			return store.CheckPostgresURL(v) // its parameters (sslmode, pool_max_conns, …)
+		}},
 	{"PRESENCE_DATA", defaultDataPath, "embedded store file (one server per file); the dev-mode secret is kept beside it", func(c *Config, v string) error {
 		if v == "" {
 			return errors.New("must not be empty")
@@ -486,9 +492,9 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 		if err := s.apply(&c, strings.TrimSpace(v)); err != nil {
 			shown := v
 			switch s.env {
-			case "REDIS_URL", "DATABASE_URL":
+			case "REDIS_URL", "DATABASE_URL", "PRESENCE_JWKS_URL":
 				shown = redact(v)
-			case "PRESENCE_JWT_SECRET", "PRESENCE_SERVICE_TOKEN":
+			case "PRESENCE_JWT_SECRET", "PRESENCE_SERVICE_TOKEN", "PRESENCE_ADMIN_TOKEN":
 				shown = "(hidden)"
 			}
 			return Config{}, nil, &ConfigError{Setting: fmt.Sprintf("%s (--%s)", s.env, s.flag()), Value: shown, Err: err}
@@ -664,10 +670,16 @@ func parseBucket(v string) (handlers.Limit, error) {
 	return handlers.Limit{Rate: float64(count) / d.Seconds(), Burst: b}, nil
 }
 
+// redact is a URL as an error may show it: its password, in the user
+// info or as a password parameter (libpq's form), masked.
 func redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparseable)"
+	}
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
 	}
 	return u.Redacted()
 }

@@ -258,6 +258,9 @@ func TestSecretRedactedInErrors(t *testing.T) {
 		{"REDIS_URL", "redis+sentinel://u:hunter2@a:1", "PRESENCE_JWT_SECRET", "0123456789abcdef"},
 		{"DATABASE_URL", "mysql://u:hunter2@x/db"},
 		{"PRESENCE_JWT_SECRET", "hunter2"},
+		{"PRESENCE_JWKS_URL", "ftp://u:hunter2@h/jwks"},
+		{"DATABASE_URL", "postgres://u:hunter2@127.0.0.1:5432/db?sslmode=bogus", "PRESENCE_JWT_SECRET", "0123456789abcdef"},
+		{"DATABASE_URL", "postgres://u@127.0.0.1:5432/db?password=hunter2&sslmode=bogus", "PRESENCE_JWT_SECRET", "0123456789abcdef"},
 	} {
 		_, _, err := parseConfig("serve", nil, env(e...), &bytes.Buffer{}, nil)
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
@@ -268,6 +271,27 @@ func TestSecretRedactedInErrors(t *testing.T) {
 	_, _, err := parseConfig("serve", []string{"--jwt-secret", "hunter2hunter2hunter2", "--database-url", "postgres://u:hunter2@x/db", "--redis-urll", "x"}, env(), &bytes.Buffer{}, nil)
 	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "redis-urll") {
 		t.Errorf("unknown flag: %v, want it named and no secret shown", err)
+	}
+}
+
+// A database URL whose parameters the PostgreSQL driver refuses is bad
+// configuration (exit 2, the setting and the reason named), found before
+// anything starts; it was a runtime error when the store opened.
+func TestDatabaseURLParameters(t *testing.T) {
+	for url, reason := range map[string]string{
+		"postgres://u@127.0.0.1:5432/db?sslmode=bogus":       "sslmode",
+		"postgres://u@127.0.0.1:5432/db?pool_max_conns=abc":  "pool_max_conns",
+		"postgres://u@127.0.0.1:5432/db?connect_timeout=-1x": "connect_timeout",
+	} {
+		_, _, err := parseConfig("serve", nil, env("DATABASE_URL", url, "PRESENCE_JWT_SECRET", "0123456789abcdef"), &bytes.Buffer{}, nil)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "DATABASE_URL") || !strings.Contains(err.Error(), reason) {
+			t.Errorf("%s: %v, want a ConfigError naming DATABASE_URL and %s", url, err, reason)
+		}
+	}
+	c := mustServeConfig(t, nil, "DATABASE_URL", "postgres://u@127.0.0.1:5432/db?sslmode=disable&pool_max_conns=8", "PRESENCE_JWT_SECRET", "0123456789abcdef")
+	if c.DatabaseURL == "" {
+		t.Fatal("a good URL was not kept")
 	}
 }
 
