@@ -24,16 +24,22 @@ func pathID(r *http.Request, name string) (string, error) {
 	return id, nil
 }
 
+// tooLongDrain bounds the reading of what is left of a body refused as too
+// long, once it has been answered (readObject).
+const tooLongDrain = time.Second
+
 // readObject reads a body of at most limit bytes that must be exactly one
 // JSON object (unknown fields are the caller's to ignore).
 func readObject(w http.ResponseWriter, r *http.Request, limit int64) (map[string]json.RawMessage, error) {
 	if r.ContentLength > limit {
 		// Refused before reading: a body declared too long was read until
 		// the limit, or until the read deadline (30 s) if it never came,
-		// and then answered 400. The connection is not read again (net/http
-		// would read up to 256 KiB of the rest before answering) and closes
-		// after the answer.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		// and then answered 400. The connection closes after the answer.
+		// net/http reads what is left of a body of up to 256 KiB after the
+		// answer, so that the client, still writing it, can read the
+		// answer (closed with its data unread, the connection is reset,
+		// and the client may see only that); that read gets tooLongDrain.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(tooLongDrain))
 		w.Header().Set("Connection", "close")
 		return nil, errorf(CodeLimitExceeded, "request body is larger than %d bytes", limit)
 	}

@@ -615,6 +615,26 @@ func TestDeclaredBodyTooLong(t *testing.T) {
 	if res.StatusCode != 413 {
 		t.Fatalf("status %d, want 413", res.StatusCode)
 	}
+	// the rest of the body is waited for a second at most
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil || time.Since(start) > 3*time.Second {
+		t.Fatalf("the connection closed after %s (%v), want about 1 s", time.Since(start).Round(time.Millisecond), err)
+	}
+}
+
+// A client that writes a body over the limit whole, as fetch or Go's client
+// does, gets the 413: the connection was closed with the body unread and
+// reset, and the client, still writing, saw only the reset (broken pipe).
+func TestTooLongBodyAnswered(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for i := range 200 {
+		body := `{"userIds":["a"],"pad":"` + strings.Repeat("x", handlers.MaxBodyBytes+i*1000) + `"}`
+		res := e.as("alice", "POST", "/v1/presence/query", body)
+		if res.status != 413 {
+			t.Fatalf("request %d: %d %s, want 413", i, res.status, res.body)
+		}
+	}
 }
 
 func TestBadInput(t *testing.T) {
