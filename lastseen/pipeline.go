@@ -27,8 +27,8 @@ type Config struct {
 	// Coarse: at most one activity record per user per interval on this
 	// node (PRESENCE_LASTSEEN_COARSE), 10m.
 	Coarse time.Duration
-	// DirectActivity: activity records (Record; the online and away
-	// statuses of HandleEvents) do not go through the buffer's dirty set.
+	// DirectActivity: activity records (Record; the online statuses of
+	// HandleEvents) do not go through the buffer's dirty set.
 	// At each flush this node writes its own straight to the store, one
 	// statement per FlushBatch users, and raises the times of those users
 	// the buffer holds already (Buffer.Raise), adding none. Offline times
@@ -219,8 +219,13 @@ func (p *Pipeline) RecordExact(ctx context.Context, userID string, at time.Time)
 
 // HandleEvents feeds presence events to the pipeline; it has the shape of
 // a presence.Sink so it can be chained into one. An offline status records
-// its exact LastSeen (or the event time); online and away count as seen.
-// Errors are logged: the records are kept for retry.
+// its exact LastSeen (or the event time); online counts as seen. Away does
+// not: it says the user has been idle, not that they were there then, and
+// a user whose last socket was on a node that died is turned away by
+// another node before the dead node is reaped, so that moment could be
+// later than the user's last connection closed (the GREATEST of the
+// records is kept, and it outlived the exact offline time). Errors are
+// logged: the records are kept for retry.
 func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 	for _, ev := range events {
 		if ev.Kind != presence.EventStatus || ev.UserID == "" {
@@ -243,7 +248,7 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 				continue
 			}
 			err = p.RecordExact(ctx, ev.UserID, at)
-		case presence.Online, presence.Away:
+		case presence.Online:
 			at := ev.At
 			if at.IsZero() {
 				at = p.cfg.Now()

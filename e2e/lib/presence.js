@@ -131,15 +131,22 @@ export async function joinUser(url, userId, conversationId, { t } = {}) {
 // ---------------------------------------------------------------------------
 // Cluster stores: PostgreSQL through psql, Redis through the redis package.
 
-function psql(sql, { timeoutMs = 20000 } = {}) {
+function psql(sql, { timeoutMs = 20000, db = 'postgres' } = {}) {
   return new Promise((resolve, reject) => {
-    execFile('psql', ['-h', '127.0.0.1', '-U', 'postgres', '-d', 'postgres', '-v', 'ON_ERROR_STOP=1', '-qAtc', sql],
+    execFile('psql', ['-h', '127.0.0.1', '-U', 'postgres', '-d', db, '-v', 'ON_ERROR_STOP=1', '-qAtc', sql],
       { timeout: timeoutMs, env: { ...process.env, PGCONNECT_TIMEOUT: '5' } },
       (err, stdout, stderr) => {
         if (err) reject(new Error(`psql ${sql}: ${err.message}\n${stderr}`));
         else resolve(stdout);
       });
   });
+}
+
+/** The last-seen time (ms) database db (a freshDatabase) stores for user, or null. */
+export async function storedLastSeen(db, user) {
+  if (!/^[A-Za-z0-9_.:@-]+$/.test(user)) throw new Error(`not a user id: ${user}`);
+  const out = (await psql(`SELECT seen_at FROM last_seen WHERE user_id = '${user}'`, { db: db.name })).trim();
+  return out === '' ? null : Number(out);
 }
 
 /**

@@ -13,8 +13,9 @@ import { sleep, waitFor } from '../lib/client.js';
 import { ADMIN_TOKEN } from '../lib/admin.js';
 import { SECRET } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
+import { request } from '../lib/http.js';
 import {
-  TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, startPair, clusterDatabase, spawnChildClient, recentDisplays,
+  TOPOLOGIES, uid, ack, show, connectUser, joinUser, startTopology, startPair, clusterDatabase, spawnChildClient, recentDisplays, storedLastSeen,
 } from '../lib/presence.js';
 
 // `at` is rounded down to the minute (CONTRACT §1).
@@ -189,6 +190,42 @@ for (const kind of TOPOLOGIES) {
         await sleep(1000);
         assert.equal(a.rec.list('presence:leave', { since: markA }).length, 1, `one leave:\n    ${a.rec.dump(markA)}`);
         assert.equal(a.rec.list('presence:update', { since: markA }).length, 1, `one update:\n    ${a.rec.dump(markA)}`);
+      });
+
+      it('a user with a device on each node, node 2 SIGKILLed, then the node 1 device closes: last-seen is that close, not the away check that came before the reap', { timeout: 40000 }, async (t) => {
+        // --away-after 2s: the away check of B (its other socket still on
+        // the dead node) fires before the dead node's reap (lease 5 s); it
+        // was recorded as a last-seen (not coarsened: --lastseen-coarse 1s),
+        // later than the close, and kept
+        const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '0s', '--away-after', '2s', '--lastseen-flush-interval', '1s', '--lastseen-coarse', '1s'], tag: '24k' });
+        const c = uid('c');
+        const A = uid('A');
+        const B = uid('B');
+        const a = await joinUser(topo.url1, A, c, { t });
+        const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
+        assert.equal(sub?.ok, true, show(sub));
+        const b1 = await joinUser(topo.url1, B, c, { t });
+        await joinUser(topo.url2, B, c, { t });
+        const markA = a.rec.mark();
+        await topo.servers[1].kill();
+        await sleep(1000);
+        const closed = Date.now();
+        b1.socket.disconnect();
+        const away = await a.rec.wait('presence:update', { since: markA, pred: (p) => p.userId === B && p.status === 'away', timeoutMs: 8000 })
+          .catch(() => null); // (the reap may come first: then there is nothing to check)
+        const off = await a.rec.wait('presence:update', { since: markA, pred: (p) => p.userId === B && p.status === 'offline', timeoutMs: 12000 });
+        t.diagnostic(`away ${away ? away.at - closed : '-'} ms, offline ${off.at - closed} ms after the close`);
+        await sleep(2500); // two flushes
+        const res = await request(`${topo.url1}/v1/users/${encodeURIComponent(B)}/presence`, { headers: { Authorization: `Bearer ${tokenFor(B, SECRET)}` } });
+        assert.equal(res.status, 200, res.body);
+        const own = JSON.parse(res.body);
+        const ms = Date.parse(own.lastSeen) - closed;
+        t.diagnostic(`B's own last-seen ${own.lastSeen}: ${ms} ms after the close`);
+        assert.ok(ms >= -50 && ms <= 500, `B's last-seen ${own.lastSeen} is the close of its last live socket (${new Date(closed).toISOString()}), ${ms} ms after it`);
+        // what the store keeps, read when Redis no longer holds the time
+        const stored = await storedLastSeen(store.db, B);
+        t.diagnostic(`stored: ${stored === null ? 'nothing' : `${stored - closed} ms after the close`}`);
+        assert.ok(stored !== null && stored - closed >= -50 && stored - closed <= 500, `stored last-seen ${stored} is the close (${closed}), ${stored - closed} ms after it`);
       });
 
       it('a SIGTERM held up past the flap grace (a request body that stopped): the leaving user\'s presence:leave still comes, from the other node', { timeout: 40000 }, async (t) => {
