@@ -73,6 +73,36 @@ func parseRedisURL(raw string) (*redis.UniversalOptions, error) {
 	return &redis.UniversalOptions{Addrs: addrs, MasterName: path, Username: user, Password: pass}, nil
 }
 
+// clusterStateReload is how old a Redis Cluster client's slot map may get
+// before a command reloads it (CLUSTER SLOTS, in the background). The
+// client reloads it on a MOVED reply, but not when a master cannot be
+// reached: with its default (60 s) the nodes kept sending to a master
+// that had died for up to a minute after its replica took over (4 s), every
+// command failed meanwhile, and a node that came back first reaped the
+// other, live one (failover audit). A reload is one small command.
+const clusterStateReload = time.Second
+
+// newRedisClient is redis.NewUniversalClient, with a Redis Cluster
+// client whose slot map follows a failover within clusterStateReload.
+func newRedisClient(opts *redis.UniversalOptions) redis.UniversalClient {
+	if opts.MasterName == "" && (opts.IsClusterMode || len(opts.Addrs) > 1) {
+		co := opts.Cluster()
+		co.ClusterStateReloadInterval = clusterStateReload
+		return redis.NewClusterClient(co)
+	}
+	return redis.NewUniversalClient(opts)
+}
+
+// redisAnswers is the readiness check of Redis: a PING answered, by every
+// master of a Redis Cluster (a PING goes to any one node: with the master
+// of the node leases down, /readyz said ok while every command failed).
+func redisAnswers(ctx context.Context, rdb redis.UniversalClient) error {
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	}
+	return rdb.Ping(ctx).Err()
+}
+
 // universal carries every option redis.ParseURL reads into the options of
 // a universal client: the address, credentials, database and TLS, and the
 // query options (pool_size, dial_timeout, read_timeout, max_retries, …).
@@ -218,7 +248,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		// for one.
 		opts.PoolSize = max(opts.PoolSize, 64)
 		redis.SetLogger(newRedisLogger(log.With("component", "redis")))
-		a.rdb = redis.NewUniversalClient(opts)
+		a.rdb = newRedisClient(opts)
 		a.closers = append(a.closers, a.rdb.Close)
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		perr = a.rdb.Ping(pctx).Err()
@@ -226,7 +256,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		if perr != nil {
 			log.Warn("redis not reachable at start; will retry", "err", perr)
 		}
-		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }})
+		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return redisAnswers(ctx, a.rdb) }})
 		buf = lastseen.NewRedis(a.rdb, lastseen.RedisConfig{Prefix: cfg.RedisPrefix})
 		lcfg.DirectActivity = true // activity costs Redis no entry (see DirectActivity)
 	} else {

@@ -157,6 +157,46 @@ func Cluster(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// ClusterWithReplicas starts a Redis Cluster of three masters, each with a
+// replica (cluster-node-timeout 1 s: a dead master's replica takes over in
+// a few seconds), and returns its servers by address. It skips the test
+// when redis-cli cannot create clusters.
+func ClusterWithReplicas(tb testing.TB) map[string]*Proc {
+	tb.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Skipf("redis-cli not found: %v", err)
+	}
+	procs := map[string]*Proc{}
+	var addrs []string
+	for i := range 6 {
+		p := StartProc(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf",
+			"--cluster-node-timeout", "1000")
+		procs[p.Addr()] = p
+		addrs = append(addrs, p.Addr())
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Skipf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		Eventually(tb, 20*time.Second, "cluster ok on "+a, func() bool {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+		// a replica that has not synced with its master refuses to take
+		// over from it
+		Eventually(tb, 20*time.Second, "replication up on "+a, func() bool {
+			info, err := c.Info(context.Background(), "replication").Result()
+			return err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up"))
+		})
+		c.Close()
+	}
+	return procs
+}
+
 // Eventually polls cond until it holds, or fails the test once timeout
 // has passed.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
