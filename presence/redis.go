@@ -82,6 +82,7 @@ type RedisEngine struct {
 	pending    map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
 	leaving    map[string]struct{}  // disconnected sockets whose removal is under way
 	lastRec    time.Time            // the last reconciliation
+	missing    map[string]struct{}  // live sockets the last reconciliation found missing from Redis (registerMissing)
 	regBuckets int                  // the registry's buckets (redis_registry.go); regMu serialises their growth
 	regMu      sync.Mutex
 
@@ -112,6 +113,11 @@ type rSocket struct {
 	// the removal records it (it may not have been recorded yet, see
 	// activityEvery), for the user's sockets on other nodes.
 	act int64
+	// unsure are conversations whose join failed with its outcome unknown
+	// and could not be undone (undoJoin): kept in convs for the removal
+	// to clean, never joined again by register (the client was told the
+	// join failed). Written under mu.
+	unsure map[string]struct{}
 }
 
 var _ Engine = (*RedisEngine)(nil)

@@ -68,6 +68,11 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 		}
 		return JoinResult{}, unavailable("join", err)
 	}
+	if already {
+		e.mu.Lock()
+		delete(s.unsure, conv) // joined now: its entry is the join's
+		e.mu.Unlock()
+	}
 	raw, _ := join.Slice()
 	var b batch
 	if len(raw) == 3 && toInt(raw[0]) == 1 {
@@ -106,6 +111,12 @@ func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 	err := e.runLeave(ctx, e.rdb, k, s.id, s.user, "left", 0, "").Err()
 	if err != nil {
 		e.log.Warn("join outcome unknown; kept for the disconnect to clean", "sid", s.id, "conversation_id", conv, "err", err)
+		e.mu.Lock()
+		if s.unsure == nil {
+			s.unsure = map[string]struct{}{}
+		}
+		s.unsure[conv] = struct{}{}
+		e.mu.Unlock()
 		return
 	}
 	e.mu.Lock()
@@ -139,6 +150,7 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 		}
 		e.mu.Lock()
 		delete(s.convs, conv)
+		delete(s.unsure, conv)
 		reg := registry(s)
 		e.mu.Unlock()
 		if err := e.rdb.HSet(ctx, e.regKey(s), socketID, reg).Err(); err != nil {

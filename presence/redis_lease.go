@@ -126,13 +126,9 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (
 func (e *RedisEngine) resync(ctx context.Context) error {
 	now := e.cfg.Now()
 	e.mu.Lock()
-	var socks []*rSocket
-	regs := map[string]string{}
-	convs := map[string][]string{}
+	socks := make([]*rSocket, 0, len(e.local))
 	for _, s := range e.local {
 		socks = append(socks, s)
-		regs[s.id] = registry(s)
-		convs[s.id] = sortedKeys(s.convs)
 	}
 	buckets := e.regBuckets
 	e.mu.Unlock()
@@ -141,6 +137,29 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 			return unavailable("resync", err)
 		}
 	}
+	if err := e.register(ctx, socks, now); err != nil {
+		return err
+	}
+	return e.resyncTyping(ctx, now)
+}
+
+// register writes local sockets into Redis again, as their connects and
+// joins did: their registry lines, their users' records and their
+// conversations' entries (idempotent: what is still there stays), and
+// announces what was missing (a status, a join to the others).
+func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.Time) error {
+	e.mu.Lock()
+	regs := make(map[string]string, len(socks))
+	convs := make(map[string][]string, len(socks))
+	for _, s := range socks {
+		regs[s.id] = registry(s)
+		for _, c := range sortedKeys(s.convs) {
+			if _, unsure := s.unsure[c]; !unsure {
+				convs[s.id] = append(convs[s.id], c)
+			}
+		}
+	}
+	e.mu.Unlock()
 	var b batch
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
@@ -158,7 +177,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		}
 		if err := e.exec(ctx, pipe); err != nil {
 			e.emit(ctx, b)
-			return unavailable("resync", err)
+			return unavailable("register", err)
 		}
 		switch n, _ := came.Int(); n {
 		case 1:
@@ -174,5 +193,5 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 		}
 	}
 	e.emit(ctx, b)
-	return e.resyncTyping(ctx, now)
+	return nil
 }

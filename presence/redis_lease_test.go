@@ -507,3 +507,67 @@ func TestRedisStatusClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// Writes Redis acknowledged and then lost (a failover to a replica that
+// had not received them) while the node's lease stayed: the reconciliation
+// finds a live socket whose registry line is missing twice in a row and
+// registers it again, its user and joins with it; before, the socket's
+// user stayed offline and out of the roster for good (failover audit).
+func TestRedisReconcileRestoresLostWrites(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", TTL: 4 * time.Second})
+	tick := func() {
+		t.Helper()
+		f.clock.Advance(time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connectJoin(t, n1, "a1", "alice", "c1")
+	tick()
+	// what Redis holds now; bob's connect and join come after it
+	var keys []string
+	iter := f.rdb.Scan(ctx, 0, f.prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	held := map[string]string{}
+	for _, k := range keys {
+		held[k] = f.rdb.Dump(ctx, k).Val()
+	}
+	connectJoin(t, n1, "b1", "bob", "c1")
+	f.rec.Take()
+	// the failover: back to what Redis held before
+	iter = f.rdb.Scan(ctx, 0, f.prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if _, ok := held[iter.Val()]; !ok {
+			f.rdb.Del(ctx, iter.Val())
+		}
+	}
+	for k, v := range held {
+		if err := f.rdb.RestoreReplace(ctx, k, 0, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := n1.Roster(ctx, "c1"); err != nil || len(r.Online) != 1 {
+		t.Fatalf("roster after the loss %+v, %v; want alice alone", r, err)
+	}
+	for range 5 { // reconciliations every 2 s: found missing at the first, registered at the second
+		tick()
+	}
+	got := f.rec.Take()
+	if !slices.Contains(got, "status bob online") || !slices.Contains(got, "join c1 bob") || slices.Contains(got, "join c1 alice") {
+		t.Fatalf("events of the reconciliation %q, want bob online and joined again, and nothing of alice", got)
+	}
+	if r, err := n1.Roster(ctx, "c1"); err != nil || len(r.Online) != 2 {
+		t.Fatalf("roster after the reconciliation %+v, %v; want alice and bob", r, err)
+	}
+	// and it is done once
+	for range 4 {
+		tick()
+	}
+	if got := f.rec.Take(); len(got) != 0 {
+		t.Fatalf("events after %q, want none", got)
+	}
+}

@@ -18,6 +18,14 @@ import (
 // have lost it). Cost: a round trip per regReadGroup buckets (about 3,000
 // sockets) per ReconcileEvery, plus the removals; nothing per user per
 // period.
+//
+// The other way round, a live socket whose line is missing, or lacks a
+// conversation the socket has, lost writes Redis had acknowledged (a
+// failover to a replica that had not received them, a restart without
+// persistence): once two reconciliations in a row find it so (the first
+// may have read the registry before a connect or a join in flight wrote
+// it), the socket is registered again (register), its user and joins
+// with it.
 func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
 	for u, next := range e.lastAct {
@@ -26,7 +34,12 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 		}
 	}
 	buckets := e.regBuckets
+	before := make(map[string]*rSocket, len(e.local))
+	for id, s := range e.local {
+		before[id] = s
+	}
 	e.mu.Unlock()
+	listed := make(map[string][]string, len(before)) // sid → the conversations its line lists
 	if buckets > regMinBuckets {
 		if err := e.rdb.Set(ctx, regCountKey(e.kNode), buckets, 0).Err(); err != nil {
 			return unavailable("reconcile", err)
@@ -53,6 +66,7 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 				strays = append(strays, l)
 				continue
 			}
+			listed[l.sid] = f[1:]
 			var gone map[string]struct{}
 			for _, c := range f[1:] {
 				if _, in := s.convs[c]; !in {
@@ -88,10 +102,55 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 		}
 		return nil
 	})
+	if err == nil {
+		err = e.registerMissing(ctx, before, listed, now)
+	}
 	if err != nil && !errors.Is(err, ErrUnavailable) {
 		err = unavailable("reconcile", err)
 	}
 	return err
+}
+
+// registerMissing registers again the sockets of before (the live sockets
+// when the registry's read began) that are still live and whose line
+// listed (sid → its conversations) lacks or misses one of their
+// conversations, if the last reconciliation found them so too.
+func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rSocket, listed map[string][]string, now time.Time) error {
+	e.mu.Lock()
+	suspect := make(map[string]struct{})
+	var lost []*rSocket
+	for id, s := range before {
+		_, pending := e.pending[id]
+		_, leaving := e.leaving[id]
+		if e.local[id] != s || pending || leaving {
+			continue
+		}
+		convs, ok := listed[id]
+		if ok {
+			have := setOf(convs)
+			for c := range s.convs {
+				if _, in := have[c]; !in && !isIn(s.unsure, c) {
+					ok = false
+					break
+				}
+			}
+		}
+		if ok {
+			continue
+		}
+		if _, again := e.missing[id]; again {
+			lost = append(lost, s)
+		} else {
+			suspect[id] = struct{}{}
+		}
+	}
+	e.missing = suspect
+	e.mu.Unlock()
+	if len(lost) == 0 {
+		return nil
+	}
+	e.log.Warn("registering again sockets whose entries Redis lost", "sockets", len(lost))
+	return e.register(ctx, lost, now)
 }
 
 // leaveStale takes a live socket out of conversations it no longer has
@@ -121,6 +180,11 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 	}
 	e.emit(ctx, b)
 	return nil
+}
+
+func isIn(m map[string]struct{}, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 func setOf(keys []string) map[string]struct{} {
