@@ -224,16 +224,8 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 	if !c.connected.Load() {
 		// The engine did not take the connection (its backend was down):
 		// try again now rather than leaving the socket unusable.
-		if err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
+		if err := h.lateConnect(ctx, c); err != nil {
 			reply(nil, err)
-			return
-		}
-		c.connected.Store(true)
-		if c.sock.Disconnected() {
-			// closed meanwhile: its disconnect work may have skipped the
-			// engine; the engine's Disconnect is idempotent
-			_ = h.engineDisconnect(ctx, c)
-			reply(nil, errorf(CodeUnavailable, "connection is closing"))
 			return
 		}
 	}

@@ -149,8 +149,10 @@ type Conn struct {
 	ready     chan struct{} // closed once the engine's connect is done (Prepare)
 	started   atomic.Bool   // Connect has begun: the library connected the socket
 	connected atomic.Bool   // the engine knows the socket
+	connectMu sync.Mutex    // one late connect at a time (lateConnect)
 	closed    sync.Once
-	kicked    atomic.Bool // an operator disconnected it: no flap grace (DisconnectUser)
+	left      chan struct{} // closed when the socket's disconnect work runs
+	kicked    atomic.Bool   // an operator disconnected it: no flap grace (DisconnectUser)
 
 	limits socketLimits // the event limits' buckets (limits.go)
 
@@ -218,7 +220,7 @@ type HeartbeatPayload struct {
 //
 // A token with an exp ends the connection when it expires (expireAt).
 func (h *Sockets) Prepare(s *socket.Socket, claims auth.Claims) error {
-	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: socketRooms{s}, ready: make(chan struct{})}
+	c := &Conn{UserID: claims.UserID, sid: string(s.Id()), engineID: s.Conn().Id(), sock: s, rooms: socketRooms{s}, ready: make(chan struct{}), left: make(chan struct{})}
 	if err := h.connectEngine(c); err != nil {
 		return err
 	}
@@ -253,8 +255,8 @@ var errTooManySockets = errorf(CodeUnauthorized, "too many connections")
 // connectEngine has the engine count the socket, refused if its user has
 // MaxSocketsPerUser sockets already (cluster-wide). When the engine cannot
 // be reached the socket is let in, unknown to it until one of its events
-// connects it (serve): the cap guards against abuse and is not worth
-// refusing every user during an outage. The socket is open from here on
+// or connectLater connects it: the cap guards against abuse and is not
+// worth refusing every user during an outage. The socket is open from here on
 // (its disconnect work will run once).
 func (h *Sockets) connectEngine(c *Conn) error {
 	max := h.cfg.MaxSocketsPerUser
@@ -271,6 +273,7 @@ func (h *Sockets) connectEngine(c *Conn) error {
 		return errTooManySockets
 	case err != nil:
 		h.log.Warn("presence connect failed; admitting", "sid", c.sid, "user_id", c.UserID, "err", err)
+		go h.connectLater(c)
 	default:
 		c.connected.Store(true)
 	}
@@ -278,6 +281,65 @@ func (h *Sockets) connectEngine(c *Conn) error {
 	h.metrics.SocketsConnected.Inc()
 	close(c.ready)
 	return nil
+}
+
+// Late connects of a socket admitted while the engine's backend was down:
+// the first after lateConnectFirst (ns; tests shorten it), then each after
+// twice the wait, at most lateConnectMax.
+var lateConnectFirst atomic.Int64
+
+const lateConnectMax = 10 * time.Second
+
+func init() { lateConnectFirst.Store(int64(time.Second)) }
+
+// connectLater connects to the engine a socket it did not take at its
+// handshake, once its backend answers again, unless one of the socket's
+// events did it first (lateConnect) or the socket closed. Before, only an
+// event did: a client that sent none (it only listens) stayed unknown, its
+// user offline, for as long as it stayed connected (failover audit).
+func (h *Sockets) connectLater(c *Conn) {
+	wait := time.Duration(lateConnectFirst.Load())
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.left:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+		err := h.lateConnect(ctx, c)
+		cancel()
+		if err == nil {
+			return
+		}
+		wait = min(2*wait, lateConnectMax)
+		t.Reset(wait)
+	}
+}
+
+// lateConnect has the engine take a socket it did not take at its
+// handshake (connectEngine admitted it with its backend down), one attempt
+// at a time per socket; nil if the engine knows it (now or already).
+func (h *Sockets) lateConnect(ctx context.Context, c *Conn) error {
+	c.connectMu.Lock()
+	defer c.connectMu.Unlock()
+	if c.connected.Load() {
+		return nil
+	}
+	if err := h.engine.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.UserID}); err != nil {
+		return err
+	}
+	c.connected.Store(true)
+	select {
+	case <-c.left:
+		// closed meanwhile: its disconnect work may have skipped the
+		// engine; the engine's Disconnect is idempotent
+		_ = h.engineDisconnect(ctx, c)
+		return errorf(CodeUnavailable, "connection is closing")
+	default:
+		return nil
+	}
 }
 
 // expireAt closes the socket's Engine.IO connection when its token
@@ -354,6 +416,9 @@ func (h *Sockets) Connect(s *socket.Socket) {
 // times the library reports the disconnect.
 func (h *Sockets) disconnect(c *Conn, reason string) {
 	c.closed.Do(func() {
+		if c.left != nil {
+			close(c.left)
+		}
 		h.direct.CompareAndDelete(c.engineID, c)
 		c.stopExpiry()
 		h.open.Add(-1)
