@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/ids"
+	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/internal/jsontext"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
@@ -152,8 +155,11 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 		if err != nil {
 			e := classify(err)
 			outcome = e.Code
-			if e.Code == CodeInternal || e.Code == CodeUnavailable {
+			switch e.Code {
+			case CodeInternal:
 				h.log.Warn("event failed", "event", name, "sid", c.sid, "user_id", c.UserID, "err", err)
+			case CodeUnavailable:
+				h.unavailable.fail(h.log, name, c, err)
 			}
 			if refusedActivity[e.Code] {
 				// a well-formed event refused (not a member, not joined,
@@ -166,6 +172,9 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 				ack.Reply(ackError(e))
 			}
 			return
+		}
+		if h.unavailable.failing.Load() {
+			h.unavailable.recover(h.log)
 		}
 		if ack != nil {
 			switch b := body.(type) {
@@ -871,4 +880,38 @@ func (c *Conn) dequeued() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return popFront(&c.arrivals)
+}
+
+// unavailableLog logs events that failed because a backend was down
+// (acks unavailable) as one line at once, then one per 10 s with their
+// count, and one when events succeed again: an outage of a few seconds
+// wrote a line per event (thousands with a few hundred clients; failover
+// audit).
+type unavailableLog struct {
+	failing atomic.Bool // a run of failures is under way (read on every success)
+	mu      sync.Mutex
+	log     throttle.Log
+}
+
+func (u *unavailableLog) fail(log *slog.Logger, event string, c *Conn, err error) {
+	u.mu.Lock()
+	if u.log.Every == 0 {
+		u.log.Every = 10 * time.Second
+	}
+	n, ok := u.log.Fail(time.Now())
+	u.failing.Store(true)
+	u.mu.Unlock()
+	if ok {
+		log.Warn("events failed: backend unavailable", "event", event, "sid", c.sid, "user_id", c.UserID, "err", err, "failed", n)
+	}
+}
+
+func (u *unavailableLog) recover(log *slog.Logger) {
+	u.mu.Lock()
+	n, ok := u.log.Recover()
+	u.failing.Store(false)
+	u.mu.Unlock()
+	if ok {
+		log.Info("events succeed again", "failed_meanwhile", n)
+	}
 }

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/presenced/presenced/auth"
 	"github.com/presenced/presenced/handlers"
+	"github.com/presenced/presenced/internal/logbuf"
 	"github.com/presenced/presenced/metrics"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/presence/enginetest"
@@ -46,6 +48,8 @@ type sockOptions struct {
 	limits handlers.EventLimits
 	// wrap, when set, is the engine the handlers use, around the memory one
 	wrap func(presence.Engine) presence.Engine
+	// log, when set, gets the handlers' log (text)
+	log io.Writer
 }
 
 func newSockEnv(t *testing.T, o sockOptions) *sockEnv {
@@ -63,11 +67,15 @@ func newSockEnv(t *testing.T, o sockOptions) *sockEnv {
 	if o.wrap != nil {
 		eng = o.wrap(e.mem)
 	}
+	hlog := log
+	if o.log != nil {
+		hlog = slog.New(slog.NewTextHandler(o.log, nil))
+	}
 	sockets := handlers.NewSockets(handlers.SessionConfig{
 		NodeID: "n1", HeartbeatInterval: 15 * time.Second, HeartbeatJitter: 5 * time.Second, TypingTTL: 4 * time.Second,
 		Limits: o.limits,
 	}, handlers.SocketDeps{
-		Log: log, Metrics: e.metrics, Engine: eng, Rooms: rooms,
+		Log: hlog, Metrics: e.metrics, Engine: eng, Rooms: rooms,
 		Membership: &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}},
 	})
 	v, err := auth.NewHS256(e.secret)
@@ -322,7 +330,8 @@ func (f *flakyEngine) Connect(ctx context.Context, s presence.Socket) error {
 // and once it is back the event connects the socket and runs.
 func TestEventsConnectALostSocket(t *testing.T) {
 	var flaky *flakyEngine
-	e := newSockEnv(t, sockOptions{wrap: func(eng presence.Engine) presence.Engine {
+	var logs logbuf.Buffer
+	e := newSockEnv(t, sockOptions{log: &logs, wrap: func(eng presence.Engine) presence.Engine {
 		flaky = &flakyEngine{Engine: eng}
 		flaky.down.Store(true)
 		return flaky
@@ -378,6 +387,13 @@ func TestEventsConnectALostSocket(t *testing.T) {
 	flaky.mu.Unlock()
 	if n < 5 { // the connect, three events while down, the join (and the late connects of connectLater)
 		t.Errorf("%d engine connects, want 5 or more", n)
+	}
+	// the three failures are one line, and their end another
+	if got := logs.Count("events failed: backend unavailable"); got != 1 {
+		t.Errorf("%d lines of failed events, want 1:\n%s", got, logs.String())
+	}
+	if got := logs.Count("events succeed again", "failed_meanwhile=3"); got != 1 {
+		t.Errorf("%d lines of the recovery with 3 failures, want 1:\n%s", got, logs.String())
 	}
 }
 

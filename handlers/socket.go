@@ -95,6 +95,8 @@ type Sockets struct {
 	opCtx    opContexts           // the contexts bounding events' work (opctx.go)
 	direct   sync.Map             // Engine.IO connection id → *Conn (direct.go)
 	clock    timestamp.Cache      // the heartbeat ack's server time
+
+	unavailable unavailableLog // events failed with a backend down (events.go)
 }
 
 // eventInfo is what serve needs of an event besides its handler: its
