@@ -16,8 +16,8 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/ids"
-	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/internal/jsontext"
+	"github.com/presenced/presenced/internal/throttle"
 	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/transport"
