@@ -34,24 +34,12 @@ func FuzzVerifyHS256(f *testing.F) {
 	f.Add(`{"alg":"HS256"}`, `[]`, true)
 	f.Add(`{"alg":"HS256"}`, `{"sub":"alice","exp":null}`, false)
 	f.Fuzz(func(t *testing.T, header, claims string, sign bool) {
-		enc := base64.RawURLEncoding
-		unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
-		sig := "c2ln"
+		var method jwt.SigningMethod
 		if sign {
-			s, err := jwt.SigningMethodHS256.Sign(unsigned, testSecret)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sig = enc.EncodeToString(s)
+			method = jwt.SigningMethodHS256
 		}
-		c, err := v.Verify(t.Context(), unsigned+"."+sig)
-		if err != nil {
-			if !errors.Is(err, auth.ErrUnauthorized) {
-				t.Fatalf("refusal %v does not wrap ErrUnauthorized", err)
-			}
-			if c != (auth.Claims{}) {
-				t.Fatalf("claims %+v on a refusal", c)
-			}
+		c, ok := verifyFuzzed(t, v, header, claims, method, testSecret)
+		if !ok {
 			return
 		}
 		if !sign {
@@ -64,6 +52,35 @@ func FuzzVerifyHS256(f *testing.F) {
 			t.Fatalf("accepted %q %q as %+v", header, claims, c)
 		}
 	})
+}
+
+// verifyFuzzed verifies the token of header and claims, signed with key by
+// method (nil: a signature that is not one), and checks a refusal: it
+// wraps ErrUnauthorized and gives zero claims. It returns the claims of
+// an accepted token, and whether it was.
+func verifyFuzzed(t *testing.T, v auth.Verifier, header, claims string, method jwt.SigningMethod, key any) (auth.Claims, bool) {
+	t.Helper()
+	enc := base64.RawURLEncoding
+	unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+	sig := "c2ln"
+	if method != nil {
+		s, err := method.Sign(unsigned, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig = enc.EncodeToString(s)
+	}
+	c, err := v.Verify(t.Context(), unsigned+"."+sig)
+	if err != nil {
+		if !errors.Is(err, auth.ErrUnauthorized) {
+			t.Fatalf("refusal %v does not wrap ErrUnauthorized", err)
+		}
+		if c != (auth.Claims{}) {
+			t.Fatalf("claims %+v on a refusal", c)
+		}
+		return c, false
+	}
+	return c, true
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -96,24 +113,8 @@ func FuzzVerifyJWKS(f *testing.F) {
 	f.Add(`{"alg":"none","kid":"r"}`, `{"sub":"alice"}`, uint8(0))
 	f.Fuzz(func(t *testing.T, header, claims string, signer uint8) {
 		sg := signers[int(signer)%len(signers)]
-		enc := base64.RawURLEncoding
-		unsigned := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
-		sig := "c2ln"
-		if sg.method != nil {
-			s, err := sg.method.Sign(unsigned, sg.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sig = enc.EncodeToString(s)
-		}
-		c, err := v.Verify(t.Context(), unsigned+"."+sig)
-		if err != nil {
-			if !errors.Is(err, auth.ErrUnauthorized) {
-				t.Fatalf("refusal %v does not wrap ErrUnauthorized", err)
-			}
-			if c != (auth.Claims{}) {
-				t.Fatalf("claims %+v on a refusal", c)
-			}
+		c, ok := verifyFuzzed(t, v, header, claims, sg.method, sg.key)
+		if !ok {
 			return
 		}
 		var h struct {

@@ -147,14 +147,20 @@ for (const kind of TOPOLOGIES) {
     });
 
     if (kind === 'cluster') {
-      it('node 2 killed with SIGKILL: A on node 1 gets presence:leave "timeout" and presence:update offline', { timeout: 40000 }, async (t) => {
-        const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '24d' });
+      /** Two nodes (args), and user A on node 1 in conversation c, subscribed to user B. */
+      const watcherOnNode1 = async (t, args, tag) => {
+        const topo = await startTopology(kind, { t, db: store.db, args, tag });
         const c = uid('c');
         const A = uid('A');
         const B = uid('B');
         const a = await joinUser(topo.url1, A, c, { t });
         const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
         assert.equal(sub?.ok, true, show(sub));
+        return { topo, c, A, B, a };
+      };
+
+      it('node 2 killed with SIGKILL: A on node 1 gets presence:leave "timeout" and presence:update offline', { timeout: 40000 }, async (t) => {
+        const { topo, c, A, B, a } = await watcherOnNode1(t, ['--flap-grace', '1s'], '24d');
         const markJoin = a.rec.mark();
         const b = await joinUser(topo.url2, B, c, { t });
         assert.deepEqual(b.joinAck.online.map((m) => m.userId).sort(), [A, B].sort());
@@ -197,13 +203,7 @@ for (const kind of TOPOLOGIES) {
         // the dead node) fires before the dead node's reap (lease 5 s); it
         // was recorded as a last-seen (not coarsened: --lastseen-coarse 1s),
         // later than the close, and kept
-        const topo = await startTopology(kind, { t, db: store.db, args: ['--flap-grace', '0s', '--away-after', '2s', '--lastseen-flush-interval', '1s', '--lastseen-coarse', '1s'], tag: '24k' });
-        const c = uid('c');
-        const A = uid('A');
-        const B = uid('B');
-        const a = await joinUser(topo.url1, A, c, { t });
-        const sub = await ack(a.socket, 'presence:subscribe', { userIds: [B] });
-        assert.equal(sub?.ok, true, show(sub));
+        const { topo, c, B, a } = await watcherOnNode1(t, ['--flap-grace', '0s', '--away-after', '2s', '--lastseen-flush-interval', '1s', '--lastseen-coarse', '1s'], '24k');
         const b1 = await joinUser(topo.url1, B, c, { t });
         await joinUser(topo.url2, B, c, { t });
         const markA = a.rec.mark();
