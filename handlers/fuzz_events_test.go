@@ -294,23 +294,28 @@ var idSeeds = []string{
 	`{"userIds":["u1",null]}`, `[["u2"]]`,
 }
 
-// validIDs asserts accepted userIds are a list of valid ids.
-func validIDs(t *testing.T, p map[string]any) []string {
+// validIDs asserts accepted userIds are a list of valid ids, at most
+// MaxQueryIDs of them, or (distinct: presence:subscribe, whose duplicates
+// are ignored) at most MaxQueryIDs distinct ones.
+func validIDs(t *testing.T, p map[string]any, distinct bool) []string {
 	t.Helper()
 	arr, ok := p["userIds"].([]any)
-	if !ok || len(arr) > MaxQueryIDs {
+	if !ok || (!distinct && len(arr) > MaxQueryIDs) {
 		t.Fatalf("accepted userIds %#v", p["userIds"])
 	}
 	ids := make([]string, len(arr))
 	for i, x := range arr {
 		ids[i] = validConv(t, map[string]any{"conversationId": x})
 	}
+	if n := len(slices.Compact(slices.Sorted(slices.Values(ids)))); distinct && n > MaxQueryIDs {
+		t.Fatalf("accepted %d distinct userIds", n)
+	}
 	return ids
 }
 
 func FuzzPresenceQuery(f *testing.F) {
 	fuzzEvent(f, "presence:query", idSeeds, func(t *testing.T, _ *fuzzEnv, p, ack map[string]any) {
-		ids := validIDs(t, p)
+		ids := validIDs(t, p, false)
 		if len(ids) == 0 {
 			t.Fatal("an empty query accepted")
 		}
@@ -328,7 +333,7 @@ func FuzzPresenceQuery(f *testing.F) {
 
 func FuzzPresenceSubscribe(f *testing.F) {
 	fuzzEvent(f, "presence:subscribe", idSeeds, func(t *testing.T, e *fuzzEnv, p, ack map[string]any) {
-		ids := validIDs(t, p)
+		ids := validIDs(t, p, true)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 		if got := e.snapshot(t).Subs; !slices.Equal(got, ids) && !(len(got) == 0 && len(ids) == 0) {
