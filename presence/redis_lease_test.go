@@ -307,13 +307,7 @@ func TestRedisResyncAfterDataLoss(t *testing.T) {
 	f := newFakeClockRedis(t)
 	ctx := context.Background()
 	n1 := f.node(presence.Config{NodeID: "n1", AwayAfter: 3 * time.Second, TypingTTL: 5 * time.Second})
-	tick := func() {
-		t.Helper()
-		f.clock.Advance(time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick := func() { t.Helper(); f.tick(t, n1) }
 	connectJoin(t, n1, "b1", "bob", "c1")
 	for range 4 {
 		tick()
@@ -346,6 +340,15 @@ func TestRedisResyncAfterDataLoss(t *testing.T) {
 	}
 	if got := f.rec.Take(); !slices.Contains(got, "typing c1 alice false") {
 		t.Fatalf("events after alice's typing expired %q, want its stop", got)
+	}
+}
+
+// tick advances the fixture's clock by a second and runs eng's tick.
+func (f *fakeClockRedis) tick(t *testing.T, eng *presence.RedisEngine) {
+	t.Helper()
+	f.clock.Advance(time.Second)
+	if err := eng.Tick(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -517,13 +520,7 @@ func TestRedisReconcileRestoresLostWrites(t *testing.T) {
 	f := newFakeClockRedis(t)
 	ctx := context.Background()
 	n1 := f.node(presence.Config{NodeID: "n1", TTL: 4 * time.Second})
-	tick := func() {
-		t.Helper()
-		f.clock.Advance(time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tick := func() { t.Helper(); f.tick(t, n1) }
 	connectJoin(t, n1, "a1", "alice", "c1")
 	tick()
 	// what Redis holds now; bob's connect and join come after it

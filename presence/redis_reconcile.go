@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,9 +128,12 @@ func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rS
 		}
 		convs, ok := listed[id]
 		if ok {
-			have := setOf(convs)
+			var have map[string]struct{} // for a long list only: most list a few
+			if len(convs) > 16 {
+				have = setOf(convs)
+			}
 			for c := range s.convs {
-				if _, in := have[c]; !in && !isIn(s.unsure, c) {
+				if !lists(convs, have, c) && !isIn(s.unsure, c) {
 					ok = false
 					break
 				}
@@ -180,6 +184,15 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 	}
 	e.emit(ctx, b)
 	return nil
+}
+
+// lists reports whether a registry line's conversations (convs, or have,
+// their set, when made) hold c.
+func lists(convs []string, have map[string]struct{}, c string) bool {
+	if have != nil {
+		return isIn(have, c)
+	}
+	return slices.Contains(convs, c)
 }
 
 func isIn(m map[string]struct{}, k string) bool {

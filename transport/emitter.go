@@ -267,18 +267,20 @@ type bigNumberDecoder struct{ parser.Decoder }
 
 // Add implements parser.Decoder.
 func (d bigNumberDecoder) Add(data any) error {
-	var text string
-	switch v := data.(type) {
-	case string:
-		text = v
-	case *types.StringBuffer:
-		text = v.String()
-		data = text // (the library's Add reads the buffer)
-	default:
-		return d.Decoder.Add(data)
+	var raw []byte // a buffer's bytes: the library's Add reads past them, and nothing writes them again
+	buf, isBuf := data.(*types.StringBuffer)
+	if isBuf {
+		raw = buf.Bytes()
 	}
 	err := d.Decoder.Add(data)
 	if !errors.Is(err, parser.ErrInvalidPayload) {
+		return err
+	}
+	text, isText := data.(string)
+	switch {
+	case isBuf:
+		text = string(raw)
+	case !isText:
 		return err
 	}
 	if p, ok := decodeBigNumbers(text); ok {

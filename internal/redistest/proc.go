@@ -118,32 +118,7 @@ func (r *Proc) Kill() {
 // the test when redis-cli cannot create clusters.
 func Cluster(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		tb.Skipf("redis-cli not found: %v", err)
-	}
-	if out, err := exec.Command(cli, "--cluster", "help").CombinedOutput(); !strings.Contains(string(out), "host1:port1") {
-		tb.Skipf("redis-cli --cluster unavailable: %v", err)
-	}
-	var addrs []string
-	for range 3 {
-		p := StartProc(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+strconv.Itoa(time.Now().Nanosecond())+".conf",
-			"--cluster-node-timeout", "2000")
-		addrs = append(addrs, p.Addr())
-	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	for _, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		Eventually(tb, 10*time.Second, "cluster ok on "+a, func() bool {
-			info, err := c.ClusterInfo(context.Background()).Result()
-			return err == nil && strings.Contains(info, "cluster_state:ok")
-		})
-		c.Close()
-	}
+	_, addrs := startCluster(tb, 0, "2000")
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	Eventually(tb, 10*time.Second, "cluster client sees 3 masters", func() bool {
 		var n atomic.Int32
@@ -163,22 +138,35 @@ func Cluster(tb testing.TB) *redis.ClusterClient {
 // when redis-cli cannot create clusters.
 func ClusterWithReplicas(tb testing.TB) map[string]*Proc {
 	tb.Helper()
+	procs, _ := startCluster(tb, 1, "1000")
+	return procs
+}
+
+// startCluster starts three masters with replicas replicas each, joins them
+// with redis-cli --cluster create, and waits until every server says the
+// cluster is ok and every replica has synced with its master (one that has
+// not refuses to take over from it). It returns the servers, by address
+// and in order.
+func startCluster(tb testing.TB, replicas int, nodeTimeout string) (map[string]*Proc, []string) {
+	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
 		tb.Skipf("redis-cli not found: %v", err)
 	}
+	if out, err := exec.Command(cli, "--cluster", "help").CombinedOutput(); !strings.Contains(string(out), "host1:port1") {
+		tb.Skipf("redis-cli --cluster unavailable: %v", err)
+	}
 	procs := map[string]*Proc{}
 	var addrs []string
-	for i := range 6 {
-		p := StartProc(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+strconv.Itoa(i)+".conf",
-			"--cluster-node-timeout", "1000")
+	for range 3 * (1 + replicas) {
+		p := StartProc(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", nodeTimeout)
 		procs[p.Addr()] = p
 		addrs = append(addrs, p.Addr())
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
-		tb.Skipf("redis-cli --cluster create: %v\n%s", err, out)
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
@@ -186,15 +174,13 @@ func ClusterWithReplicas(tb testing.TB) map[string]*Proc {
 			info, err := c.ClusterInfo(context.Background()).Result()
 			return err == nil && strings.Contains(info, "cluster_state:ok")
 		})
-		// a replica that has not synced with its master refuses to take
-		// over from it
 		Eventually(tb, 20*time.Second, "replication up on "+a, func() bool {
 			info, err := c.Info(context.Background(), "replication").Result()
 			return err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up"))
 		})
 		c.Close()
 	}
-	return procs
+	return procs, addrs
 }
 
 // Eventually polls cond until it holds, or fails the test once timeout
