@@ -69,6 +69,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	}
 	now := e.cfg.Now()
 	rnow := e.redisNow()
+	exp := rnow + e.cfg.TypingTTL.Milliseconds()
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	var rec *redis.StringCmd
@@ -80,10 +81,9 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
 	if start {
-		exp := float64(rnow + e.cfg.TypingTTL.Milliseconds())
 		// GT: an entry that is there only moves later; the reply counts
 		// the entries added, as NX's would
-		changed = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: exp, Member: s.user})
+		changed = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: float64(exp), Member: s.user})
 		pipe.HSet(ctx, k.tyo, s.user, socketID)
 	} else {
 		changed = pipe.ZRem(ctx, k.ty, s.user)
@@ -98,7 +98,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		// tick alone came in bursts, every 50 ms the fan-out of all those
 		// due since the last, and the changes arriving meanwhile waited
 		// behind it.
-		e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL))
+		e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL), exp)
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
@@ -212,10 +212,9 @@ func memberHas(rec, legacySU, sid, user string) bool {
 // which mostly found nothing (the stop had come) and set the next moment:
 // in the typing benchmark at 100 changes/s, 100 script calls a second, the
 // larger part of Redis's command time. A start that expired costs a check
-// (runTyping); one whose entry the check found still there (the estimate
-// of Redis's clock moved, or a start of the same user on another socket
-// moved the entry's expiry) is checked again when that entry expires, for
-// as long as it is there.
+// (runTyping), which removes the entries expired by then, the start's own
+// among them if its expiry is still the one it wrote (score): one that a
+// start on another node moved later is that node's to fire.
 type typingTimers struct {
 	mu    sync.Mutex
 	at    map[string]time.Time            // conversation → earliest moment (node clock)
@@ -225,23 +224,27 @@ type typingTimers struct {
 }
 
 // ownTyping is a start this node wrote: its socket, its expiry on the
-// node's clock, and its place among the starts noted (seq).
+// node's clock and as written in Redis (score: ms on the node's estimate
+// of Redis's clock), and its place among the starts noted (seq).
 type ownTyping struct {
-	sid string
-	exp time.Time
-	seq uint64
+	sid   string
+	exp   time.Time
+	score int64
+	seq   uint64
 }
 
 // typingDue is a conversation due for a check, with the users whose
-// starts here had expired (take).
+// starts here had expired (take), and the latest of their scores (upTo).
 type typingDue struct {
 	conv  string
 	users []string
+	upTo  int64
 }
 
-// started notes user's start in conv through socket sid, expiring at
-// exp, and sets the conversation's moment (or keeps an earlier one).
-func (t *typingTimers) started(conv, user, sid string, exp time.Time) {
+// started notes user's start in conv through socket sid, expiring at exp
+// (written in Redis as score), and sets the conversation's moment (or
+// keeps an earlier one).
+func (t *typingTimers) started(conv, user, sid string, exp time.Time, score int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.own == nil {
@@ -253,7 +256,7 @@ func (t *typingTimers) started(conv, user, sid string, exp time.Time) {
 		t.own[conv] = users
 	}
 	t.seq++
-	users[user] = ownTyping{sid: sid, exp: exp, seq: t.seq}
+	users[user] = ownTyping{sid: sid, exp: exp, score: score, seq: t.seq}
 	t.setLocked(conv, exp)
 }
 
@@ -261,6 +264,7 @@ func (t *typingTimers) started(conv, user, sid string, exp time.Time) {
 type ownStart struct {
 	conv, user, sid string
 	exp             time.Time
+	seq             uint64
 }
 
 // owned returns the starts noted that have not expired by now.
@@ -271,7 +275,7 @@ func (t *typingTimers) owned(now time.Time) []ownStart {
 	for conv, users := range t.own {
 		for user, o := range users {
 			if o.exp.After(now) {
-				out = append(out, ownStart{conv, user, o.sid, o.exp})
+				out = append(out, ownStart{conv, user, o.sid, o.exp, o.seq})
 			}
 		}
 	}
@@ -304,9 +308,10 @@ func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
 	added := make([]*redis.IntCmd, len(starts))
 	for i, o := range starts {
 		k := e.conv(o.conv)
-		exp := float64(rnow + o.exp.Sub(now).Milliseconds())
-		added[i] = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: exp, Member: o.user})
+		score := rnow + o.exp.Sub(now).Milliseconds()
+		added[i] = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: float64(score), Member: o.user})
 		pipe.HSet(ctx, k.tyo, o.user, o.sid)
+		e.typing.rescored(o, score)
 	}
 	err := e.exec(ctx, pipe)
 	var b batch
@@ -320,6 +325,18 @@ func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
 		return unavailable("resync", err)
 	}
 	return nil
+}
+
+// rescored notes the expiry that resyncTyping writes again for o, if o is
+// still user's last start there (one noted since keeps its own): the later
+// of the two scores, since the write may fail and leave the first.
+func (t *typingTimers) rescored(o ownStart, score int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.own[o.conv][o.user]; ok && cur.seq == o.seq {
+		cur.score = max(cur.score, score)
+		t.own[o.conv][o.user] = cur
+	}
 }
 
 // mark is the place of the last start noted, for stopped.
@@ -369,9 +386,9 @@ func (t *typingTimers) setLocked(conv string, at time.Time) {
 }
 
 // take removes and returns up to limit conversations whose moment has come
-// with one of this node's starts there expired, and those starts' users.
-// One whose starts have not expired gets the moment of its earliest; one
-// without starts, none.
+// with one of this node's starts there expired, those starts' users and
+// the latest of their scores. One whose starts have not expired gets the
+// moment of its earliest; one without starts, none.
 func (t *typingTimers) take(now time.Time, limit int) []typingDue {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -384,9 +401,11 @@ func (t *typingTimers) take(now time.Time, limit int) []typingDue {
 		delete(t.at, m.conv)
 		var next time.Time
 		var expired []string
+		var upTo int64
 		for u, o := range t.own[m.conv] {
 			if !o.exp.After(now) {
 				expired = append(expired, u)
+				upTo = max(upTo, o.score)
 			} else if next.IsZero() || o.exp.Before(next) {
 				next = o.exp
 			}
@@ -394,7 +413,7 @@ func (t *typingTimers) take(now time.Time, limit int) []typingDue {
 		switch {
 		case len(expired) > 0:
 			slices.Sort(expired)
-			due = append(due, typingDue{m.conv, expired})
+			due = append(due, typingDue{m.conv, expired, upTo})
 		case !next.IsZero():
 			t.setLocked(m.conv, next)
 		}
@@ -403,25 +422,18 @@ func (t *typingTimers) take(now time.Time, limit int) []typingDue {
 }
 
 // checked settles conv's starts after a check at now: users are the
-// starts checked (take's), and left[i] how long users[i]'s entry has left
-// in Redis, 0 if it is gone (the check removed it and announced its stop,
-// or someone else did). A start whose entry is still there is checked
-// again when it expires; one noted anew meanwhile keeps its new expiry.
-func (t *typingTimers) checked(conv string, now time.Time, users []string, left []time.Duration) {
+// starts checked (take's), done with: the check removed each one's entry
+// (and announced its stop), or found it gone (someone else stopped it), or
+// found it moved later by a start on another node, whose expiry that node
+// fires. A start noted anew meanwhile keeps its new expiry.
+func (t *typingTimers) checked(conv string, now time.Time, users []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	own := t.own[conv]
-	for i, u := range users {
-		o, ok := own[u]
-		if !ok || o.exp.After(now) {
-			continue
-		}
-		if left[i] <= 0 {
+	for _, u := range users {
+		if o, ok := own[u]; ok && !o.exp.After(now) {
 			delete(own, u)
-			continue
 		}
-		o.exp = now.Add(left[i])
-		own[u] = o
 	}
 	if len(own) == 0 {
 		delete(t.own, conv)
@@ -449,8 +461,8 @@ const typingBatch = 500
 
 // runTyping removes the expired typing entries of the conversations whose
 // moment has come, one round trip per typingBatch of them, and announces
-// each stop. A conversation with entries left is checked again when the
-// next expires; one whose check failed, in a second.
+// each stop. A conversation with starts of this node's left is checked
+// again when the next expires; one whose check failed, in a second.
 //
 // A check is a transaction of plain commands (typingCheck), not a script:
 // at 100 expiries a second the script (TIME, its reads and writes, and the
@@ -469,7 +481,7 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		tx := func(from, to int) error {
 			_, err := e.rdb.TxPipelined(cctx, func(pipe redis.Pipeliner) error {
 				for i := from; i < to; i++ {
-					checks[i] = queueTypingCheck(cctx, pipe, e.conv(due[i].conv).ty, rnow, due[i].users)
+					checks[i] = queueTypingCheck(cctx, pipe, e.conv(due[i].conv).ty, max(rnow, due[i].upTo))
 				}
 				return nil
 			})
@@ -502,7 +514,7 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 		var b batch
 		var failed int
 		for i, d := range due {
-			removed, left, cerr := checks[i].result(rnow)
+			removed, cerr := checks[i].expired.Result()
 			if cerr != nil {
 				failed++
 				e.typing.set(d.conv, now.Add(time.Second))
@@ -511,7 +523,7 @@ func (e *RedisEngine) runTyping(ctx context.Context, now time.Time) error {
 			for _, u := range removed {
 				b = append(b, Event{Kind: EventTyping, ConversationID: d.conv, UserID: u, At: now, Typing: false})
 			}
-			e.typing.checked(d.conv, now, d.users, left)
+			e.typing.checked(d.conv, now, d.users)
 		}
 		e.emit(ctx, b)
 		if err == nil && failed > 0 {
@@ -537,41 +549,23 @@ const (
 )
 
 // typingCheck is one conversation's check in a transaction: the entries
-// expired at Redis's time rnow (this node's estimate, as the starts wrote
-// their expiries), their removal, and what is left of the entries of the
-// users whose starts the node checks. Whoever removes an entry announces
-// its stop, as a stop's ZREM does. The typist's socket (tyo) stays: the
-// user's next start overwrites it, or that socket's leave clears it (and
-// finds no typing entry to stop).
+// expired by upTo, and their removal. upTo is Redis's time (this node's
+// estimate, as the starts wrote their expiries) or, if later, the latest
+// expiry that the starts checked wrote: a start's entry is removed if its
+// expiry is still the one it wrote, however the estimate has moved since,
+// and not if a start on another node moved it later. (Before 2026-12-07 a
+// check also read what was left of those starts' entries, ZMSCORE, and
+// checked again when they expired.) Whoever removes an entry announces its
+// stop, as a stop's ZREM does. The typist's socket (tyo) stays: the user's
+// next start overwrites it, or that socket's leave clears it (and finds no
+// typing entry to stop).
 type typingCheck struct {
 	expired *redis.StringSliceCmd
-	left    *redis.FloatSliceCmd
 }
 
-func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, rnow int64, users []string) typingCheck {
-	upTo := strconv.FormatInt(rnow, 10)
-	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: upTo})}
-	pipe.ZRemRangeByScore(ctx, ty, "-inf", upTo)
-	c.left = pipe.ZMScore(ctx, ty, users...)
+func queueTypingCheck(ctx context.Context, pipe redis.Pipeliner, ty string, upTo int64) typingCheck {
+	to := strconv.FormatInt(upTo, 10)
+	c := typingCheck{expired: pipe.ZRangeByScore(ctx, ty, &redis.ZRangeBy{Min: "-inf", Max: to})}
+	pipe.ZRemRangeByScore(ctx, ty, "-inf", to)
 	return c
-}
-
-// result is the users whose entries the check removed, and for each user
-// checked the time from rnow to its entry's expiry (0: the entry is gone).
-func (c typingCheck) result(rnow int64) ([]string, []time.Duration, error) {
-	users, err := c.expired.Result()
-	if err != nil {
-		return nil, nil, err
-	}
-	scores, err := c.left.Result()
-	if err != nil {
-		return nil, nil, err
-	}
-	left := make([]time.Duration, len(scores))
-	for i, sc := range scores {
-		if sc > 0 { // (a missing member's score reads as 0)
-			left[i] = max(time.Millisecond, time.Duration(int64(sc)-rnow)*time.Millisecond)
-		}
-	}
-	return users, left, nil
 }

@@ -3,6 +3,7 @@ package presence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -17,67 +18,90 @@ import (
 )
 
 // A conversation's moment is its earliest start's expiry. take hands a
-// due conversation out, with the users whose starts expired, only while
-// one of this node's starts there has expired: one whose starts all
-// stopped costs no check, and a restart moves the moment. A start whose
-// entry a check found still there is checked again when it expires, for as
-// long as it is there.
+// due conversation out, with the users whose starts expired and the latest
+// of their scores, only while one of this node's starts there has
+// expired: one whose starts all stopped costs no check, and a restart
+// moves the moment. A check settles the starts it checked; one noted anew
+// meanwhile keeps its moment.
 func TestTypingTimers(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	convs := func(due []typingDue) []string {
 		var out []string
 		for _, d := range due {
-			out = append(out, d.conv+":"+strings.Join(d.users, ","))
+			out = append(out, fmt.Sprintf("%s:%s@%d", d.conv, strings.Join(d.users, ","), d.upTo))
 		}
 		slices.Sort(out)
 		return out
 	}
-	tt.started("c1", "alice", "s1", at(500))
-	tt.started("c1", "bob", "s1", at(900))
-	tt.started("c2", "carol", "s1", at(300))
-	tt.started("c3", "dave", "s1", at(700))
+	tt.started("c1", "alice", "s1", at(500), 10500)
+	tt.started("c1", "bob", "s1", at(900), 10900)
+	tt.started("c1", "frank", "s1", at(600), 10610) // (an estimate 10 ms on)
+	tt.started("c2", "carol", "s1", at(300), 10300)
+	tt.started("c3", "dave", "s1", at(700), 10700)
 	tt.stopped("c3", "dave", tt.mark())
-	tt.started("c4", "eve", "s1", at(600))
-	tt.started("c4", "eve", "s1", at(5850)) // a restart: c4's first moment finds nothing expired
+	tt.started("c4", "eve", "s1", at(600), 10600)
+	tt.started("c4", "eve", "s1", at(5850), 15850) // a restart: c4's first moment finds nothing expired
 	if got := tt.take(at(299), 10); len(got) != 0 {
 		t.Fatalf("take before any moment %q", convs(got))
 	}
-	if got := convs(tt.take(at(700), 1)); !slices.Equal(got, []string{"c2:carol"}) {
+	if got := convs(tt.take(at(700), 1)); !slices.Equal(got, []string{"c2:carol@10300"}) {
 		t.Fatalf("take(700, 1) %q, want c2:carol", got)
 	}
-	if got := convs(tt.take(at(700), 10)); !slices.Equal(got, []string{"c1:alice"}) {
-		t.Fatalf("take(700) %q, want c1:alice (c3's start stopped, c4's restarted, bob's not expired)", got)
+	if got := convs(tt.take(at(700), 10)); !slices.Equal(got, []string{"c1:alice,frank@10610"}) {
+		t.Fatalf("take(700) %q, want c1:alice,frank up to frank's score (c3's start stopped, c4's restarted, bob's not expired)", got)
 	}
-	tt.checked("c1", at(700), []string{"alice"}, []time.Duration{0}) // alice's removed; bob's is left: 900
-	tt.checked("c2", at(700), []string{"carol"}, []time.Duration{ms(100)})
-	if got := convs(tt.take(at(850), 10)); !slices.Equal(got, []string{"c2:carol"}) {
-		t.Fatalf("take(850) %q, want c2:carol (its entry expires at 800 in Redis)", got)
+	tt.started("c1", "frank", "s1", at(5700), 15700) // frank starts again while the check is out
+	tt.checked("c1", at(700), []string{"alice", "frank"})
+	tt.checked("c2", at(700), []string{"carol"})
+	if got := convs(tt.take(at(900), 10)); !slices.Equal(got, []string{"c1:bob@10900"}) {
+		t.Fatalf("take(900) %q, want c1:bob (alice's and carol's checked, frank's restarted)", got)
 	}
-	tt.checked("c2", at(850), []string{"carol"}, []time.Duration{ms(5000)}) // moved on by a start elsewhere
-	tt.stopped("c1", "bob", tt.mark())
-	if got := convs(tt.take(at(5849), 10)); len(got) != 0 {
-		t.Fatalf("take(5849) %q, want none (c2 at 5850, bob stopped)", got)
+	tt.set("c1", at(1900)) // the check failed: c1 again in a second (the start stays)
+	if got := tt.take(at(1899), 10); len(got) != 0 {
+		t.Fatalf("take(1899) %q, want none", convs(got))
 	}
-	if got := convs(tt.take(at(5850), 10)); !slices.Equal(got, []string{"c2:carol", "c4:eve"}) {
-		t.Fatalf("take(5850) %q, want c2:carol and c4:eve", got)
+	if got := convs(tt.take(at(1900), 10)); !slices.Equal(got, []string{"c1:bob@10900"}) {
+		t.Fatalf("take(1900) %q, want c1:bob again after its failed check", got)
 	}
-	tt.checked("c2", at(5850), []string{"carol"}, []time.Duration{0})
-	tt.set("c4", at(6850)) // the check failed: c4 again in a second (the start stays)
-	if got := tt.take(at(6849), 10); len(got) != 0 {
-		t.Fatalf("take(6849) %q, want none", convs(got))
+	tt.checked("c1", at(1900), []string{"bob"})
+	if got := convs(tt.take(at(5849), 10)); !slices.Equal(got, []string{"c1:frank@15700"}) {
+		t.Fatalf("take(5849) %q, want c1:frank", got)
 	}
-	if got := convs(tt.take(at(6850), 10)); !slices.Equal(got, []string{"c4:eve"}) {
-		t.Fatalf("take(6850) %q, want c4 again after its failed check", got)
+	tt.checked("c1", at(5849), []string{"frank"})
+	if got := convs(tt.take(at(5850), 10)); !slices.Equal(got, []string{"c4:eve@15850"}) {
+		t.Fatalf("take(5850) %q, want c4:eve", got)
 	}
-	tt.checked("c4", at(6850), []string{"eve"}, []time.Duration{0})
+	tt.checked("c4", at(5850), []string{"eve"})
 	if got := tt.take(at(9000), 10); len(got) != 0 {
 		t.Fatalf("take(9000) %q, want none", convs(got))
 	}
 	if len(tt.at) != 0 || len(tt.queue) != 0 || len(tt.own) != 0 {
 		t.Fatalf("left: %v %v %v", tt.at, tt.queue, tt.own)
+	}
+}
+
+// resyncTyping's write of a start again notes its score if that start is
+// still the user's last there, the later of the two.
+func TestTypingRescored(t *testing.T) {
+	var tt typingTimers
+	t0 := time.Unix(1000, 0)
+	tt.started("c1", "alice", "s1", t0.Add(time.Second), 1000)
+	tt.started("c1", "bob", "s1", t0.Add(time.Second), 1000)
+	owned := tt.owned(t0)
+	tt.started("c1", "bob", "s1", t0.Add(2*time.Second), 2000) // bob starts again meanwhile
+	for _, o := range owned {
+		tt.rescored(o, 1200)
+	}
+	tt.rescored(ownStart{conv: "c1", user: "alice", seq: owned[0].seq + 99}, 5000) // not alice's start
+	for _, o := range owned {
+		if o.user == "alice" {
+			tt.rescored(o, 900) // an earlier estimate keeps the later score
+		}
+	}
+	if a, b := tt.own["c1"]["alice"].score, tt.own["c1"]["bob"].score; a != 1200 || b != 2000 {
+		t.Fatalf("scores alice %d, bob %d; want 1200 (written again) and 2000 (a later start's)", a, b)
 	}
 }
 
@@ -88,10 +112,10 @@ func TestTypingTimers(t *testing.T) {
 func TestTypingStopKeepsLaterStart(t *testing.T) {
 	var tt typingTimers
 	t0 := time.Unix(1000, 0)
-	tt.started("c1", "alice", "s1", t0.Add(time.Second))
-	mark := tt.mark()                                      // socket 1's stop is sent
-	tt.started("c1", "alice", "s1", t0.Add(2*time.Second)) // socket 2's start, noted first
-	tt.stopped("c1", "alice", mark)                        // the stop's reply
+	tt.started("c1", "alice", "s1", t0.Add(time.Second), 1000)
+	mark := tt.mark()                                            // socket 1's stop is sent
+	tt.started("c1", "alice", "s1", t0.Add(2*time.Second), 2000) // socket 2's start, noted first
+	tt.stopped("c1", "alice", mark)                              // the stop's reply
 	due := tt.take(t0.Add(2*time.Second), 10)
 	if len(due) != 1 || due[0].conv != "c1" || !slices.Equal(due[0].users, []string{"alice"}) {
 		t.Fatalf("take %+v, want alice's later start in c1", due)
@@ -212,7 +236,8 @@ func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 // A typing start stopped on this node costs no round trip at its expiry;
 // one left to expire costs one, and its stop is announced; one whose entry
-// went meanwhile (another node's stop) costs one and is forgotten.
+// went meanwhile (another node's stop) or was moved later by a start on
+// another node costs one and is forgotten.
 //
 // On a Redis Cluster a check's transaction stays in one hash slot: the
 // conversations due together are checked one transaction each.
@@ -293,15 +318,29 @@ func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
 	rdb.ZRem(ctx, eng.conv("c1").ty, "alice") // stopped elsewhere
 	expire(1)
 	expire(0)
-	// a start of alice's on a socket elsewhere moved her entry on: the
-	// check finds it there, and checks again when it expires
+	// a start of alice's on another node moved her entry on: the check
+	// leaves it, for that node to fire, and forgets her start
 	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
 		t.Fatal(err)
 	}
 	eng.Settle()
-	rdb.ZAdd(ctx, eng.conv("c1").ty, redis.Z{Score: float64(eng.redisNow() + 8000), Member: "alice"})
+	later := float64(eng.redisNow() + 8000)
+	rdb.ZAdd(ctx, eng.conv("c1").ty, redis.Z{Score: later, Member: "alice"})
 	expire(1)
+	expire(0)
+	if sc, err := rdb.ZScore(ctx, eng.conv("c1").ty, "alice").Result(); err != nil || sc != later {
+		t.Fatalf("alice's entry moved on elsewhere: %v (%v), want it left at %v", sc, err, later)
+	}
+	rdb.ZRem(ctx, eng.conv("c1").ty, "alice")
+	// the estimate of Redis's clock went back a second since the start:
+	// its entry is still removed at its expiry, in one round trip
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	eng.fakeClock = func() time.Time { return clock.Now().Add(-time.Second) }
 	expire(1, "alice")
+	eng.fakeClock = clock.Now
 	expire(0)
 	// two conversations due at once: one round trip, or one per
 	// conversation on a cluster ({c:c1} and {c:c2} are different slots)
@@ -352,7 +391,7 @@ func (h *cmdNames) take() [][]string {
 	return s
 }
 
-// A stop costs Redis three commands, ZSCORE, ZREM and HDEL: no member
+// A stop costs Redis two commands, ZREM and HDEL: no member
 // record. A stop of a socket whose entry Redis has lost from its member
 // record still ends the typing it started, and says so; the socket's leave
 // afterwards stops nothing and announces nothing.
