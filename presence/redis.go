@@ -66,6 +66,7 @@ type RedisEngine struct {
 	fakeClock func() time.Time // tests: Redis's clock replaced (export_test.go)
 	redisSkew atomic.Int64     // ms: Redis's clock less this machine's, at the last lease renewal (redisNow)
 	claimsAt  atomic.Int64     // ms, redisNow: when anyDue looks for claims that ran out next
+	duePoll   duePoll          // when anyDue reads the due set next
 
 	leaseMu    sync.Mutex  // one lease call at a time; guards the fields below
 	held       atomic.Bool // this instance holds the node id (or held it, until it found the id taken)

@@ -221,7 +221,9 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	}
 	user := userDisconnect.Run(ctx, pipe, []string{e.kUsers, e.kDue, e.userSockets(s.user)}, s.user, s.id, e.clk(), mode, grace, at, (e.cfg.AwayAfter + e.awaySlack()).Milliseconds(), act)
 	pipe.HDel(ctx, regKey, s.id)
-	if err := e.exec(ctx, pipe); err != nil {
+	err := e.exec(ctx, pipe)
+	e.duePoll.scheduled() // (a failed write may have landed)
+	if err != nil {
 		return nil, unavailable("disconnect", err)
 	}
 	if mode == "grace" && grace > 0 {

@@ -3,6 +3,7 @@ package presence_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,3 +197,89 @@ func TestRedisTypingOfADeadNodeEnds(t *testing.T) {
 		t.Fatalf("events after n1 died %q, want alice's typing stopped (and no leave: she is on n2)", got)
 	}
 }
+
+// dueReads counts the reads of the due set (ZRANGEBYSCORE of key).
+type dueReads struct {
+	key string
+	n   atomic.Int64
+}
+
+func (h *dueReads) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *dueReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *dueReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); c.Name() == "zrangebyscore" && len(a) > 1 && a[1] == h.key {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A node reads the due set when a timer may be due, not on every tick: at
+// the earliest timer it found, on the tick after it scheduled one, and
+// once a second otherwise, which is how the timers of a node that died
+// before firing them are found. Its own timers fire on their tick.
+func TestRedisDueSetReadWhenDue(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", FlapGrace: 3 * time.Second})
+	if err := n1.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hook := &dueReads{key: f.prefix + ":{g}:due"}
+	f.rdb.AddHook(hook)
+	tick := func(d time.Duration) {
+		t.Helper()
+		f.clock.Advance(d)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 40 { // 2 s of ticks
+		tick(50 * time.Millisecond)
+	}
+	if n := hook.n.Load(); n < 1 || n > 3 {
+		t.Fatalf("%d reads of the due set in 2 s of ticks with no timer, want 1 to 3 (one a second)", n)
+	}
+
+	// a timer a node wrote before dying, due in 300 ms: found by the read
+	// of once a second, at most a second late
+	due := f.clock.Now().Add(300 * time.Millisecond)
+	f.rdb.ZAdd(ctx, hook.key, redis.Z{Score: float64(due.UnixMilli()), Member: "u\tghost"})
+	for f.rdb.ZScore(ctx, hook.key, "u\tghost").Err() == nil {
+		tick(50 * time.Millisecond)
+		if late := f.clock.Now().Sub(due); late > dueRecheckMax {
+			t.Fatalf("a dead node's timer still due %s after its moment", late)
+		}
+	}
+	if f.clock.Now().Before(due) {
+		t.Fatalf("the timer fired %s before its moment", due.Sub(f.clock.Now()))
+	}
+
+	// this node's own timers (the flap grace's) fire on the tick of their moment
+	connectJoin(t, n1, "a1", "alice", "c1")
+	f.rec.Take()
+	if err := n1.Disconnect(ctx, "a1"); err != nil {
+		t.Fatal(err)
+	}
+	graceEnd := f.clock.Now().Add(3 * time.Second)
+	hook.n.Store(0)
+	for f.clock.Now().Before(graceEnd) {
+		tick(50 * time.Millisecond)
+		if f.clock.Now().Before(graceEnd) && len(f.rec.Take()) > 0 {
+			t.Fatal("events before the grace ended")
+		}
+	}
+	if got, want := f.rec.Take(), []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events on the tick the grace ended %q, want %q", got, want)
+	}
+	if n := hook.n.Load(); n > 6 {
+		t.Fatalf("%d reads of the due set in the 3 s grace, want at most 6", n)
+	}
+}
+
+// dueRecheckMax bounds how late a dead node's timer fires: the once-a-
+// second read and a tick.
+const dueRecheckMax = time.Second + 100*time.Millisecond
