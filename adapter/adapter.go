@@ -279,6 +279,22 @@ func (a *NamespaceAdapter) Subscribed(room socket.Room) bool {
 		a.sub.isSubscribed(a.responseChannel)
 }
 
+// Reachable returns nil while this node is in touch with the other nodes:
+// its subscriptions are confirmed and its publishes do not fail at once
+// (the breaker of a failure to reach Redis is closed). Otherwise an error
+// wrapping ErrRedisUnavailable: a broadcast would reach this node's
+// sockets alone. A lost subscription is found within the subscriber's
+// silence bound (4 s), a closed connection at once.
+func (a *NamespaceAdapter) Reachable() error {
+	if err := a.b.pub.unavailable(); err != nil {
+		return err
+	}
+	if !a.Subscribed("") {
+		return fmt.Errorf("%w: not subscribed", ErrRedisUnavailable)
+	}
+	return nil
+}
+
 // Close ends the adapter's subscriptions and pending requests. The Socket.IO
 // server calls it on Close; Builder.Close calls it too.
 func (a *NamespaceAdapter) Close() {

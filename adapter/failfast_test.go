@@ -2,6 +2,7 @@ package adapter_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -96,6 +97,9 @@ func TestNoRedis(t *testing.T) {
 			}
 			if n.adapter().Subscribed("") {
 				t.Error("subscribed without Redis")
+			}
+			if err := n.adapter().Reachable(); !errors.Is(err, adapter.ErrRedisUnavailable) {
+				t.Errorf("Reachable without Redis: %v, want ErrRedisUnavailable", err)
 			}
 
 			// The subscriber keeps retrying, with a growing pause

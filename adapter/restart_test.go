@@ -1,6 +1,7 @@
 package adapter_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,6 +60,10 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	if _, ok := c2.wait("during", 300*time.Millisecond); ok {
 		t.Error("a broadcast crossed nodes without Redis")
 	}
+	// Each node knows it is cut off.
+	for _, n := range []*goNode{n1, n2} {
+		eventually(t, 5*time.Second, n.name+" unreachable", func() bool { return errors.Is(n.adapter().Reachable(), adapter.ErrRedisUnavailable) })
+	}
 	// The nodes still serve their clients.
 	if r := c1.emitWithAck("join", "r2"); len(r) != 1 || r[0] != "ok" {
 		t.Errorf("client on n1 answered %v during the outage", r)
@@ -86,6 +91,7 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	t.Logf("cross-node broadcasts resumed %v after the restart", time.Since(restarted))
 	for _, n := range []*goNode{n1, n2} {
 		eventually(t, 5*time.Second, n.name+" resubscribed", func() bool { return n.adapter().Subscribed("") })
+		eventually(t, 5*time.Second, n.name+" reachable", func() bool { return n.adapter().Reachable() == nil })
 		if c := n.serverCount(t); c != 2 {
 			t.Errorf("%s counts %d servers after the restart", n.name, c)
 		}

@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -303,6 +305,25 @@ func (r *Rooms) emit(room socket.Room, exceptSocket string, event string, payloa
 	if err := op.Emit(event, payload); err != nil {
 		r.log.Warn("broadcast failed", "event", event, "room", string(room), "err", err)
 	}
+}
+
+// reachable returns an error wrapping presence.ErrUnavailable while the
+// cluster adapter finds this node cut off from the others (its Reachable):
+// a broadcast would reach this node's sockets alone. Without a cluster
+// adapter (one node) there is nobody to reach.
+func (r *Rooms) reachable() error {
+	io := r.io.Load()
+	if io == nil {
+		return nil
+	}
+	a, ok := io.Sockets().Adapter().(interface{ Reachable() error })
+	if !ok {
+		return nil
+	}
+	if err := a.Reachable(); err != nil {
+		return fmt.Errorf("handlers: other nodes: %w", errors.Join(presence.ErrUnavailable, err))
+	}
+	return nil
 }
 
 // State broadcasts a `state` event to a conversation except its sender.

@@ -107,9 +107,16 @@ describe('faults', { timeout: 300000 }, () => {
     // Redis dies hard and comes back from its AOF
     await redis.stop();
     await sleep(1000);
+    // meanwhile a state would reach this node's sockets alone: refused, as a typing change is
+    for (const [ev, payload] of [['state:set', { conversationId: conv, state: { x: 1 } }], ['typing:start', { conversationId: conv }]]) {
+      const r = await ack(a.socket, ev, payload);
+      assert.equal(r.error?.code, 'unavailable', `${ev} without Redis: ${show(r)}`);
+    }
     await redis.start();
     await waitUntil(async () => (await readyz(server.url)).status === 200, { timeoutMs: 20000, message: '/readyz 200 after the restart' });
     assert.ok(a.socket.connected, 'the client stayed connected');
+    await waitUntil(async () => (await ack(a.socket, 'state:set', { conversationId: conv, state: { x: 2 } })).ok === true,
+      { timeoutMs: 8000, message: 'state:set accepted again after the restart' });
     // within PRESENCE_TTL the roster holds A again (and never B)
     await waitUntil(async () => {
       const r = await ack(a.socket, 'conversation:join', { conversationId: conv }).catch(() => null);
