@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/presenced/presenced/lastseen"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 )
@@ -46,7 +47,7 @@ func classify(err error) *Error {
 		return errorf(CodeLimitExceeded, "too many conversations on this connection")
 	case errors.Is(err, presence.ErrUnknown):
 		return errorf(CodeUnavailable, "connection is closing")
-	case errors.Is(err, presence.ErrUnavailable), errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, presence.ErrUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, lastseen.ErrUnavailable):
 		return errorf(CodeUnavailable, "temporarily unavailable, retry")
 	case errors.Is(err, store.ErrInvalid):
 		return errorf(CodeInvalidArgument, "invalid argument")

@@ -159,7 +159,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 			case CodeInternal:
 				h.log.Warn("event failed", "event", name, "sid", c.sid, "user_id", c.UserID, "err", err)
 			case CodeUnavailable:
-				h.unavailable.fail(h.log, name, c, err)
+				h.unavailable.fail(h.log, name, c, err, time.Now())
 			}
 			if refusedActivity[e.Code] {
 				// a well-formed event refused (not a member, not joined,
@@ -174,7 +174,7 @@ func (h *Sockets) serve(c *Conn, name string, fn handler, args []any, ack transp
 			return
 		}
 		if h.unavailable.failing.Load() {
-			h.unavailable.recover(h.log)
+			h.unavailable.recover(h.log, time.Now())
 		}
 		if ack != nil {
 			switch b := body.(type) {
@@ -892,19 +892,30 @@ func (c *Conn) dequeued() (time.Time, bool) {
 // (acks unavailable) as one line at once, then one per 10 s with their
 // count, and one when events succeed again: an outage of a few seconds
 // wrote a line per event (thousands with a few hundred clients; failover
-// audit).
+// audit). Events succeed again when one succeeds unavailableQuiet after
+// the last failure: during an outage some events go on succeeding (a
+// heartbeat, a join in a conversation whose Redis Cluster master is up),
+// and each of those ended the run, so that every failure was logged at
+// once again, with a recovery line after it (a second failover audit: 24
+// to 58 pairs of lines per node in outages of 4 s).
 type unavailableLog struct {
-	failing atomic.Bool // a run of failures is under way (read on every success)
-	mu      sync.Mutex
-	log     throttle.Log
+	failing  atomic.Bool // a run of failures is under way (read on every success)
+	mu       sync.Mutex
+	log      throttle.Log
+	lastFail time.Time
 }
 
-func (u *unavailableLog) fail(log *slog.Logger, event string, c *Conn, err error) {
+// unavailableQuiet is how long after the last failure a success ends a
+// run of failures.
+const unavailableQuiet = 5 * time.Second
+
+func (u *unavailableLog) fail(log *slog.Logger, event string, c *Conn, err error, now time.Time) {
 	u.mu.Lock()
 	if u.log.Every == 0 {
 		u.log.Every = 10 * time.Second
 	}
-	n, ok := u.log.Fail(time.Now())
+	n, ok := u.log.Fail(now)
+	u.lastFail = now
 	u.failing.Store(true)
 	u.mu.Unlock()
 	if ok {
@@ -912,8 +923,12 @@ func (u *unavailableLog) fail(log *slog.Logger, event string, c *Conn, err error
 	}
 }
 
-func (u *unavailableLog) recover(log *slog.Logger) {
+func (u *unavailableLog) recover(log *slog.Logger, now time.Time) {
 	u.mu.Lock()
+	if now.Sub(u.lastFail) < unavailableQuiet {
+		u.mu.Unlock()
+		return
+	}
 	n, ok := u.log.Recover()
 	u.failing.Store(false)
 	u.mu.Unlock()
