@@ -193,7 +193,7 @@ func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 		a.responseChannel = prefix + "-response#" + a.name + "#"
 		a.specificChannel = a.responseChannel + a.uid + "#"
 	}
-	a.log = b.log.With("nsp", a.name, "node", a.uid)
+	a.log = b.log.With("nsp", a.name, "adapter_uid", a.uid)
 	a.ctx, a.cancel = context.WithCancel(b.ctx)
 	a.sse = newSerialQueue(a.ctx, &a.wg)
 	a.sub = newSubscriber(a.ctx, b.client, a.onRedisMessage, a.log, b.cfg.Observer)

@@ -1,9 +1,13 @@
 package adapter_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,7 +40,9 @@ func TestNoRedis(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
 			obs := &countingObserver{}
+			logs := &lockedBuffer{}
 			n := startGoNode(t, "n", rdb, adapter.Config{
+				Log:    slog.New(slog.NewJSONHandler(logs, nil)).With("node", "n-operator"),
 				Prefix: uniquePrefix(t), Sharded: m.sharded, Observer: obs,
 				PublishTimeout: 200 * time.Millisecond, MaxPendingPublishes: 8, RequestsTimeout: 2 * time.Second,
 			})
@@ -102,6 +108,19 @@ func TestNoRedis(t *testing.T) {
 				t.Errorf("Reachable without Redis: %v, want ErrRedisUnavailable", err)
 			}
 
+			// Its lines keep the operator's node id: the adapter's own
+			// is another key (the same key twice lost the first in most
+			// JSON readers; failover audit).
+			eventually(t, 2*time.Second, "a subscription failure logged", func() bool { return strings.Contains(logs.String(), "redis subscription failed") })
+			for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				if strings.Count(line, `"node":`) != 1 || !strings.Contains(line, `"node":"n-operator"`) {
+					t.Errorf("log line without the operator's node id, once: %s", line)
+				}
+				if strings.Contains(line, "redis subscription failed") && !strings.Contains(line, `"adapter_uid":`) {
+					t.Errorf("subscription line without the adapter's uid: %s", line)
+				}
+			}
+
 			// The subscriber keeps retrying, with a growing pause
 			// (at most 2 s): not a dial loop.
 			before := dials.Load()
@@ -161,4 +180,22 @@ func TestSetAdapterAfterNewServer(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's writes and a test's reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
