@@ -196,7 +196,7 @@ func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 	a.log = b.log.With("nsp", a.name, "adapter_uid", a.uid)
 	a.ctx, a.cancel = context.WithCancel(b.ctx)
 	a.sse = newSerialQueue(a.ctx, &a.wg)
-	a.sub = newSubscriber(a.ctx, b.client, a.onRedisMessage, a.log, b.cfg.Observer)
+	a.sub = newSubscriber(a.ctx, b.client, prefix+"-probe#"+a.name+"#"+a.uid+"#", a.onRedisMessage, a.log, b.cfg.Observer)
 
 	if a.sharded {
 		a.sub.add(kindShard, a.channel, a.responseChannel)

@@ -29,6 +29,7 @@ const (
 	// Redis nothing worth counting.
 	pingInterval   = time.Second
 	deadAfter      = 4 * time.Second
+	echoWait       = 2 * time.Second
 	dialBudget     = 5 * time.Second
 	minRetryPause  = 100 * time.Millisecond
 	maxRetryPause  = 2 * time.Second
@@ -55,6 +56,19 @@ type subscriber struct {
 	log     *slog.Logger
 	obs     Observer
 
+	// probe is a channel of this subscriber's own (not on a Redis
+	// Cluster): every health check publishes to it through the command
+	// client, and a subscription that does not get it back within
+	// echoWait is dialed again. A subscription can be alive and deliver
+	// nothing published: after SENTINEL FAILOVER the demoted master
+	// answered PINGs and kept the nodes' subscriptions for 10-11 s, while
+	// the command client published to the new master, so no room event
+	// crossed nodes and nothing said so (a second failover audit). On a
+	// Redis Cluster a PUBLISH reaches every node, demoted or not; a dead
+	// master's connections fail.
+	probe   string
+	pending atomic.Int64 // unix ns: a probe published and not back yet; 0: none
+
 	mu        sync.Mutex
 	want      map[string]subKind
 	dirty     map[string]struct{} // channels added or removed since the last reconcile
@@ -66,7 +80,7 @@ type subscriber struct {
 	wg     sync.WaitGroup
 }
 
-func newSubscriber(ctx context.Context, client redis.UniversalClient, handle func(*redis.Message), log *slog.Logger, obs Observer) *subscriber {
+func newSubscriber(ctx context.Context, client redis.UniversalClient, probe string, handle func(*redis.Message), log *slog.Logger, obs Observer) *subscriber {
 	s := &subscriber{
 		client:    client,
 		handle:    handle,
@@ -79,6 +93,10 @@ func newSubscriber(ctx context.Context, client redis.UniversalClient, handle fun
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster = cc
+	} else if probe != "" {
+		s.probe = probe
+		s.want[probe] = kindChannel
+		s.dirty[probe] = struct{}{}
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.wg.Add(1)
@@ -181,6 +199,7 @@ func (s *subscriber) run() {
 		case <-retry.C:
 		case <-health.C:
 			s.checkHealth(conns)
+			s.checkEcho(conns)
 		}
 
 		// Replace failed connections. On a cluster, routing may have
@@ -252,6 +271,40 @@ func (s *subscriber) checkHealth(conns map[string]*subConn) {
 		if err != nil {
 			c.fail(err)
 		}
+	}
+}
+
+// checkEcho fails the connection that holds the probe's subscription if
+// the last probe published has not come back within echoWait, and
+// publishes the next one. A probe whose publish failed is not waited
+// for: Redis is away, which the connections find by themselves.
+func (s *subscriber) checkEcho(conns map[string]*subConn) {
+	if s.probe == "" || !s.isSubscribed(s.probe) {
+		s.pending.Store(0)
+		return
+	}
+	if at := s.pending.Load(); at != 0 {
+		if time.Since(time.Unix(0, at)) <= echoWait {
+			return
+		}
+		s.pending.Store(0)
+		for _, c := range conns {
+			// (a reader busy delivering messages may have the probe
+			// still in its backlog)
+			if _, ok := c.have[s.probe]; ok && !c.failed.Load() && c.waiting.Load() {
+				s.log.Warn("redis subscription gets nothing published (a server no longer the master?): subscribing again", "route", c.route, "waited", echoWait)
+				c.fail(errors.New("probe not delivered"))
+			}
+		}
+		return
+	}
+	sent := time.Now().UnixNano()
+	s.pending.Store(sent) // before the publish: its echo may come before its reply
+	ctx, cancel := context.WithTimeout(s.ctx, time.Second)
+	err := s.client.Publish(ctx, s.probe, "probe").Err()
+	cancel()
+	if err != nil {
+		s.pending.CompareAndSwap(sent, 0)
 	}
 }
 
@@ -446,6 +499,10 @@ func (c *subConn) read() {
 		c.seen.Store(time.Now().UnixNano())
 		switch m := msg.(type) {
 		case *redis.Message:
+			if m.Channel == c.s.probe {
+				c.s.pending.Store(0)
+				continue
+			}
 			c.s.obs.Received()
 			c.s.handle(m)
 			c.seen.Store(time.Now().UnixNano())
