@@ -2,8 +2,14 @@ package adapter_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/zishang520/socket.io/servers/socket/v3"
+
+	"github.com/presenced/presenced/adapter"
 	"github.com/presenced/presenced/internal/redistest"
 )
 
@@ -22,4 +28,67 @@ func TestRedisCluster(t *testing.T) {
 	}
 	t.Logf("room channels spread over %d masters", len(masters))
 	inModes(t, func(t *testing.T, sharded bool) { testGoGo(t, cc, sharded) })
+}
+
+// A Redis Cluster master that dies takes only its own subscriptions with
+// it (sharded mode: shard channels live on their slot's master): a room
+// whose channel is on a master still up keeps crossing nodes while the
+// replica takes over. Until 2026-12-07 the death closed every connection,
+// and those rooms lost their events until the failover was done (a second
+// failover audit).
+func TestClusterMasterLostKeepsOtherShards(t *testing.T) {
+	ctx := context.Background()
+	procs := redistest.ClusterWithReplicas(t)
+	var addrs []string
+	for a := range procs {
+		addrs = append(addrs, a)
+	}
+	client := func() *redis.ClusterClient {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	cc1, cc2 := client(), client()
+	prefix := uniquePrefix(t)
+	master := func(ch string) string {
+		node, err := cc1.MasterForKey(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Options().Addr
+	}
+	// the nodes' main channel on one master, the room's on another
+	victim := master(prefix + "#/#")
+	room := ""
+	for i := 0; room == ""; i++ {
+		if r := fmt.Sprintf("r%d", i); master(prefix+"#/#"+r+"#") != victim {
+			room = r
+		}
+	}
+	cfg := adapter.Config{Prefix: prefix, Sharded: true, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second}
+	n1 := startGoNode(t, "n1", cc1, cfg)
+	n2 := startGoNode(t, "n2", cc2, cfg)
+	waitCluster(t, n1, n2)
+	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", room)})
+	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", room)})
+	waitMembers(t, n1, map[string][]*wsClient{room: {c1}})
+	waitMembers(t, n2, map[string][]*wsClient{room: {c2}})
+	waitRooms(t, n1, n2)
+	n1.io.To(socket.Room(room)).Emit("before")
+	c2.expect("before")
+
+	procs[victim].Kill()
+	// while the replica takes over (cluster-node-timeout 1 s and an
+	// election), the room's events still cross nodes
+	lost := 0
+	for i := range 20 {
+		ev := fmt.Sprintf("during%d", i)
+		n1.io.To(socket.Room(room)).Emit(ev)
+		if _, ok := c2.wait(ev, 100*time.Millisecond); !ok {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of 20 events lost in the 2 s after the death of a master that holds none of the room's keys", lost)
+	}
 }

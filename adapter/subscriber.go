@@ -202,8 +202,14 @@ func (s *subscriber) run() {
 			s.checkEcho(conns)
 		}
 
-		// Replace failed connections. On a cluster, routing may have
-		// changed too: start over with every connection.
+		// Replace failed connections; on a cluster, with the slot map
+		// reloaded, since routing may have changed. The others keep their
+		// subscriptions: a master's death closed every connection until
+		// 2026-12-07, and the rooms on the masters still up lost their
+		// cross-node events until its replica took over (6 s; failover
+		// audit). A shard channel whose slot moves to another master is
+		// unsubscribed by the server, and subscribed again where it went
+		// (onSubscription).
 		failed := false
 		for _, c := range conns {
 			if c.failed.Load() {
@@ -212,7 +218,7 @@ func (s *subscriber) run() {
 		}
 		if failed {
 			for route, c := range conns {
-				if s.cluster == nil && !c.failed.Load() {
+				if !c.failed.Load() {
 					continue
 				}
 				c.close()
