@@ -1,13 +1,11 @@
 package adapter_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
 	"github.com/presenced/presenced/adapter"
+	"github.com/presenced/presenced/internal/logbuf"
 )
 
 // TestNoRedis runs a node whose Redis is unreachable from the start: its
@@ -40,7 +39,7 @@ func TestNoRedis(t *testing.T) {
 	for _, m := range modes() {
 		t.Run(m.name, func(t *testing.T) {
 			obs := &countingObserver{}
-			logs := &lockedBuffer{}
+			logs := &logbuf.Buffer{}
 			n := startGoNode(t, "n", rdb, adapter.Config{
 				Log:    slog.New(slog.NewJSONHandler(logs, nil)).With("node", "n-operator"),
 				Prefix: uniquePrefix(t), Sharded: m.sharded, Observer: obs,
@@ -180,22 +179,4 @@ func TestSetAdapterAfterNewServer(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger's writes and a test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -341,4 +342,22 @@ func pairInRoom(t *testing.T, rdb redis.UniversalClient, cfg1, cfg2 adapter.Conf
 	waitMembers(t, n2, map[string][]*wsClient{room: {c2}})
 	waitRooms(t, n1, n2)
 	return n1, n2, c1, c2
+}
+
+// crossBothWays waits until a broadcast to room from n1 reaches c2 (on n2),
+// and one from n2 reaches c1 (on n1): each event sent again until one
+// arrives, within timeout.
+func crossBothWays(t *testing.T, timeout time.Duration, room socket.Room, n1, n2 *goNode, c1, c2 *wsClient) {
+	t.Helper()
+	for i, dir := range []struct {
+		from *goNode
+		to   *wsClient
+	}{{n1, c2}, {n2, c1}} {
+		ev := fmt.Sprintf("after%d", i)
+		eventually(t, timeout, ev+" crosses nodes", func() bool {
+			dir.from.io.To(room).Emit(ev)
+			_, ok := dir.to.wait(ev, 100*time.Millisecond)
+			return ok
+		})
+	}
 }

@@ -2,7 +2,6 @@ package adapter_test
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -77,17 +76,7 @@ func testRedisRestart(t *testing.T, sharded bool) {
 	restarted := time.Now()
 
 	// Cross-node broadcasts resume, both ways.
-	for i, dir := range []struct {
-		from *goNode
-		to   *wsClient
-	}{{n1, c2}, {n2, c1}} {
-		ev := fmt.Sprintf("after%d", i)
-		eventually(t, 10*time.Second, ev+" crosses nodes", func() bool {
-			dir.from.io.To("r").Emit(ev)
-			_, ok := dir.to.wait(ev, 100*time.Millisecond)
-			return ok
-		})
-	}
+	crossBothWays(t, 10*time.Second, "r", n1, n2, c1, c2)
 	t.Logf("cross-node broadcasts resumed %v after the restart", time.Since(restarted))
 	for _, n := range []*goNode{n1, n2} {
 		eventually(t, 5*time.Second, n.name+" resubscribed", func() bool { return n.adapter().Subscribed("") })

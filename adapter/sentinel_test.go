@@ -2,7 +2,6 @@ package adapter_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,18 +113,7 @@ func testSentinelFailoverFollowed(t *testing.T, sharded bool) {
 		return err == nil && len(a) == 2 && a[1] == strconv.Itoa(replica.Port)
 	})
 	promoted := time.Since(start)
-	// both ways, each event sent until one arrives
-	for i, dir := range []struct {
-		from *goNode
-		to   *wsClient
-	}{{n1, c2}, {n2, c1}} {
-		ev := fmt.Sprintf("after%d", i)
-		eventually(t, 15*time.Second, ev+" crosses nodes", func() bool {
-			dir.from.io.To("r").Emit(ev)
-			_, ok := dir.to.wait(ev, 100*time.Millisecond)
-			return ok
-		})
-	}
+	crossBothWays(t, 15*time.Second, "r", n1, n2, c1, c2)
 	took := time.Since(start)
 	t.Logf("cross-node broadcasts both ways %v after SENTINEL FAILOVER (the replica promoted after %v)", took.Round(time.Millisecond), promoted.Round(time.Millisecond))
 	if took > 7*time.Second {
