@@ -23,6 +23,8 @@ type Memory struct {
 	graceConvs  map[string]struct{}
 	graceUsers  map[string]struct{}
 	lastFull    time.Time
+
+	order emitOrder // the operations' events, delivered in the order they held mu
 }
 
 type mSocket struct {
@@ -95,10 +97,60 @@ func NewMemoryEngine(m *Memory, cfg Config) *MemoryEngine {
 // lock is released.
 type batch []Event
 
-func (e *MemoryEngine) emit(ctx context.Context, b batch) {
-	if len(b) > 0 {
-		e.cfg.Sink(ctx, b)
+// unlockEmit releases the backend's lock, held by the caller, and
+// delivers b, after the events of every operation that held the lock
+// before (emitOrder).
+func (e *MemoryEngine) unlockEmit(ctx context.Context, b batch) {
+	m := e.m
+	if len(b) == 0 {
+		m.mu.Unlock()
+		return
 	}
+	t := m.order.ticket()
+	m.mu.Unlock()
+	m.order.run(t, func() { e.cfg.Sink(ctx, b) })
+}
+
+// emitOrder delivers the batches of a backend's operations in the order
+// the operations held its lock: each takes a ticket under the lock and
+// delivers when every earlier ticket has delivered. Delivered as the
+// goroutines came, a typing start right after its expiry could reach the
+// others before the expiry's stop, and they showed the user not typing
+// for the rest of the new session (a black-box audit: 4 of 120 sessions
+// started within a few ms of the expiry); so could a join right after a
+// grace's leave. A Sink must not wait for an operation of the backend.
+type emitOrder struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	issued uint64 // tickets taken
+	done   uint64 // tickets delivered (they go in order)
+}
+
+func (o *emitOrder) ticket() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.issued
+	o.issued++
+	return t
+}
+
+// run waits for ticket t's turn, runs deliver, and passes the turn on.
+func (o *emitOrder) run(t uint64, deliver func()) {
+	o.mu.Lock()
+	if o.cond == nil {
+		o.cond = sync.NewCond(&o.mu)
+	}
+	for o.done != t {
+		o.cond.Wait()
+	}
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		o.done++
+		o.cond.Broadcast()
+		o.mu.Unlock()
+	}()
+	deliver()
 }
 
 // Connect implements Engine.
@@ -126,8 +178,7 @@ func (e *MemoryEngine) Connect(ctx context.Context, s Socket) error {
 			b = append(b, Event{Kind: EventStatus, UserID: s.UserID, At: now, Status: Online})
 		}
 	}
-	m.mu.Unlock()
-	e.emit(ctx, b)
+	e.unlockEmit(ctx, b)
 	return nil
 }
 
@@ -270,8 +321,7 @@ func (e *MemoryEngine) Join(ctx context.Context, socketID, conv string) (JoinRes
 	}
 	b = m.activity(s.user, now, b)
 	res := m.roster(conv, now, e.cfg.AwayAfter)
-	m.mu.Unlock()
-	e.emit(ctx, b)
+	e.unlockEmit(ctx, b)
 	return res, nil
 }
 
@@ -346,8 +396,7 @@ func (e *MemoryEngine) update(ctx context.Context, fn func(m *Memory, now time.T
 	now := e.cfg.Now()
 	e.m.mu.Lock()
 	b, err := fn(e.m, now)
-	e.m.mu.Unlock()
-	e.emit(ctx, b)
+	e.unlockEmit(ctx, b)
 	return err
 }
 
@@ -479,8 +528,7 @@ func (e *MemoryEngine) Tick(ctx context.Context) error {
 		}
 	}
 	b = m.expire(now, e.cfg, b)
-	m.mu.Unlock()
-	e.emit(ctx, b)
+	e.unlockEmit(ctx, b)
 	return nil
 }
 
@@ -614,8 +662,7 @@ func (e *MemoryEngine) Drain(ctx context.Context) error {
 		}
 	}
 	b = m.expire(now, e.cfg, b)
-	m.mu.Unlock()
-	e.emit(ctx, b)
+	e.unlockEmit(ctx, b)
 	return nil
 }
 
