@@ -246,54 +246,71 @@ func TestTypingExpiryChecks(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) { testTypingExpiryChecks(t, redistest.Cluster(t)) })
 }
 
-func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
-	prefix := redistest.Prefix(t, rdb, "tyexp")
+// typingTestEngine is a Redis engine (TypingTTL 5 s) on a fake clock,
+// Redis's clock included, with users' sockets "s-<user>" joined to convs;
+// take returns the typing events delivered since its last call.
+func typingTestEngine(t *testing.T, rdb redis.UniversalClient, tag string, users, convs []string) (eng *RedisEngine, clock *fakeclock.Clock, take func() []Event) {
+	t.Helper()
 	ctx := context.Background()
-	clock := fakeclock.New(time.Now())
+	clock = fakeclock.New(time.Now())
 	var mu sync.Mutex
-	var stops []string
+	var typing []Event
 	sink := func(_ context.Context, evs []Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, ev := range evs {
-			if ev.Kind == EventTyping && !ev.Typing {
-				stops = append(stops, ev.UserID)
+			if ev.Kind == EventTyping {
+				typing = append(typing, ev)
 			}
 		}
 	}
-	eng := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: 5 * time.Second, Now: clock.Now, Sink: sink}, RedisConfig{Prefix: prefix})
+	eng = NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: 5 * time.Second, Now: clock.Now, Sink: sink}, RedisConfig{Prefix: redistest.Prefix(t, rdb, tag)})
 	eng.fakeClock = clock.Now
 	if err := eng.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"alice", "bob"} {
+	for _, u := range users {
 		if err := eng.Connect(ctx, Socket{ID: "s-" + u, UserID: u}); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []string{"c1", "c2"} {
+		for _, c := range convs {
 			if _, err := eng.Join(ctx, "s-"+u, c); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	eng.Settle()
+	return eng, clock, func() []Event {
+		mu.Lock()
+		defer mu.Unlock()
+		out := typing
+		typing = nil
+		return out
+	}
+}
+
+func testTypingExpiryChecks(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	eng, clock, take := typingTestEngine(t, rdb, "tyexp", []string{"alice", "bob"}, []string{"c1", "c2"})
 	hook := &roundTripHook{}
 	rdb.AddHook(hook)
 	expire := func(wantTrips int64, wantStops ...string) {
 		t.Helper()
 		clock.Advance(6 * time.Second)
 		hook.n.Store(0)
-		mu.Lock()
-		stops = nil
-		mu.Unlock()
+		take()
 		if err := eng.runTyping(ctx, clock.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if got := hook.n.Load(); got != wantTrips {
 			t.Errorf("expiry check: %d round trips, want %d", got, wantTrips)
 		}
-		mu.Lock()
-		defer mu.Unlock()
+		var stops []string
+		for _, ev := range take() {
+			if !ev.Typing {
+				stops = append(stops, ev.UserID)
+			}
+		}
 		if !slices.Equal(stops, wantStops) {
 			t.Errorf("stops announced %q, want %q", stops, wantStops)
 		}
@@ -495,33 +512,9 @@ func (h *slowCheck) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // before the stop).
 func TestTypingStartAfterCheckInOrder(t *testing.T) {
 	rdb := redistest.Client(t)
-	prefix := redistest.Prefix(t, rdb, "tyorder")
 	ctx := context.Background()
-	clock := fakeclock.New(time.Now())
-	var mu sync.Mutex
-	var got []bool
-	sink := func(_ context.Context, evs []Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, ev := range evs {
-			if ev.Kind == EventTyping {
-				got = append(got, ev.Typing)
-			}
-		}
-	}
-	eng := NewRedisEngine(rdb, Config{NodeID: "n1", TypingTTL: 5 * time.Second, Now: clock.Now, Sink: sink}, RedisConfig{Prefix: prefix})
-	eng.fakeClock = clock.Now
-	if err := eng.Tick(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := eng.Connect(ctx, Socket{ID: "s1", UserID: "alice"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := eng.Join(ctx, "s1", "c1"); err != nil {
-		t.Fatal(err)
-	}
-	eng.Settle()
-	if err := eng.TypingStart(ctx, "s1", "c1"); err != nil {
+	eng, clock, take := typingTestEngine(t, rdb, "tyorder", []string{"alice"}, []string{"c1"})
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
 		t.Fatal(err)
 	}
 	eng.Settle()
@@ -531,15 +524,17 @@ func TestTypingStartAfterCheckInOrder(t *testing.T) {
 	checked := make(chan error, 1)
 	go func() { checked <- eng.runTyping(ctx, clock.Now()) }()
 	<-hook.ran // the check removed the entry; its reply is late
-	if err := eng.TypingStart(ctx, "s1", "c1"); err != nil {
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-checked; err != nil {
 		t.Fatal(err)
 	}
 	eng.Settle()
-	mu.Lock()
-	defer mu.Unlock()
+	var got []bool
+	for _, ev := range take() {
+		got = append(got, ev.Typing)
+	}
 	if want := []bool{true, false, true}; !slices.Equal(got, want) {
 		t.Fatalf("typing events %v, want %v (the new session's start after the expiry's stop)", got, want)
 	}
