@@ -50,6 +50,11 @@ func (h *Sockets) events() map[string]handler {
 	}
 }
 
+// InlineEvents are the events whose handling allocates nothing
+// (TestHeartbeatAllocatesNothing): the websocket transport runs them on
+// the socket's reader instead of its pool (transport.WebsocketConfig).
+func InlineEvents() []string { return []string{"heartbeat"} }
+
 // register attaches one catch-all listener to a socket: it queues the
 // known events for their handlers and answers unknown events that asked
 // for an ack. One listener rather than one per event saves about 2 KB per

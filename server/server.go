@@ -179,7 +179,7 @@ func (s *Server) newSocketIO() *socket.Server {
 		ws = transport.NewWebsocket(transport.WebsocketConfig{
 			Dispatcher: s.deps.Sockets, PingInterval: s.cfg.PingInterval, PingTimeout: s.cfg.PingTimeout,
 			MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
-			SendBuffer: wsSendBuffer(s.cfg),
+			SendBuffer: wsSendBuffer(s.cfg), InlineEvents: handlers.InlineEvents(),
 		})
 		opts.SetTransports(types.NewSet[engine.TransportCtor](engine.Polling, ws))
 	}

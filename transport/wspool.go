@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"bytes"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 )
@@ -33,6 +35,11 @@ type directPool struct {
 	finished atomic.Int64 // jobs done
 	inFlight atomic.Int64 // jobs queued or running
 	watching atomic.Bool
+	// inline: the starts (`["name"`) of the events run on their reader
+	// instead (InlineEvents). In the heartbeat benchmark (server package,
+	// 64 sockets) a heartbeat took 9.7-11.3 µs on the reader against
+	// 12.4-14.1 through the pool, the client's share included.
+	inline [][]byte
 }
 
 const (
@@ -42,8 +49,32 @@ const (
 	directQueue = 1 << 14 // beyond that, readers wait to enqueue
 )
 
-func newDirectPool() *directPool {
-	return &directPool{jobs: make(chan *wsTransport, directQueue)}
+func newDirectPool(inline []string) *directPool {
+	p := &directPool{jobs: make(chan *wsTransport, directQueue)}
+	for _, name := range inline {
+		start, _ := json.Marshal([]string{name})
+		p.inline = append(p.inline, start[:len(start)-1])
+	}
+	return p
+}
+
+// inlines reports whether msg, a direct event ("42", an optional ack id,
+// the JSON array), is one of the inline events: its name comes first,
+// as the client's encoder writes it.
+func (p *directPool) inlines(msg []byte) bool {
+	if len(p.inline) == 0 {
+		return false
+	}
+	i := 2
+	for i < len(msg) && msg[i] >= '0' && msg[i] <= '9' {
+		i++
+	}
+	for _, start := range p.inline {
+		if bytes.HasPrefix(msg[i:], start) {
+			return true
+		}
+	}
+	return false
 }
 
 // run has a worker run w.readDirect(msg) and returns its result.

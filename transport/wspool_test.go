@@ -31,7 +31,7 @@ func newPoolTransport(d Dispatcher) *wsTransport {
 // shrinks back once the work is done; each socket's events run in order.
 func TestDirectPool(t *testing.T) {
 	d := &fakeDirect{block: make(chan struct{}), seen: map[*any][]string{}}
-	p := newDirectPool()
+	p := newDirectPool(nil)
 	// more stuck handlers than spare workers: the watcher must add workers
 	const stuckN = 2 * directSpare
 	stuckDone := make(chan bool, stuckN)
@@ -97,5 +97,28 @@ func TestDirectPool(t *testing.T) {
 	}
 	if n := p.workers.Load(); n > directSpare {
 		t.Fatalf("%d workers left after the burst, want at most %d", n, directSpare)
+	}
+}
+
+// The inline events are found by their name only, with or without an ack
+// id, and nothing else is taken for them.
+func TestDirectPoolInlines(t *testing.T) {
+	p := newDirectPool([]string{"heartbeat", `odd"name`})
+	for msg, want := range map[string]bool{
+		`42["heartbeat"]`:                true,
+		`4217["heartbeat",{"a":1}]`:      true,
+		`42["odd\"name"]`:                true,
+		`42["heartbeats"]`:               false,
+		`42["typing:start","heartbeat"]`: false,
+		`42[ "heartbeat"]`:               false, // not as the client writes it: the pool's way
+		`42`:                             false,
+		`421`:                            false,
+	} {
+		if got := p.inlines([]byte(msg)); got != want {
+			t.Errorf("inlines(%s) = %v, want %v", msg, got, want)
+		}
+	}
+	if newDirectPool(nil).inlines([]byte(`42["heartbeat"]`)) {
+		t.Error("no inline events: heartbeat inlined")
 	}
 }

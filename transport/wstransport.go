@@ -86,13 +86,18 @@ type WebsocketConfig struct {
 	// reading left up to its maximum (4 MiB by default) unread beyond the
 	// bound, and a write never blocked until that was full.
 	SendBuffer int
+	// InlineEvents are events whose handling allocates nothing, run on the
+	// socket's reader rather than handed to the pool (wspool.go): the
+	// pool is there so that few goroutines allocate during a GC cycle,
+	// and the reader waits for the event either way.
+	InlineEvents []string
 }
 
 // NewWebsocket returns the websocket transport for the engine's transport
 // set (beside the library's engine.Polling). Attach it to the engine too,
 // for the heartbeat.
 func NewWebsocket(cfg WebsocketConfig) *Websocket {
-	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer}
+	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(cfg.InlineEvents), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer}
 	if cfg.PingInterval > 0 && cfg.PingTimeout > 0 {
 		b.beats = newHeartbeat(cfg.PingInterval, cfg.PingTimeout)
 	}
@@ -338,14 +343,16 @@ func (w *wsTransport) readMessages() (parked bool) {
 	}
 }
 
-// dispatch runs a direct event: on the pool (wspool.go), or, for a sparse
-// connection's message, on this reader, which the poller started and which
-// parks the connection right after: a hand-off less on the path of nearly
-// every real client's heartbeat. The poller's readers are few (they are
+// dispatch runs a direct event: on the pool (wspool.go), or on this
+// reader: an event whose handling allocates nothing (InlineEvents: the
+// pool is there for the GC's sake only, and the reader waits for it
+// anyway), and a sparse connection's message, whose reader the poller
+// started and parks the connection right after: a hand-off less on the
+// path of nearly every real client's heartbeat. The poller's readers are few (they are
 // kept and reused between wakes), so that running handlers on them keeps
 // what the pool is for: few goroutines that allocate during a GC cycle.
 func (w *wsTransport) dispatch(msg []byte) bool {
-	if w.sparse {
+	if w.sparse || w.pool.inlines(msg) {
 		return w.runDirect(msg)
 	}
 	return w.pool.run(w, msg)
