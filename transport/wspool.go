@@ -37,8 +37,11 @@ type directPool struct {
 	watching atomic.Bool
 	// inline: the starts (`["name"`) of the events run on their reader
 	// instead (InlineEvents). In the heartbeat benchmark (server package,
-	// 64 sockets) a heartbeat took 9.7-11.3 µs on the reader against
-	// 12.4-14.1 through the pool, the client's share included.
+	// 64 sockets, three runs alternated) a heartbeat took 9.9-11.2 µs on
+	// the reader against 11.4-11.8 through the pool, the client's share
+	// included. An inline event is not counted in inFlight: the connect
+	// gate holds connects back for the pool's backlog only (real clients'
+	// heartbeats, sparse, ran on their reader before too).
 	inline [][]byte
 }
 
