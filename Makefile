@@ -28,7 +28,7 @@ lint: $(GOLANGCI_LINT)
 test-go:
 	$(GO) test -race -count=1 ./...
 
-# Every fuzz target, briefly (FUZZTIME=30s for longer runs).
+# Every fuzz target, briefly (FUZZTIME=1m for longer runs).
 test-fuzz:
 	GO=$(GO) ./scripts/fuzz-all.sh
 

@@ -377,7 +377,7 @@ var settings = []setting{
 		oneOf(func(c *Config) *string { return &c.LogFormat }, "", "text", "json")},
 	{"PRESENCE_LOG_LEVEL", "info", "debug, info, warn or error",
 		oneOf(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
-	{"PRESENCE_GC_HEADROOM", "25", "how far the Go heap may grow past its live part before a collection, in percent, once the live heap passes 32 MiB (below, a headroom of 32 MiB: GOGC 100 to 800; while it grows, as in a connect burst, 100 too, and the memory is handed back when the burst ends); lower saves memory per connection and costs GC CPU; off, or GOGC set: GOGC decides", func(c *Config, v string) error {
+	{"PRESENCE_GC_HEADROOM", "25", "how far the Go heap may grow past its live part before a collection, in percent of the live heap but never under 32 MiB (at 25: from a live heap of 128 MiB up; below, GOGC 25 to 100 over 32 MiB live and up to 800 under it; while it grows, as in a connect burst, 100 too, and the memory is handed back when the burst ends); lower saves memory per connection and costs GC CPU; off, or GOGC set: GOGC decides", func(c *Config, v string) error {
 		if v == "off" {
 			c.GCHeadroom = 0
 			return nil
