@@ -27,10 +27,33 @@ func (e *RedisEngine) runJoin(ctx context.Context, c redis.Scripter, k convKeys,
 	return convJoin.Run(ctx, c, []string{k.su, k.m, k.ty}, sid, user, e.clk(), memberTag(sid), e.shortMembers())
 }
 
-// runLeave queues convLeave of socket sid of user from the conversation of
-// k (see convLeave for mode, graceMs and at).
-func (e *RedisEngine) runLeave(ctx context.Context, c redis.Scripter, k convKeys, sid, user, mode string, graceMs int64, at string) *redis.Cmd {
-	return convLeave.Run(ctx, c, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, sid, user, e.clk(), mode, graceMs, at, memberTag(sid), e.shortMembers())
+// runLeave queues convLeave of socket sid of user from conversation conv
+// (see convLeave for mode, graceMs and at). A socket of this node is
+// given its typing start here (typedBy); a reaper's (reaped) leave asks
+// for the expiry of the user's typing entry instead, to adopt it.
+func (e *RedisEngine) runLeave(ctx context.Context, c redis.Scripter, conv, sid, user, mode string, graceMs int64, at string, reaped bool) *redis.Cmd {
+	k := e.conv(conv)
+	typed, adopt := "", "0"
+	if reaped {
+		adopt = "1"
+	} else {
+		typed = e.typing.typedBy(conv, user, sid)
+	}
+	return convLeave.Run(ctx, c, []string{k.on, k.sk, k.su, k.m, k.ty, k.tyo}, sid, user, e.clk(), mode, graceMs, at, memberTag(sid), e.shortMembers(), typed, adopt)
+}
+
+// leaveTyping handles the typing part of convLeave's reply v for socket
+// sid of user in conv: the stop to announce (false if none), and the
+// entry a reaper adopts.
+func (e *RedisEngine) leaveTyping(conv, sid, user string, v []int64) (stopped bool) {
+	if v[0] == 1 {
+		e.typing.forgetTyped(conv, user, sid)
+	}
+	if len(v) >= 4 && v[3] > 0 {
+		e.typing.adopt(conv, user, e.cfg.Now().Add(time.Duration(v[3]-e.redisNow())*time.Millisecond), v[3])
+		e.typingAlarm.set(time.Now().Add(time.Duration(max(v[3]-e.redisNow(), 0)) * time.Millisecond))
+	}
+	return v[0] == 1
 }
 
 // Join implements Engine.
@@ -107,8 +130,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 func (e *RedisEngine) undoJoin(s *rSocket, conv string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	k := e.conv(conv)
-	err := e.runLeave(ctx, e.rdb, k, s.id, s.user, "left", 0, "").Err()
+	err := e.runLeave(ctx, e.rdb, conv, s.id, s.user, "left", 0, "", false).Err()
 	if err != nil {
 		e.log.Warn("join outcome unknown; kept for the disconnect to clean", "sid", s.id, "conversation_id", conv, "err", err)
 		e.mu.Lock()
@@ -142,9 +164,8 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	now := e.cfg.Now()
 	var b batch
 	if in {
-		k := e.conv(conv)
 		pipe := e.rdb.Pipeline()
-		leave := e.runLeave(ctx, pipe, k, socketID, s.user, "left", 0, "")
+		leave := e.runLeave(ctx, pipe, conv, socketID, s.user, "left", 0, "", false)
 		if err := e.exec(ctx, pipe); err != nil {
 			return unavailable("leave", err)
 		}
@@ -156,8 +177,8 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 		if err := e.rdb.HSet(ctx, e.regKey(s), socketID, reg).Err(); err != nil {
 			e.log.Warn("registry update failed", "sid", socketID, "err", err)
 		}
-		if v, _ := leave.Int64Slice(); len(v) == 3 {
-			if v[0] == 1 {
+		if v, _ := leave.Int64Slice(); len(v) >= 3 {
+			if e.leaveTyping(conv, socketID, s.user, v) {
 				b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 			}
 			if v[1] == 1 {

@@ -67,7 +67,7 @@ func (e *RedisEngine) reapNode(ctx context.Context, item string, deadline int64,
 		for _, l := range lines {
 			f := strings.Split(l.line, "\t")
 			s := &rSocket{id: l.sid, user: f[0], convs: setOf(f[1:])}
-			b, err := e.removeFrom(ctx, l.key, s, now, "timeout", lastProof)
+			b, err := e.removeFrom(ctx, l.key, s, now, "timeout", lastProof, true)
 			all = append(all, b...)
 			if err != nil {
 				e.emit(ctx, all)

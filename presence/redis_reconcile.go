@@ -85,7 +85,7 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 		e.mu.Unlock()
 		for i, g := range ghosts {
 			e.log.Warn("removing an entry of a socket this node no longer has", "sid", g.id, "user_id", g.user)
-			b, err := e.removeFrom(ctx, ghostKeys[i], g, now, "timeout", time.Time{})
+			b, err := e.removeFrom(ctx, ghostKeys[i], g, now, "timeout", time.Time{}, false)
 			e.emit(ctx, b)
 			if err != nil {
 				return err
@@ -164,8 +164,7 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 	pipe := e.rdb.Pipeline()
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
-		k := e.conv(c)
-		leaves[i] = e.runLeave(ctx, pipe, k, s.id, s.user, "left", 0, "")
+		leaves[i] = e.runLeave(ctx, pipe, c, s.id, s.user, "left", 0, "", false)
 	}
 	pipe.HSet(ctx, e.regKey(s), s.id, reg)
 	if err := e.exec(ctx, pipe); err != nil {
@@ -173,8 +172,8 @@ func (e *RedisEngine) leaveStale(ctx context.Context, s *rSocket, reg string, no
 	}
 	var b batch
 	for i, c := range convs {
-		if v, _ := leaves[i].Int64Slice(); len(v) == 3 {
-			if v[0] == 1 {
+		if v, _ := leaves[i].Int64Slice(); len(v) >= 3 {
+			if e.leaveTyping(c, s.id, s.user, v) {
 				b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
 			}
 			if v[1] == 1 {

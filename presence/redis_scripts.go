@@ -10,8 +10,8 @@ import "github.com/redis/go-redis/v9"
 //                leftAt|" in the user's flap grace: who is online (users
 //                in their flap grace included), and their sockets here
 //                (joined by ","; see memberLib)
-//   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing
-//   P:{c:C}:tyo  HASH user → socket that typed last
+//   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing (the node
+//                that wrote an entry knows which socket typed: redis_typing.go)
 // cluster-wide, slot {g}
 //   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt|sockets"
 //                (sockets: the user's n socket ids, joined by ","; see userLib)
@@ -38,6 +38,8 @@ import "github.com/redis/go-redis/v9"
 //   P:{c:C}:sk   ZSET socket → join ms (the sockets, as su has them)
 //   P:{c:C}:su   HASH socket → user (the sockets of member records without
 //                a socket list)
+//   P:{c:C}:tyo  HASH user → socket that typed last (written by releases
+//                before 2026-12-07)
 //
 // Every time in these keys is Redis's own (TIME, in the scripts), the
 // typing expiries included, which nodes write with plain commands on their
@@ -266,39 +268,54 @@ end
 // (and on in userLeft), so that what such a release left in Redis goes
 // with its sockets.
 // A typing entry this removes is announced stopped, expired or not (see
-// userLeftLib).
+// userLeftLib). The user's entry goes with the socket, although the user
+// stays, when the socket typed last: typedMs is the expiry this node's
+// start through the socket wrote (redis_typing.go, typedBy; "" if the
+// socket is not the user's typist here), and the entry goes if it has not
+// been moved later since (a start of another of the user's sockets on
+// another node did that: that typing goes on). A reaper does not know who
+// typed on the dead node: with adopt "1" it is given the expiry of the
+// user's entry when the user stays (typingMs), to fire it (typing.adopt).
+// A node of a release before 2026-12-07 named the typist in tyo, which
+// is still read.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
-// short(0|1: mset) → {typingStopped(0|1), left(0|1), at}
+// short(0|1: mset) typedMs adopt(0|1) → {typingStopped(0|1), left(0|1),
+// at, typingMs}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
 local at = tonumber(ARGV[6]) or now
 local deadline = at + tonumber(ARGV[5])
 local tag, short = ARGV[7], ARGV[8] == '1'
+local typed, adopt = tonumber(ARGV[9]), ARGV[10] == '1'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
   if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
-  return {0, 0, 0}
+  return {0, 0, 0, 0}
 end
 mdel(r, su, sid, tag)
 redis.call('ZREM', sk, sid)
 local stopped = 0
-if redis.call('HGET', tyo, user) == sid then
+local cur = tonumber(redis.call('ZSCORE', ty, user))
+if cur and ((typed and cur <= typed) or redis.call('HGET', tyo, user) == sid) then
   redis.call('HDEL', tyo, user)
-  if redis.call('ZREM', ty, user) == 1 then stopped = 1 end
+  redis.call('ZREM', ty, user)
+  stopped, cur = 1, nil
 end
+local keep = 0
+if adopt and cur then keep = cur end
 if r.n > 0 then
   r.grace, r.left = 0, 0
   mset(m, user, r, short)
-  return {stopped, 0, 0}
+  return {stopped, 0, 0, keep}
 end
 if mode == 'grace' then
   r.grace, r.left = deadline, at
   mset(m, user, r, short)
-  return {stopped, 0, 0}
+  return {stopped, 0, 0, keep}
 end
 if userLeft(on, m, ty, tyo, user) then stopped = 1 end
-return {stopped, 1, at}
+return {stopped, 1, at, 0}
 `)
 
 // convGrace ends a user's flap grace in a conversation if it is due; if it

@@ -175,7 +175,7 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 	if retry && s.gone != 0 {
 		at = timestamp.FromMillis(s.gone)
 	}
-	return e.removeFrom(ctx, e.regKey(s), s, now, mode, at)
+	return e.removeFrom(ctx, e.regKey(s), s, now, mode, at, false)
 }
 
 // removeFrom removes a socket from its conversations and user, and
@@ -184,7 +184,8 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 // now, reason disconnected) or "timeout" (now, reason timeout). lastProof,
 // if set, is the moment the socket was last there (a dead node's last
 // proof of life, or the disconnect of a retried removal); unset, now.
-func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time) (batch, error) {
+// reaped: s is a dead node's (see runLeave).
+func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time, reaped bool) (batch, error) {
 	at := ""
 	if !lastProof.IsZero() {
 		at = strconv.FormatInt(timestamp.Millis(lastProof), 10)
@@ -205,8 +206,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	pipe := e.rdb.Pipeline()
 	leaves := make([]*redis.Cmd, len(convs))
 	for i, c := range convs {
-		k := e.conv(c)
-		leaves[i] = e.runLeave(ctx, pipe, k, s.id, s.user, mode, grace, at)
+		leaves[i] = e.runLeave(ctx, pipe, c, s.id, s.user, mode, grace, at, reaped)
 		if mode == "grace" {
 			// The grace's timer goes in the same round trip, whether or
 			// not this was the user's last socket there (if not, it finds
@@ -237,7 +237,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		if len(v) < 3 {
 			continue
 		}
-		if v[0] == 1 {
+		if e.leaveTyping(c, s.id, s.user, v) {
 			b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
 		}
 		if v[1] == 1 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/presence"
@@ -283,3 +284,148 @@ func TestRedisDueSetReadWhenDue(t *testing.T) {
 // dueRecheckMax bounds how late a dead node's timer fires: the once-a-
 // second read and a tick.
 const dueRecheckMax = time.Second + 100*time.Millisecond
+
+// typingOnly keeps the typing events of evs.
+func typingOnly(evs []string) []string {
+	return slices.DeleteFunc(evs, func(s string) bool { return len(s) < 7 || s[:7] != "typing " })
+}
+
+// The socket that typed takes the user's typing with it when it leaves,
+// although the user stays through another socket; another socket's leave
+// leaves it. The node knows which of its sockets typed: Redis holds no
+// record of it.
+func TestRedisTypistLeaveEndsTyping(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", TypingTTL: 5 * time.Second})
+	if err := n1.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "a2", "alice", "c1")
+	connectJoin(t, n1, "a3", "alice", "c1")
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice true"}) {
+		t.Fatalf("after the start %q", got)
+	}
+	if err := n1.Leave(ctx, "a2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := typingOnly(f.rec.Take()); len(got) != 0 {
+		t.Fatalf("another socket's leave: %q, want no typing event", got)
+	}
+	if err := n1.Leave(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice false"}) {
+		t.Fatalf("the typist's leave: %q, want the stop", got)
+	}
+	for range 14 {
+		f.clock.Advance(500 * time.Millisecond)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := typingOnly(f.rec.Take()); len(got) != 0 {
+		t.Fatalf("after the expiry: %q, want no second stop", got)
+	}
+}
+
+// A start on another node that moved the user's entry later keeps the
+// typing going when the first typist's socket leaves; the stop comes at
+// the later start's expiry, once.
+func TestRedisTypistLeaveKeepsLaterStart(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", TypingTTL: 5 * time.Second})
+	n2 := f.node(presence.Config{NodeID: "n2", TypingTTL: 5 * time.Second})
+	for _, n := range []*presence.RedisEngine{n1, n2} {
+		if err := n.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "a2", "alice", "c1")
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(2 * time.Second)
+	if err := n2.TypingStart(ctx, "a2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice true"}) {
+		t.Fatalf("after both starts %q, want one start", got)
+	}
+	if err := n1.Leave(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := typingOnly(f.rec.Take()); len(got) != 0 {
+		t.Fatalf("the first typist's leave: %q, want no typing event", got)
+	}
+	var at []time.Duration
+	var got []string
+	for i := range 20 {
+		f.clock.Advance(250 * time.Millisecond)
+		for _, n := range []*presence.RedisEngine{n1, n2} {
+			if err := n.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if evs := typingOnly(f.rec.Take()); len(evs) > 0 {
+			got = append(got, evs...)
+			at = append(at, time.Duration(i+1)*250*time.Millisecond)
+		}
+	}
+	if !slices.Equal(got, []string{"typing c1 alice false"}) || at[0] < 5*time.Second {
+		t.Fatalf("stops %q at %v after the second start, want one at its expiry (5s)", got, at)
+	}
+}
+
+// A reaper fires the expiry of a dead node's typing entry when it is due,
+// not at the reap, for a user who stays through another node.
+func TestRedisTypingOfADeadNodeEndsAtItsExpiry(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	cfg := func(id string) presence.Config {
+		return presence.Config{NodeID: id, TypingTTL: 30 * time.Second}
+	}
+	n1, n2 := f.node(cfg("n1")), f.node(cfg("n2"))
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n2, "a2", "alice", "c1")
+	for _, eng := range []*presence.RedisEngine{n1, n2} {
+		if err := eng.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.Take()
+	reaped := false
+	var stopAt time.Duration
+	for i := range 80 {
+		f.clock.Advance(500 * time.Millisecond)
+		if err := n2.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		evs := f.rec.Take()
+		if slices.Contains(evs, "leave c1 alice timeout") {
+			t.Fatalf("alice left c1, although she is there through n2: %q", evs)
+		}
+		if !reaped && testutil.ToFloat64(n2.Collectors()[0]) > 0 {
+			reaped = true
+		}
+		if slices.Contains(typingOnly(evs), "typing c1 alice false") {
+			stopAt = time.Duration(i+1) * 500 * time.Millisecond
+			break
+		}
+	}
+	if !reaped {
+		t.Fatal("n1 was not reaped")
+	}
+	if stopAt < 30*time.Second || stopAt > 31*time.Second {
+		t.Fatalf("alice's typing stopped %v after the start, want at its expiry (30s)", stopAt)
+	}
+}

@@ -44,9 +44,13 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // about 60 µs a call, of which 15 were the commands), and typing is the
 // busiest write there is. Each command is atomic, which is what the
 // announcement needs: of concurrent starts of one user only the one whose
-// ZADD (GT) adds the entry announces it (or, rarely, also one that found it
-// expired and not yet removed), of concurrent stops only the one whose
-// ZREM removes it. The member record read beside a start says whether
+// ZADD (GT) adds the entry announces it (or, rarely, also one that moved
+// this node's expired start, not yet removed), of concurrent stops only
+// the one whose ZREM removes it. A start is HGET and ZADD, a stop ZREM:
+// until 2026-12-07 a start read the entry's expiry (ZSCORE) to tell an
+// expired entry, which this node knows of its own starts (prior), and
+// each change wrote the typist's socket (tyo), which this node knows too
+// (typedBy). The member record read beside a start says whether
 // Redis has the socket joined, as this node does (joinedSocket): if not (its
 // entries were reaped, or Redis lost them, and the resync has not run
 // yet), an entry the start added is taken back and the change refused.
@@ -57,8 +61,7 @@ func (e *RedisEngine) TypingStop(ctx context.Context, socketID, conv string) err
 // that a start added passed that check; if Redis has lost the socket
 // since, the stop of what the others were shown is still right to
 // announce. Each command costs Redis its dispatch, statistics and latency
-// histogram on top of its own work: a stop is ZREM and HDEL alone (it read
-// the entry's expiry with ZSCORE as well, for nothing, until 2026-12-07).
+// histogram on top of its own work.
 func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, start bool) error {
 	s, err := e.joinedSocket(socketID, conv)
 	if err != nil {
@@ -73,21 +76,16 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	k := e.conv(conv)
 	pipe := e.rdb.Pipeline()
 	var rec *redis.StringCmd
-	var cur *redis.FloatCmd // a start's: the entry it finds
-	if start {
-		rec = pipe.HGet(ctx, k.m, s.user)
-		cur = pipe.ZScore(ctx, k.ty, s.user)
-	}
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
+	prior, hadPrior := e.typing.prior(conv, s.user)
 	if start {
+		rec = pipe.HGet(ctx, k.m, s.user)
 		// GT: an entry that is there only moves later; the reply counts
 		// the entries added, as NX's would
 		changed = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: float64(exp), Member: s.user})
-		pipe.HSet(ctx, k.tyo, s.user, socketID)
 	} else {
 		changed = pipe.ZRem(ctx, k.ty, s.user)
-		pipe.HDel(ctx, k.tyo, s.user)
 	}
 	err = e.exec(ctx, pipe)
 	if start {
@@ -113,18 +111,21 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		return err
 	}
 	// Whoever adds an entry announces the start, whoever removes one the
-	// stop. A start that finds the user's entry expired and not removed
-	// yet (its expiry check had not run) moves it later (GT): nobody will
-	// remove the expired entry then, so the start announces its stop
-	// first. One that finds it removed between its ZSCORE and its ZADD
-	// (the check removed and announced it) adds it anew: the start alone.
+	// stop. A start that moved (GT) this node's last start of the user
+	// there, expired and not yet removed (its expiry check had not run),
+	// announces that one's stop first: nobody will remove the expired
+	// entry then. If the check removed it meanwhile (and announced the
+	// stop), the start added the entry anew: the start alone. A start that
+	// moves an expired entry of another node's (in the few ms before that
+	// node's check) announces nothing, and the check leaves the entry,
+	// moved later: the others see the user typing on.
 	var b batch
 	switch {
 	case changed.Val() == 1:
 		if start {
 			e.typing.waitCheck(ctx, conv)
 		}
-	case start && cur.Err() == nil && int64(cur.Val()) <= rnow: // the entry it found had expired
+	case start && hadPrior && prior <= rnow: // this node's last start there had expired
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 	default:
 		return nil
@@ -149,10 +150,7 @@ func (e *RedisEngine) typingStartJoined(ctx context.Context, k convKeys, conv, u
 		return nil
 	}
 	if added {
-		undo := e.rdb.Pipeline()
-		undo.ZRem(ctx, k.ty, user)
-		undo.HDel(ctx, k.tyo, user)
-		if err := e.exec(ctx, undo); err != nil {
+		if err := e.rdb.ZRem(ctx, k.ty, user).Err(); err != nil {
 			e.log.Warn("typing entry of a socket Redis does not have joined left for its expiry", "sid", socketID, "conversation_id", conv, "err", err)
 		}
 	}
@@ -204,10 +202,14 @@ func memberHas(rec, legacySU, sid, user string) bool {
 // have expired, per conversation: the node that recorded a typing start
 // fires its expiry, as a Node server's timer per socket does, instead of a
 // cluster-wide timer in Redis (P:{g}:due), which cost three scripts more
-// per typing session (schedule, claim, acknowledge). Nothing is lost if the
-// node dies: an entry's owner is the socket that typed last (tyo), and the
-// removal of that socket (a leave, a disconnect, a dead node's reap)
-// clears the entry.
+// per typing session (schedule, claim, acknowledge). The node also knows
+// which of its sockets typed last (own's sid): that socket's leave or
+// disconnect takes the entry with it (convLeave, typedBy). Nothing is lost
+// if the node dies: its reaper adopts the typing entries of the users it
+// leaves in a conversation (adopt) and fires their expiries; a user that
+// leaves altogether takes the entry with it. (Until 2026-12-07 each start
+// wrote its socket into a hash, tyo, and each stop deleted it: a command
+// more per change, for what the node knows.)
 //
 // The node keeps its own starts (own) until their stop, as a Node server
 // clears a socket's timer: a conversation whose moment comes with none of
@@ -254,6 +256,10 @@ type typingDue struct {
 func (t *typingTimers) started(conv, user, sid string, exp time.Time, score int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.startedLocked(conv, user, sid, exp, score)
+}
+
+func (t *typingTimers) startedLocked(conv, user, sid string, exp time.Time, score int64) {
 	if t.own == nil {
 		t.own = map[string]map[string]ownTyping{}
 	}
@@ -265,6 +271,57 @@ func (t *typingTimers) started(conv, user, sid string, exp time.Time, score int6
 	t.seq++
 	users[user] = ownTyping{sid: sid, exp: exp, score: score, seq: t.seq}
 	t.setLocked(conv, exp)
+}
+
+// typedBy is the expiry (ms, as written in Redis) of user's last start in
+// conv on this node if socket sid made it, for convLeave: the socket's
+// leave takes the entry with it unless a later start moved it. "" if sid
+// is not the user's typist here.
+func (t *typingTimers) typedBy(conv, user, sid string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o, ok := t.own[conv][user]; ok && o.sid == sid && sid != "" {
+		return strconv.FormatInt(o.score, 10)
+	}
+	return ""
+}
+
+// forgetTyped forgets user's start in conv through socket sid, whose
+// entry went with the socket's leave (its stop is announced).
+func (t *typingTimers) forgetTyped(conv, user, sid string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if users := t.own[conv]; users != nil {
+		if o, ok := users[user]; ok && o.sid == sid {
+			delete(users, user)
+		}
+		if len(users) == 0 {
+			delete(t.own, conv)
+		}
+	}
+}
+
+// adopt makes this node fire the expiry of user's typing entry in conv
+// (exp on this node's clock, score as in Redis), which a node it reaped
+// may have written: nobody else knows of it. A start of this node's there
+// that expires later keeps its own expiry.
+func (t *typingTimers) adopt(conv, user string, exp time.Time, score int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.own[conv][user]
+	if ok && o.score >= score {
+		return
+	}
+	t.startedLocked(conv, user, o.sid, exp, score)
+}
+
+// prior is the expiry (ms, as in Redis) of user's last start in conv on
+// this node that has not been stopped or checked, if any.
+func (t *typingTimers) prior(conv, user string) (score int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.own[conv][user]
+	return o.score, ok
 }
 
 // ownStart is a start this node wrote that has not expired (owned).
@@ -317,7 +374,6 @@ func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
 		k := e.conv(o.conv)
 		score := rnow + o.exp.Sub(now).Milliseconds()
 		added[i] = pipe.ZAddGT(ctx, k.ty, redis.Z{Score: float64(score), Member: o.user})
-		pipe.HSet(ctx, k.tyo, o.user, o.sid)
 		e.typing.rescored(o, score)
 	}
 	err := e.exec(ctx, pipe)
@@ -605,9 +661,7 @@ const (
 // and not if a start on another node moved it later. (Before 2026-12-07 a
 // check also read what was left of those starts' entries, ZMSCORE, and
 // checked again when they expired.) Whoever removes an entry announces its
-// stop, as a stop's ZREM does. The typist's socket (tyo) stays: the user's
-// next start overwrites it, or that socket's leave clears it (and finds no
-// typing entry to stop).
+// stop, as a stop's ZREM does.
 type typingCheck struct {
 	expired *redis.StringSliceCmd
 }

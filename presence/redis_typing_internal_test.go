@@ -408,8 +408,10 @@ func (h *cmdNames) take() [][]string {
 	return s
 }
 
-// A stop costs Redis two commands, ZREM and HDEL: no member
-// record. A stop of a socket whose entry Redis has lost from its member
+// A start costs Redis two commands, HGET and ZADD, and a stop one, ZREM:
+// no record of the typist's socket (this node knows it), no read of the
+// entry's expiry, and no member record for a stop. A stop of a socket
+// whose entry Redis has lost from its member
 // record still ends the typing it started, and says so; the socket's leave
 // afterwards stops nothing and announces nothing.
 func TestTypingStopWithoutMemberRecord(t *testing.T) {
@@ -438,11 +440,20 @@ func TestTypingStopWithoutMemberRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := eng.conv("c1")
+	hook := &cmdNames{}
+	rdb.AddHook(hook)
 	if err := eng.TypingStart(ctx, "s1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	hook := &cmdNames{}
-	rdb.AddHook(hook)
+	var start []string
+	for _, p := range hook.take() {
+		if slices.Contains(p, "ZADD") {
+			start = p
+		}
+	}
+	if !slices.Equal(start, []string{"HGET", "ZADD"}) {
+		t.Fatalf("the start's pipeline %q, want [HGET ZADD]", start)
+	}
 	// Redis loses s1 from alice's record; this node still has it joined
 	rdb.HSet(ctx, k.m, "alice", "1|100|0|0|sX")
 	hook.take()
@@ -455,8 +466,8 @@ func TestTypingStopWithoutMemberRecord(t *testing.T) {
 			stop = p
 		}
 	}
-	if !slices.Equal(stop, []string{"ZREM", "HDEL"}) {
-		t.Fatalf("the stop's pipeline %q, want [ZREM HDEL]", stop)
+	if !slices.Equal(stop, []string{"ZREM"}) {
+		t.Fatalf("the stop's pipeline %q, want [ZREM]", stop)
 	}
 	if n := rdb.ZCard(ctx, k.ty).Val(); n != 0 {
 		t.Fatalf("%d typing entries after the stop", n)
@@ -467,8 +478,8 @@ func TestTypingStopWithoutMemberRecord(t *testing.T) {
 	if !slices.Equal(got, []bool{true, false}) {
 		t.Fatalf("typing events %v, want the start and the stop", got)
 	}
-	if owner, err := rdb.HGet(ctx, k.tyo, "alice").Result(); err != redis.Nil {
-		t.Fatalf("typing owner after the stop %q (%v), want none", owner, err)
+	if n := rdb.Exists(ctx, k.tyo).Val(); n != 0 {
+		t.Fatalf("the typist's socket written to Redis (%s)", k.tyo)
 	}
 	rdb.HSet(ctx, k.m, "alice", "1|100|0|0|s1")
 	if err := eng.Leave(ctx, "s1", "c1"); err != nil {
@@ -537,5 +548,44 @@ func TestTypingStartAfterCheckInOrder(t *testing.T) {
 	}
 	if want := []bool{true, false, true}; !slices.Equal(got, want) {
 		t.Fatalf("typing events %v, want %v (the new session's start after the expiry's stop)", got, want)
+	}
+}
+
+// A start that finds this node's last start of the user expired and not
+// yet removed (no check ran) moves the entry and announces the old
+// session's stop before its own start; a start within the TTL is silent.
+// The start knows the expiry from the node's own record: it reads none.
+func TestTypingStartAfterUncheckedExpiry(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	eng, clock, take := typingTestEngine(t, rdb, "tyunchecked", []string{"alice"}, []string{"c1"})
+	kinds := func(evs []Event) (out []bool) {
+		for _, ev := range evs {
+			out = append(out, ev.Typing)
+		}
+		return out
+	}
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	clock.Advance(2 * time.Second)
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	if got := kinds(take()); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("a start and a refresh: %v, want one start", got)
+	}
+	clock.Advance(5100 * time.Millisecond) // past the refresh's expiry, no tick
+	if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	eng.Settle()
+	if got := kinds(take()); !slices.Equal(got, []bool{false, true}) {
+		t.Fatalf("a start after the unchecked expiry: %v, want the stop, then the start", got)
+	}
+	if n := rdb.ZCard(ctx, eng.conv("c1").ty).Val(); n != 1 {
+		t.Fatalf("%d typing entries, want 1", n)
 	}
 }
