@@ -77,15 +77,20 @@ type RedisEngine struct {
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
 	reaped     prometheus.Counter
 
-	mu         sync.Mutex
-	local      map[string]*rSocket  // this node's sockets
-	lastAct    map[string]time.Time // user → when this node next sends the user's activity
-	pending    map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
-	leaving    map[string]struct{}  // disconnected sockets whose removal is under way
-	lastRec    time.Time            // the last reconciliation
-	missing    map[string]struct{}  // live sockets the last reconciliation found missing from Redis (registerMissing)
-	regBuckets int                  // the registry's buckets (redis_registry.go); regMu serialises their growth
-	regMu      sync.Mutex
+	mu      sync.Mutex
+	local   map[string]*rSocket  // this node's sockets
+	lastAct map[string]time.Time // user → when this node next sends the user's activity
+	pending map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
+	leaving map[string]struct{}  // disconnected sockets whose removal is under way
+	lastRec time.Time            // the last reconciliation
+	missing map[string]struct{}  // live sockets the last reconciliation found missing from Redis (registerMissing)
+	// memberChecks: how many reconciliations to come read the member
+	// records of this node's sockets (unlisted): two after Redis failed
+	// (a command or a tick), and two of every memberCheckEvery
+	memberChecks atomic.Int32
+	reconciles   int // reconciliations done (Tick's)
+	regBuckets   int // the registry's buckets (redis_registry.go); regMu serialises their growth
+	regMu        sync.Mutex
 
 	act   activityBatcher // group commit of activity records (redis_activity.go)
 	pipes pipes           // every pipeline goes through it (redis_batch.go)
@@ -257,7 +262,11 @@ var scripts = []*redis.Script{convJoin, convTyping, convLeave, convGrace,
 func (e *RedisEngine) exec(ctx context.Context, pipe redis.Pipeliner) error {
 	cmds := pipe.Cmds()
 	err := e.pipes.exec(ctx, cmds)
-	if err == nil || abandoned(err) || !noScript(cmds) {
+	if err == nil || abandoned(err) {
+		return err
+	}
+	e.redisFailed()
+	if !noScript(cmds) {
 		return err
 	}
 	for _, sc := range scripts {
@@ -310,10 +319,18 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	if e.held.Load() && now.Sub(e.lastRec) >= e.rcfg.ReconcileEvery {
-		if err := e.reconcile(ctx, now); err != nil {
+		if e.reconciles%memberCheckEvery == 0 {
+			e.memberChecks.Store(max(e.memberChecks.Load(), 2))
+		}
+		check := e.memberChecks.Load() > 0
+		if err := e.reconcile(ctx, now, check); err != nil {
 			errs = append(errs, err)
 		} else {
 			e.lastRec = now
+			e.reconciles++
+			if check {
+				e.memberChecks.Add(-1)
+			}
 		}
 	}
 	if err := e.retryPending(ctx, now); err != nil {
@@ -327,6 +344,9 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 	}
 	if err := e.runAway(ctx, now); err != nil {
 		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		e.redisFailed()
 	}
 	return errors.Join(errs...)
 }

@@ -27,7 +27,16 @@ import (
 // may have read the registry before a connect or a join in flight wrote
 // it), the socket is registered again (register), its user and joins
 // with it.
-func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
+//
+// With checkMembers, the member records of the live sockets' conversations
+// are read as well (unlisted), and a socket they do not list counts as
+// missing too: a Redis Cluster master that came back empty (no replica)
+// or a replica that lagged loses conversations' records while the node's
+// registry, in another slot, may survive (a black-box audit: rosters
+// stayed empty for 3 × PRESENCE_TTL, and typing:start was refused
+// forbidden). Tick asks for it after Redis failed and every
+// memberCheckEvery reconciliations, two in a row each time.
+func (e *RedisEngine) reconcile(ctx context.Context, now time.Time, checkMembers bool) error {
 	e.mu.Lock()
 	for u, next := range e.lastAct {
 		if !now.Before(next) {
@@ -103,8 +112,12 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 		}
 		return nil
 	})
+	var unlisted map[string]struct{}
+	if err == nil && checkMembers {
+		unlisted, err = e.unlisted(ctx, before)
+	}
 	if err == nil {
-		err = e.registerMissing(ctx, before, listed, now)
+		err = e.registerMissing(ctx, before, listed, unlisted, now)
 	}
 	if err != nil && !errors.Is(err, ErrUnavailable) {
 		err = unavailable("reconcile", err)
@@ -115,8 +128,9 @@ func (e *RedisEngine) reconcile(ctx context.Context, now time.Time) error {
 // registerMissing registers again the sockets of before (the live sockets
 // when the registry's read began) that are still live and whose line
 // listed (sid → its conversations) lacks or misses one of their
-// conversations, if the last reconciliation found them so too.
-func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rSocket, listed map[string][]string, now time.Time) error {
+// conversations, or that a conversation's member record does not list
+// (unlisted), if the last reconciliation found them so too.
+func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rSocket, listed map[string][]string, unlisted map[string]struct{}, now time.Time) error {
 	e.mu.Lock()
 	suspect := make(map[string]struct{})
 	var lost []*rSocket
@@ -127,6 +141,9 @@ func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rS
 			continue
 		}
 		convs, ok := listed[id]
+		if ok && isIn(unlisted, id) {
+			ok = false
+		}
 		if ok {
 			var have map[string]struct{} // for a long list only: most list a few
 			if len(convs) > 16 {
@@ -155,6 +172,77 @@ func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rS
 	}
 	e.log.Warn("registering again sockets whose entries Redis lost", "sockets", len(lost))
 	return e.register(ctx, lost, now)
+}
+
+// memberCheckEvery: one reconciliation in this many (and the one after)
+// reads the member records even when Redis did not fail (unlisted): a
+// node that sent nothing to a master while it was down saw no failure.
+const memberCheckEvery = 8
+
+// memberReadGroup is how many conversations' member records go in one
+// round trip of unlisted.
+const memberReadGroup = 500
+
+// redisFailed asks the next two reconciliations to read the member
+// records (reconcile's checkMembers).
+func (e *RedisEngine) redisFailed() { e.memberChecks.Store(2) }
+
+// unlisted returns the sockets of before, still live, whose member record
+// in one of their conversations does not list them: one HMGET per
+// conversation of the users this node has there, memberReadGroup
+// conversations a round trip. A record of a release before 2026-12-02
+// (no socket list) counts as listing them.
+func (e *RedisEngine) unlisted(ctx context.Context, before map[string]*rSocket) (map[string]struct{}, error) {
+	want := map[string]map[string][]string{} // conversation → user → sockets
+	e.mu.Lock()
+	for id, s := range before {
+		if e.local[id] != s {
+			continue
+		}
+		for c := range s.convs {
+			if isIn(s.unsure, c) {
+				continue
+			}
+			users := want[c]
+			if users == nil {
+				users = map[string][]string{}
+				want[c] = users
+			}
+			users[s.user] = append(users[s.user], id)
+		}
+	}
+	e.mu.Unlock()
+	convs := sortedKeys(want)
+	out := map[string]struct{}{}
+	for len(convs) > 0 {
+		group := convs[:min(len(convs), memberReadGroup)]
+		convs = convs[len(group):]
+		pipe := e.rdb.Pipeline()
+		reads := make([]*redis.SliceCmd, len(group))
+		users := make([][]string, len(group))
+		for i, c := range group {
+			users[i] = sortedKeys(want[c])
+			reads[i] = pipe.HMGet(ctx, e.conv(c).m, users[i]...)
+		}
+		if err := e.exec(ctx, pipe); err != nil {
+			return nil, unavailable("reconcile", err)
+		}
+		for i, c := range group {
+			recs := reads[i].Val()
+			for j, u := range users[i] {
+				var rec string
+				if j < len(recs) {
+					rec, _ = recs[j].(string)
+				}
+				for _, sid := range want[c][u] {
+					if rec == "" || !legacyMember(rec) && !memberHas(rec, "", sid, u) {
+						out[sid] = struct{}{}
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // leaveStale takes a live socket out of conversations it no longer has

@@ -2,6 +2,7 @@ package presence_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -427,5 +428,55 @@ func TestRedisTypingOfADeadNodeEndsAtItsExpiry(t *testing.T) {
 	}
 	if stopAt < 30*time.Second || stopAt > 31*time.Second {
 		t.Fatalf("alice's typing stopped %v after the start, want at its expiry (30s)", stopAt)
+	}
+}
+
+// A conversation's records lost by Redis while this node's registry
+// survived (a Redis Cluster master without replica that came back empty:
+// the registry lives in another slot) come back with the reconciliations
+// that read the member records: the roster lists the sockets again, the
+// others are told of the joins, and the sockets may type again.
+func TestRedisLostConversationRestored(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	if err := n1.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	connectJoin(t, n1, "a1", "alice", "c1", "c2")
+	connectJoin(t, n1, "b1", "bob", "c1")
+	for range 3 {
+		f.clock.Advance(30 * time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rec.Take()
+	lost := f.prefix + ":{c:c1}:m"
+	if n := f.rdb.Del(ctx, lost).Val(); n != 1 {
+		t.Fatalf("deleted %d keys, want %s", n, lost)
+	}
+	if err := n1.TypingStart(ctx, "a1", "c1"); !errors.Is(err, presence.ErrNotJoined) {
+		t.Fatalf("typing with the record lost: %v, want ErrNotJoined", err)
+	}
+	var got []string
+	for range 12 {
+		f.clock.Advance(30 * time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.rec.Take()...)
+		if f.rdb.HLen(ctx, lost).Val() == 2 {
+			break
+		}
+	}
+	if n := f.rdb.HLen(ctx, lost).Val(); n != 2 {
+		t.Fatalf("c1's member records after 12 reconciliations: %d, want alice and bob", n)
+	}
+	if !slices.Contains(got, "join c1 alice") || !slices.Contains(got, "join c1 bob") || slices.Contains(got, "join c2 alice") {
+		t.Fatalf("events %q, want c1's joins told again (and not c2's)", got)
+	}
+	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
+		t.Fatalf("typing after the restore: %v", err)
 	}
 }
