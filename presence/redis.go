@@ -265,7 +265,9 @@ func (e *RedisEngine) exec(ctx context.Context, pipe redis.Pipeliner) error {
 	if err == nil || abandoned(err) {
 		return err
 	}
-	e.redisFailed()
+	if failedCmd(cmds) != nil { // not a field or key that is not there (redis.Nil)
+		e.redisFailed()
+	}
 	if !noScript(cmds) {
 		return err
 	}

@@ -589,3 +589,28 @@ func TestTypingStartAfterUncheckedExpiry(t *testing.T) {
 		t.Fatalf("%d typing entries, want 1", n)
 	}
 }
+
+// A reply of nothing (redis.Nil) is not a failure of Redis: only a failed
+// command asks the reconciliations to read the member records.
+func TestRedisFailedArmsMemberChecks(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	eng := NewRedisEngine(rdb, Config{NodeID: "n1"}, RedisConfig{Prefix: redistest.Prefix(t, rdb, "armchecks")})
+	pipe := rdb.Pipeline()
+	pipe.HGet(ctx, eng.rcfg.Prefix+":nothing", "nobody")
+	if err := eng.exec(ctx, pipe); !errors.Is(err, redis.Nil) {
+		t.Fatalf("exec: %v, want redis.Nil", err)
+	}
+	if n := eng.memberChecks.Load(); n != 0 {
+		t.Fatalf("after a nil reply: %d member checks armed, want 0", n)
+	}
+	pipe = rdb.Pipeline()
+	pipe.HGet(ctx, eng.rcfg.Prefix+":nothing", "nobody")
+	pipe.Do(ctx, "NOSUCHCOMMAND")
+	if err := eng.exec(ctx, pipe); err == nil {
+		t.Fatal("exec of an unknown command succeeded")
+	}
+	if n := eng.memberChecks.Load(); n != 2 {
+		t.Fatalf("after a failed command: %d member checks armed, want 2", n)
+	}
+}
