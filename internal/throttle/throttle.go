@@ -12,6 +12,7 @@ type Log struct {
 	Every time.Duration
 
 	last   time.Time // the last line; zero: no failure since the last success
+	failed time.Time // the last failure
 	missed int       // failures since the last line
 	total  int       // failures since the last success
 }
@@ -21,6 +22,7 @@ type Log struct {
 func (l *Log) Fail(now time.Time) (int, bool) {
 	l.missed++
 	l.total++
+	l.failed = now
 	if !l.last.IsZero() && now.Sub(l.last) < l.Every {
 		return 0, false
 	}
@@ -38,4 +40,16 @@ func (l *Log) Recover() (int, bool) {
 	n := l.total
 	*l = Log{Every: l.Every}
 	return n, true
+}
+
+// RecoverQuiet is Recover once quiet has passed since the last failure at
+// now: in an outage where some operations fail and some succeed (a Redis
+// Cluster master down, the others up), a success between failures does
+// not end the run, and the log does not flap between failing and
+// recovered lines with a count of 1 each.
+func (l *Log) RecoverQuiet(now time.Time, quiet time.Duration) (int, bool) {
+	if l.last.IsZero() || now.Sub(l.failed) < quiet {
+		return 0, false
+	}
+	return l.Recover()
 }
