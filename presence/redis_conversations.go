@@ -46,8 +46,8 @@ func (e *RedisEngine) runLeave(ctx context.Context, c redis.Scripter, conv, sid,
 // sid of user in conv: the stop to announce (false if none), and the
 // entry a reaper adopts.
 func (e *RedisEngine) leaveTyping(conv, sid, user string, v []int64) (stopped bool) {
-	if v[0] == 1 {
-		e.typing.forgetTyped(conv, user, sid)
+	if len(v) >= 5 && v[4] > 0 {
+		e.typing.forgetTyped(conv, user, sid, v[4])
 	}
 	if len(v) >= 4 && v[3] > 0 {
 		e.typing.adopt(conv, user, e.cfg.Now().Add(time.Duration(v[3]-e.redisNow())*time.Millisecond), v[3])

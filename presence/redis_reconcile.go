@@ -191,7 +191,10 @@ func (e *RedisEngine) redisFailed() { e.memberChecks.Store(2) }
 // in one of their conversations does not list them: one HMGET per
 // conversation of the users this node has there, memberReadGroup
 // conversations a round trip. A record of a release before 2026-12-02
-// (no socket list) counts as listing them.
+// (no socket list) counts as listing them. A read that fails tells
+// nothing: its sockets are not counted, and the reconciliation is not
+// failed for it (a failed one is tried again on the next tick: with a
+// master down, every 50 ms).
 func (e *RedisEngine) unlisted(ctx context.Context, before map[string]*rSocket) (map[string]struct{}, error) {
 	want := map[string]map[string][]string{} // conversation → user → sockets
 	e.mu.Lock()
@@ -224,10 +227,16 @@ func (e *RedisEngine) unlisted(ctx context.Context, before map[string]*rSocket) 
 			users[i] = sortedKeys(want[c])
 			reads[i] = pipe.HMGet(ctx, e.conv(c).m, users[i]...)
 		}
-		if err := e.exec(ctx, pipe); err != nil {
+		if err := e.exec(ctx, pipe); abandoned(err) {
 			return nil, unavailable("reconcile", err)
 		}
 		for i, c := range group {
+			if reads[i].Err() != nil {
+				// its master is down (a Redis Cluster without full
+				// coverage): unknown, and the reconciliation goes on; the
+				// failure arms the next one's check (redisFailed)
+				continue
+			}
 			recs := reads[i].Val()
 			for j, u := range users[i] {
 				var rec string

@@ -280,7 +280,7 @@ end
 // is still read.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
 // short(0|1: mset) typedMs adopt(0|1) → {typingStopped(0|1), left(0|1),
-// at, typingMs}
+// at, typingMs, the expiry of the entry it removed with the socket}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -291,31 +291,31 @@ local typed, adopt = tonumber(ARGV[9]), ARGV[10] == '1'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
   if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
-  return {0, 0, 0, 0}
+  return {0, 0, 0, 0, 0}
 end
 mdel(r, su, sid, tag)
 redis.call('ZREM', sk, sid)
-local stopped = 0
+local stopped, removed = 0, 0
 local cur = tonumber(redis.call('ZSCORE', ty, user))
 if cur and ((typed and cur <= typed) or redis.call('HGET', tyo, user) == sid) then
   redis.call('HDEL', tyo, user)
   redis.call('ZREM', ty, user)
-  stopped, cur = 1, nil
+  stopped, removed, cur = 1, cur, nil
 end
 local keep = 0
 if adopt and cur then keep = cur end
 if r.n > 0 then
   r.grace, r.left = 0, 0
   mset(m, user, r, short)
-  return {stopped, 0, 0, keep}
+  return {stopped, 0, 0, keep, removed}
 end
 if mode == 'grace' then
   r.grace, r.left = deadline, at
   mset(m, user, r, short)
-  return {stopped, 0, 0, keep}
+  return {stopped, 0, 0, keep, removed}
 end
-if userLeft(on, m, ty, tyo, user) then stopped = 1 end
-return {stopped, 1, at, 0}
+if userLeft(on, m, ty, tyo, user) then stopped, removed = 1, cur or 0 end
+return {stopped, 1, at, 0, removed}
 `)
 
 // convGrace ends a user's flap grace in a conversation if it is due; if it

@@ -78,7 +78,10 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	var rec *redis.StringCmd
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
-	prior, hadPrior := e.typing.prior(conv, s.user)
+	var expired bool
+	if start {
+		expired = e.typing.sendStart(conv, s.user, socketID, exp, rnow)
+	}
 	if start {
 		rec = pipe.HGet(ctx, k.m, s.user)
 		// GT: an entry that is there only moves later; the reply counts
@@ -97,6 +100,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		// due since the last, and the changes arriving meanwhile waited
 		// behind it.
 		e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL), exp)
+		e.typing.sent(conv, s.user, socketID, exp)
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
 	}
 	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
@@ -125,7 +129,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		if start {
 			e.typing.waitCheck(ctx, conv)
 		}
-	case start && hadPrior && prior <= rnow: // this node's last start there had expired
+	case start && expired: // this node's last start there had expired
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 	default:
 		return nil
@@ -149,6 +153,8 @@ func (e *RedisEngine) typingStartJoined(ctx context.Context, k convKeys, conv, u
 	if memberHas(rec, legacySU, socketID, user) {
 		return nil
 	}
+	e.redisFailed() // Redis lost the record (or a leave is under way): check
+
 	if added {
 		if err := e.rdb.ZRem(ctx, k.ty, user).Err(); err != nil {
 			e.log.Warn("typing entry of a socket Redis does not have joined left for its expiry", "sid", socketID, "conversation_id", conv, "err", err)
@@ -230,7 +236,14 @@ type typingTimers struct {
 	// with a channel closed once the check's stops are delivered
 	// (waitCheck)
 	checking map[string]chan struct{}
+	// sending holds the starts whose write is under way, by
+	// conversation, user and socket, with the expiry each writes: a
+	// leave of the socket sent meanwhile takes the entry if the start's
+	// write ran first (typedBy). Noted in own only once written.
+	sending map[sendingStart]int64
 }
+
+type sendingStart struct{ conv, user, sid string }
 
 // ownTyping is a start this node wrote: its socket, its expiry on the
 // node's clock and as written in Redis (score: ms on the node's estimate
@@ -240,6 +253,9 @@ type ownTyping struct {
 	exp   time.Time
 	score int64
 	seq   uint64
+	// claimed: a start took this expired one's stop to announce
+	// (claimExpired), so that concurrent starts announce it once
+	claimed bool
 }
 
 // typingDue is a conversation due for a check, with the users whose
@@ -280,19 +296,25 @@ func (t *typingTimers) startedLocked(conv, user, sid string, exp time.Time, scor
 func (t *typingTimers) typedBy(conv, user, sid string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var score int64
 	if o, ok := t.own[conv][user]; ok && o.sid == sid && sid != "" {
-		return strconv.FormatInt(o.score, 10)
+		score = o.score
 	}
-	return ""
+	score = max(score, t.sending[sendingStart{conv, user, sid}])
+	if score == 0 {
+		return ""
+	}
+	return strconv.FormatInt(score, 10)
 }
 
 // forgetTyped forgets user's start in conv through socket sid, whose
-// entry went with the socket's leave (its stop is announced).
-func (t *typingTimers) forgetTyped(conv, user, sid string) {
+// entry (expiry removed) went with the socket's leave (its stop is
+// announced); a later start noted meanwhile stays.
+func (t *typingTimers) forgetTyped(conv, user, sid string, removed int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if users := t.own[conv]; users != nil {
-		if o, ok := users[user]; ok && o.sid == sid {
+		if o, ok := users[user]; ok && o.sid == sid && o.score <= removed {
 			delete(users, user)
 		}
 		if len(users) == 0 {
@@ -315,13 +337,35 @@ func (t *typingTimers) adopt(conv, user string, exp time.Time, score int64) {
 	t.startedLocked(conv, user, o.sid, exp, score)
 }
 
-// prior is the expiry (ms, as in Redis) of user's last start in conv on
-// this node that has not been stopped or checked, if any.
-func (t *typingTimers) prior(conv, user string) (score int64, ok bool) {
+// sendStart notes a start of user in conv through socket sid about to
+// write expiry score (see sending), and claims the stop of user's last
+// start there on this node if it had expired by rnow and no other start
+// claimed it: expired reports whether this start is to announce that
+// stop (if its ZADD moves the entry rather than adding it).
+func (t *typingTimers) sendStart(conv, user, sid string, score, rnow int64) (expired bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	o, ok := t.own[conv][user]
-	return o.score, ok
+	if t.sending == nil {
+		t.sending = map[sendingStart]int64{}
+	}
+	k := sendingStart{conv, user, sid}
+	t.sending[k] = max(t.sending[k], score)
+	if o, ok := t.own[conv][user]; ok && !o.claimed && o.score <= rnow {
+		o.claimed = true
+		t.own[conv][user] = o
+		return true
+	}
+	return false
+}
+
+// sent ends sendStart's note of a start whose write is done.
+func (t *typingTimers) sent(conv, user, sid string, score int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := sendingStart{conv, user, sid}
+	if t.sending[k] <= score {
+		delete(t.sending, k)
+	}
 }
 
 // ownStart is a start this node wrote that has not expired (owned).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -612,5 +613,139 @@ func TestRedisFailedArmsMemberChecks(t *testing.T) {
 	}
 	if n := eng.memberChecks.Load(); n != 2 {
 		t.Fatalf("after a failed command: %d member checks armed, want 2", n)
+	}
+}
+
+// Two starts of one user on one node (two tabs) right after this node's
+// last start expired, before its check ran: the expired session's stop
+// is announced once, then the new start.
+func TestTypingConcurrentStartsAfterExpiry(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	eng, clock, take := typingTestEngine(t, rdb, "tyconc", []string{"alice"}, []string{"c1"})
+	if err := eng.Connect(ctx, Socket{ID: "s2", UserID: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Join(ctx, "s2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(evs []Event) (out []bool) {
+		for _, ev := range evs {
+			out = append(out, ev.Typing)
+		}
+		return out
+	}
+	for i := range 30 {
+		if err := eng.TypingStart(ctx, "s-alice", "c1"); err != nil {
+			t.Fatal(err)
+		}
+		eng.Settle()
+		take()
+		clock.Advance(5100 * time.Millisecond) // expired; no check ran
+		var wg sync.WaitGroup
+		for _, s := range []string{"s-alice", "s2"} {
+			wg.Go(func() {
+				if err := eng.TypingStart(ctx, s, "c1"); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		eng.Settle()
+		if got := kinds(take()); !slices.Equal(got, []bool{false, true}) {
+			t.Fatalf("round %d: %v, want one stop, then one start", i, got)
+		}
+		if err := eng.TypingStop(ctx, "s2", "c1"); err != nil {
+			t.Fatal(err)
+		}
+		eng.Settle()
+		take()
+	}
+}
+
+// A start racing its socket's disconnect (the tab sends typing:start and
+// closes) leaves no typing entry behind once both are done, when the
+// user stays through another socket: the leave takes the entry whose
+// write was under way (typedBy with sending).
+func TestTypingStartRacingDisconnect(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	eng, _, take := typingTestEngine(t, rdb, "tyrace", []string{"alice"}, []string{"c1"})
+	k := eng.conv("c1")
+	left := 0
+	for i := range 100 {
+		sid := "x" + strconv.Itoa(i)
+		if err := eng.Connect(ctx, Socket{ID: sid, UserID: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.Join(ctx, sid, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = eng.TypingStart(ctx, sid, "c1") })
+		wg.Go(func() {
+			time.Sleep(time.Duration(i%5) * 20 * time.Microsecond)
+			if err := eng.DisconnectNow(ctx, sid); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
+		eng.Settle()
+		if _, err := rdb.ZScore(ctx, k.ty, "alice").Result(); err == nil {
+			left++
+		}
+		rdb.Del(ctx, k.ty)
+		take()
+	}
+	if left > 0 {
+		t.Fatalf("in %d of 100 races the typist disconnected and its typing entry stayed", left)
+	}
+}
+
+// failMemberReads fails the HMGETs of one key, as a Redis Cluster master
+// that is down fails the commands on its slots, and counts the registry
+// reads (HSCAN: one per registry bucket and reconciliation).
+type failMemberReads struct {
+	key    string
+	hscans atomic.Int64
+}
+
+func (h *failMemberReads) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *failMemberReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *failMemberReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			switch c.Name() {
+			case "hscan":
+				h.hscans.Add(1)
+			case "hmget":
+				if a := c.Args(); len(a) > 1 && a[1] == h.key {
+					c.SetErr(errors.New("CLUSTERDOWN The cluster is down"))
+				}
+			}
+		}
+		return err
+	}
+}
+
+// While one conversation's master is down, a reconciliation whose member
+// read fails there still completes: the next comes ReconcileEvery later,
+// not on every 50 ms tick.
+func TestRedisMemberReadFailureKeepsReconcilePace(t *testing.T) {
+	rdb := redistest.Client(t)
+	ctx := context.Background()
+	eng, clock, _ := typingTestEngine(t, rdb, "tyloop", []string{"alice", "bob"}, []string{"c1", "c2", "c3"})
+	h := &failMemberReads{key: eng.conv("c2").m}
+	rdb.AddHook(h)
+	eng.redisFailed()
+	clock.Advance(eng.rcfg.ReconcileEvery)
+	for range 40 { // 2 s of ticks
+		clock.Advance(50 * time.Millisecond)
+		_ = eng.Tick(ctx)
+	}
+	// a reconciliation reads each of the registry's buckets once
+	if n := h.hscans.Load(); n == 0 || n > regMinBuckets {
+		t.Fatalf("%d registry reads in 40 ticks, want one reconciliation's (%d)", n, regMinBuckets)
 	}
 }
