@@ -166,13 +166,15 @@ func TestRedisTypingExpiryFiredByItsNode(t *testing.T) {
 	}
 }
 
-// The typing entry of a node that dies goes with its socket when the node
-// is reaped, and its stop is announced then, although the entry expired
-// before: its expiry was the dead node's to fire.
-func TestRedisTypingOfADeadNodeEnds(t *testing.T) {
+// typistOnDeadNode has alice type in c1 through node n1, a member there
+// through node n2 as well, and returns n2: n1 is never ticked again (it
+// died). typingTTL 0: the default.
+func typistOnDeadNode(t *testing.T, typingTTL time.Duration) (*fakeClockRedis, *presence.RedisEngine) {
+	t.Helper()
 	f := newFakeClockRedis(t)
 	ctx := context.Background()
-	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	n1 := f.node(presence.Config{NodeID: "n1", TypingTTL: typingTTL})
+	n2 := f.node(presence.Config{NodeID: "n2", TypingTTL: typingTTL})
 	connectJoin(t, n1, "a1", "alice", "c1")
 	connectJoin(t, n2, "a2", "alice", "c1") // alice stays a member through n2
 	for _, eng := range []*presence.RedisEngine{n1, n2} {
@@ -184,6 +186,16 @@ func TestRedisTypingOfADeadNodeEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.rec.Take()
+	return f, n2
+}
+
+// The typing entry of a node that dies goes with its socket when the node
+// is reaped, and its stop is announced then, although the entry expired
+// before: its expiry was the dead node's to fire, and the reaper adopts
+// it (fired at once: it has expired).
+func TestRedisTypingOfADeadNodeEnds(t *testing.T) {
+	f, n2 := typistOnDeadNode(t, 0)
+	ctx := context.Background()
 	// n1 dies; n2 ticks on, through the lapse of n1's lease and the reap
 	var got []string
 	for range 60 {
@@ -286,6 +298,15 @@ func TestRedisDueSetReadWhenDue(t *testing.T) {
 // second read and a tick.
 const dueRecheckMax = time.Second + 100*time.Millisecond
 
+// expectTyping fails t unless the typing events recorded since the last
+// look are want, in order (none if want is empty).
+func (f *fakeClockRedis) expectTyping(t *testing.T, after string, want ...string) {
+	t.Helper()
+	if got := typingOnly(f.rec.Take()); !slices.Equal(got, want) {
+		t.Fatalf("after %s: typing events %q, want %q", after, got, want)
+	}
+}
+
 // typingOnly keeps the typing events of evs.
 func typingOnly(evs []string) []string {
 	return slices.DeleteFunc(evs, func(s string) bool { return len(s) < 7 || s[:7] != "typing " })
@@ -308,30 +329,22 @@ func TestRedisTypistLeaveEndsTyping(t *testing.T) {
 	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice true"}) {
-		t.Fatalf("after the start %q", got)
-	}
+	f.expectTyping(t, "the start", "typing c1 alice true")
 	if err := n1.Leave(ctx, "a2", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := typingOnly(f.rec.Take()); len(got) != 0 {
-		t.Fatalf("another socket's leave: %q, want no typing event", got)
-	}
+	f.expectTyping(t, "another socket's leave")
 	if err := n1.Leave(ctx, "a1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice false"}) {
-		t.Fatalf("the typist's leave: %q, want the stop", got)
-	}
+	f.expectTyping(t, "the typist's leave", "typing c1 alice false")
 	for range 14 {
 		f.clock.Advance(500 * time.Millisecond)
 		if err := n1.Tick(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := typingOnly(f.rec.Take()); len(got) != 0 {
-		t.Fatalf("after the expiry: %q, want no second stop", got)
-	}
+	f.expectTyping(t, "the expiry")
 }
 
 // A start on another node that moved the user's entry later keeps the
@@ -356,15 +369,11 @@ func TestRedisTypistLeaveKeepsLaterStart(t *testing.T) {
 	if err := n2.TypingStart(ctx, "a2", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := typingOnly(f.rec.Take()); !slices.Equal(got, []string{"typing c1 alice true"}) {
-		t.Fatalf("after both starts %q, want one start", got)
-	}
+	f.expectTyping(t, "both starts", "typing c1 alice true")
 	if err := n1.Leave(ctx, "a1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := typingOnly(f.rec.Take()); len(got) != 0 {
-		t.Fatalf("the first typist's leave: %q, want no typing event", got)
-	}
+	f.expectTyping(t, "the first typist's leave")
 	var at []time.Duration
 	var got []string
 	for i := range 32 { // 8 s: past the second start's expiry, and no second stop after it
@@ -387,23 +396,8 @@ func TestRedisTypistLeaveKeepsLaterStart(t *testing.T) {
 // A reaper fires the expiry of a dead node's typing entry when it is due,
 // not at the reap, for a user who stays through another node.
 func TestRedisTypingOfADeadNodeEndsAtItsExpiry(t *testing.T) {
-	f := newFakeClockRedis(t)
+	f, n2 := typistOnDeadNode(t, 30*time.Second)
 	ctx := context.Background()
-	cfg := func(id string) presence.Config {
-		return presence.Config{NodeID: id, TypingTTL: 30 * time.Second}
-	}
-	n1, n2 := f.node(cfg("n1")), f.node(cfg("n2"))
-	connectJoin(t, n1, "a1", "alice", "c1")
-	connectJoin(t, n2, "a2", "alice", "c1")
-	for _, eng := range []*presence.RedisEngine{n1, n2} {
-		if err := eng.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
-		t.Fatal(err)
-	}
-	f.rec.Take()
 	reaped := false
 	var stopAt time.Duration
 	for i := range 80 {
