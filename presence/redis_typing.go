@@ -254,7 +254,7 @@ type ownTyping struct {
 	score int64
 	seq   uint64
 	// claimed: a start took this expired one's stop to announce
-	// (claimExpired), so that concurrent starts announce it once
+	// (sendStart), so that concurrent starts announce it once
 	claimed bool
 }
 
