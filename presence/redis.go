@@ -361,24 +361,31 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 	defer cancel()
 	defer e.alarm.stop()
 	defer e.typingAlarm.stop()
+	// report logs a run's failure (every 50 ms while Redis is down: one
+	// line per outageLogEvery, counted) and, recoverQuiet after the last,
+	// its end
+	report := func(ctx context.Context, l *throttle.Log, err error, what, count string) {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if n, ok := l.Fail(time.Now()); ok {
+				e.log.Warn(what+" failed", "err", err, count, n)
+			}
+		case err == nil:
+			if n, ok := l.RecoverQuiet(time.Now(), recoverQuiet); ok {
+				e.log.Info(what+" recovered", count, n)
+			}
+		}
+	}
 	failing := throttle.Log{Every: outageLogEvery}
 	timersFailing := throttle.Log{Every: outageLogEvery}
 	tick := func(ctx context.Context) error {
 		err := e.Tick(ctx)
-		switch {
-		case errors.Is(err, ErrNodeIDTaken):
+		if errors.Is(err, ErrNodeIDTaken) {
 			fatal = err
 			cancel()
-		case err != nil && ctx.Err() == nil:
-			// every 50 ms while Redis is down: one line per outageLogEvery
-			if n, ok := failing.Fail(time.Now()); ok {
-				e.log.Warn("presence tick failed", "err", err, "failed_ticks", n)
-			}
-		case err == nil:
-			if n, ok := failing.RecoverQuiet(time.Now(), recoverQuiet); ok {
-				e.log.Info("presence tick recovered", "failed_ticks", n)
-			}
+			return nil
 		}
+		report(ctx, &failing, err, "presence tick", "failed_ticks")
 		return nil
 	}
 	// A wake only runs the timers it is for: the ends of this node's
@@ -389,17 +396,7 @@ func (e *RedisEngine) Run(ctx context.Context) error {
 			if e.retired.Load() {
 				return nil
 			}
-			err := run(ctx, e.cfg.Now())
-			switch {
-			case err != nil && ctx.Err() == nil:
-				if n, ok := timersFailing.Fail(time.Now()); ok {
-					e.log.Warn("presence timers failed", "err", err, "failed_runs", n)
-				}
-			case err == nil:
-				if n, ok := timersFailing.RecoverQuiet(time.Now(), recoverQuiet); ok {
-					e.log.Info("presence timers recovered", "failed_runs", n)
-				}
-			}
+			report(ctx, &timersFailing, run(ctx, e.cfg.Now()), "presence timers", "failed_runs")
 			return nil
 		}
 	}

@@ -50,8 +50,9 @@ func (e *RedisEngine) leaveTyping(conv, sid, user string, v []int64) (stopped bo
 		e.typing.forgetTyped(conv, user, sid, v[4])
 	}
 	if len(v) >= 4 && v[3] > 0 {
-		e.typing.adopt(conv, user, e.cfg.Now().Add(time.Duration(v[3]-e.redisNow())*time.Millisecond), v[3])
-		e.typingAlarm.set(time.Now().Add(time.Duration(max(v[3]-e.redisNow(), 0)) * time.Millisecond))
+		in := time.Duration(v[3]-e.redisNow()) * time.Millisecond // until it expires
+		e.typing.adopt(conv, user, e.cfg.Now().Add(in), v[3])
+		e.typingAlarm.set(time.Now().Add(max(in, 0)))
 	}
 	return v[0] == 1
 }
