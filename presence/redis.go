@@ -114,6 +114,10 @@ type rSocket struct {
 	// set by Disconnect: a retry of a removal that failed keeps both.
 	mode string
 	gone int64
+	// failed: a removal of it failed (Redis unreachable, or its reply
+	// lost) and is retried: a retry that finds no record of the user
+	// announces what nobody did (removeFrom's lost). Written under mu.
+	failed bool
 	// act is the moment (Redis's clock, ms; 0: none) of the user's last
 	// activity this node saw, when the socket was the user's last here:
 	// the removal records it (it may not have been recorded yet, see

@@ -280,7 +280,9 @@ end
 // is still read.
 // KEYS on sk su m ty tyo; ARGV sid user clock mode graceMs atMs tag
 // short(0|1: mset) typedMs adopt(0|1) → {typingStopped(0|1), left(0|1),
-// at, typingMs, the expiry of the entry it removed with the socket}
+// at, typingMs, the expiry of the entry it removed with the socket,
+// noRecord(0|1): the user has no member record there at all (see
+// removeFrom's lost)}
 var convLeave = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, sk, su, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local sid, user, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -290,8 +292,11 @@ local tag, short = ARGV[7], ARGV[8] == '1'
 local typed, adopt = tonumber(ARGV[9]), ARGV[10] == '1'
 local r = mget(m, user)
 if not mfind(r, su, sid, tag, user) then
-  if not r then redis.call('HDEL', su, sid) end -- a legacy entry without its record
-  return {0, 0, 0, 0, 0}
+  if not r then
+    redis.call('HDEL', su, sid) -- a legacy entry without its record
+    return {0, 0, 0, 0, 0, 1}
+  end
+  return {0, 0, 0, 0, 0, 0}
 end
 mdel(r, su, sid, tag)
 redis.call('ZREM', sk, sid)
@@ -472,7 +477,8 @@ return came
 // may not have been recorded yet (redis_activity.go), and an online user's
 // recorded activity moves on to it.
 // KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
-// [actMs] → {offline(0|1), lastSeen}
+// [actMs] → {offline(0|1), lastSeen[, 1: the user has no record at all
+// (see removeFrom's lost)]}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -481,7 +487,7 @@ local deadline = at + tonumber(ARGV[5])
 local u = uget(h, user)
 if not u then
   redis.call('SREM', usk, sid)
-  return {0, 0}
+  return {0, 0, 1}
 end
 local moved = u.legacy
 local l = usocks(u, usk)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,7 @@ func (e *RedisEngine) disconnect(ctx context.Context, socketID, mode string) err
 	delete(e.leaving, socketID)
 	if err != nil {
 		// keep it for Tick to retry: no entry is left behind for good
+		s.failed = true
 		e.pending[socketID] = s
 	}
 	e.mu.Unlock()
@@ -185,6 +187,19 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 // if set, is the moment the socket was last there (a dead node's last
 // proof of life, or the disconnect of a retried removal); unset, now.
 // reaped: s is a dead node's (see runLeave).
+//
+// A removal that is a reap's, or the retry of one that failed (s.failed),
+// and finds no record of the user in a conversation (or no user record)
+// announces the leave (or the offline status) itself, dated lastProof,
+// unless a live socket of this node's holds the user there (its records
+// come back with the reconciliation, which announces them): Redis lost
+// the records since the socket joined (a restart without persistence, or
+// a Redis Cluster master without replica that came back empty), or the
+// failed attempt ran and its reply was lost in mode "now". Nobody
+// announced that user's leave, and the others' clients showed the user
+// there for good (a black-box audit, 2026-12-07). Where the records went
+// otherwise (this node was reaped while alive, or a grace ended between a
+// lost reply and its retry), the leave is announced twice.
 func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket, now time.Time, mode string, lastProof time.Time, reaped bool) (batch, error) {
 	at := ""
 	if !lastProof.IsZero() {
@@ -202,6 +217,8 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	// socket that may still be running.
 	e.mu.Lock()
 	convs := sortedKeys(s.convs)
+	lost := reaped || s.failed
+	unsure := maps.Clone(s.unsure)
 	e.mu.Unlock()
 	pipe := e.rdb.Pipeline()
 	leaves := make([]*redis.Cmd, len(convs))
@@ -231,6 +248,11 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		// moment the grace started, if it is this machine's.
 		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
 	}
+	lostAt := lastProof
+	if lostAt.IsZero() {
+		lostAt = now
+	}
+	var here *userHere // this node's live sockets of the user, if lost asks
 	var b batch
 	for i, c := range convs {
 		v, _ := leaves[i].Int64Slice()
@@ -240,14 +262,54 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 		if e.leaveTyping(c, s.id, s.user, v) {
 			b = append(b, Event{Kind: EventTyping, ConversationID: c, UserID: s.user, At: now, Typing: false})
 		}
-		if v[1] == 1 {
+		switch {
+		case v[1] == 1:
 			b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: timestamp.FromMillis(v[2]), Reason: reasonOf(mode)})
+		case lost && len(v) >= 6 && v[5] == 1 && !isIn(unsure, c):
+			if here == nil {
+				here = e.userHere(s.user)
+			}
+			if !isIn(here.convs, c) {
+				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: lostAt, Reason: reasonOf(mode)})
+			}
 		}
 	}
-	if v, _ := user.Int64Slice(); len(v) == 2 && v[0] == 1 {
+	if v, _ := user.Int64Slice(); len(v) >= 2 && v[0] == 1 {
 		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
+	} else if lost && len(v) >= 3 && v[2] == 1 {
+		if here == nil {
+			here = e.userHere(s.user)
+		}
+		if !here.any {
+			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: lostAt})
+		}
 	}
 	return b, nil
+}
+
+// userHere is what this node's live sockets of a user hold: any, and the
+// conversations they joined.
+type userHere struct {
+	any   bool
+	convs map[string]struct{}
+}
+
+// userHere reads this node's live sockets of user (a walk of them all:
+// only for removeFrom's lost).
+func (e *RedisEngine) userHere(user string) *userHere {
+	h := &userHere{convs: map[string]struct{}{}}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.local {
+		if s.user != user {
+			continue
+		}
+		h.any = true
+		for c := range s.convs {
+			h.convs[c] = struct{}{}
+		}
+	}
+	return h
 }
 
 func reasonOf(mode string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -475,5 +476,132 @@ func TestRedisLostConversationRestored(t *testing.T) {
 	}
 	if err := n1.TypingStart(ctx, "a1", "c1"); err != nil {
 		t.Fatalf("typing after the restore: %v", err)
+	}
+}
+
+// countOf is how many of evs are ev.
+func countOf(evs []string, ev string) int {
+	n := 0
+	for _, e := range evs {
+		if e == ev {
+			n++
+		}
+	}
+	return n
+}
+
+// A socket that disconnected while Redis was unreachable, from a
+// conversation whose records Redis lost meanwhile (a Redis Cluster master
+// without replica that came back empty), is announced gone by the retry
+// of its removal, which finds no record of the user there. Before, nobody
+// announced that leave, and the others' clients showed the user there for
+// good. A conversation the user stays in through another socket of this
+// node is not left (its record comes back with the reconciliation).
+func TestRedisDisconnectDuringLossAnnounced(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "b1", "bob", "c1", "c2")
+	connectJoin(t, n1, "b2", "bob", "c2")
+	f.rec.Take()
+	f.rdb.AddHook(delayHook{})
+	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	for _, c := range []string{"c1", "c2"} {
+		if n := f.rdb.Del(ctx, f.prefix+":{c:"+c+"}:m").Val(); n != 1 {
+			t.Fatalf("%s's member records: deleted %d keys", c, n)
+		}
+	}
+	var got []string
+	for range 12 { // the retry, then the reconciliations that restore the records
+		f.clock.Advance(30 * time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.rec.Take()...)
+		if f.rdb.HLen(ctx, f.prefix+":{c:c1}:m").Val() == 1 && f.rdb.HLen(ctx, f.prefix+":{c:c2}:m").Val() == 1 {
+			break
+		}
+	}
+	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
+		t.Fatalf("events %q: bob's leave of c1 announced %d times, want once", got, n)
+	}
+	for _, ev := range got {
+		if strings.HasPrefix(ev, "leave c2 bob") || ev == "status bob offline" {
+			t.Fatalf("events %q: %q, but bob stays in c2 through b2", got, ev)
+		}
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("c1's roster %v, want alice", got)
+	}
+	if got := rosterUsers(t, n1, "c2"); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("c2's roster %v, want bob", got)
+	}
+}
+
+// After Redis lost all its data (a restart without persistence) while a
+// socket's disconnect failed, the retry announces the user's leave and
+// offline status, which nobody else can: the user's records are gone.
+func TestRedisDisconnectDuringDataLossAnnounced(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "b1", "bob", "c1")
+	f.rec.Take()
+	f.rdb.AddHook(delayHook{})
+	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	loseData(f.rdb, f.prefix)
+	var got []string
+	for range 4 {
+		f.tick(t, n1)
+		got = append(got, f.rec.Take()...)
+	}
+	for _, want := range []string{"leave c1 bob disconnected", "status bob offline"} {
+		if n := countOf(got, want); n != 1 {
+			t.Fatalf("events %q: %q %d times, want once", got, want, n)
+		}
+	}
+	ups, err := n1.Users(ctx, []string{"bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 1 || ups[0].Status != presence.Offline {
+		t.Fatalf("bob %+v, want offline", ups)
+	}
+}
+
+// A disconnect without grace (DisconnectNow) whose reply was lost ran in
+// Redis: the user left and went offline there, and nobody announced it.
+// Its retry finds the records gone and announces both, once.
+func TestRedisDisconnectNowReplyLost(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "b1", "bob", "c1")
+	f.rec.Take()
+	f.rdb.AddHook(delayHook{})
+	if err := n1.DisconnectNow(context.WithValue(ctx, roleKey{}, "lost"), "a1"); err == nil {
+		t.Fatal("disconnect with a lost reply succeeded")
+	}
+	var got []string
+	for range 4 {
+		f.tick(t, n1)
+		got = append(got, f.rec.Take()...)
+	}
+	slices.Sort(got)
+	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("roster %v, want bob", got)
 	}
 }
