@@ -47,8 +47,9 @@ type Config struct {
 	// stalled Redis to be cut at this bound (see the package documentation).
 	PublishTimeout time.Duration
 
-	// MaxPendingPublishes bounds the messages waiting to be published; past
-	// it a publish fails at once (and is counted). Default 4096.
+	// MaxPendingPublishes bounds the messages waiting to be published (in
+	// sharded mode on a Redis Cluster, to each master); past it a publish
+	// fails at once (and is counted). Default 4096.
 	MaxPendingPublishes int
 
 	// Log receives the adapter's own logs; nil discards them.

@@ -29,32 +29,56 @@ const (
 	logEvery        = 10 * time.Second
 )
 
-// publisher sends messages in order, batched into pipelines, from one
-// goroutine. Callers never wait for Redis: a message is queued (the queue is
-// bounded) and its fate reported through done and the Observer. After a
-// failure to reach Redis, publishes fail at once for a short, growing pause
-// (a circuit breaker), so an outage costs no queueing and no waiting. A
-// connection error opens the breaker at once; timeouts only when several
-// batches in a row time out, since a slow moment is not an outage.
+// publisher sends messages in order, batched into pipelines. Callers never
+// wait for Redis: a message is queued (the queue is bounded) and its fate
+// reported through done and the Observer. After a failure to reach Redis,
+// publishes fail at once for a short, growing pause (a circuit breaker), so
+// an outage costs no queueing and no waiting. A connection error opens the
+// breaker at once; timeouts only when several batches in a row time out,
+// since a slow moment is not an outage.
+//
+// Messages go through lanes, each with its queue, its goroutine and its
+// breaker: one lane for everything, but in sharded mode on a Redis Cluster
+// one per master, holding the messages whose channel's slot it serves. A
+// master that dies then holds up and fails its own rooms' messages alone:
+// until 2026-12-07 one lane served every master, and while go-redis
+// retried a dead master's part of a pipeline (until PublishTimeout) the
+// other masters' messages waited behind it, and then failed in the
+// breaker's pauses (a black-box audit; TestClusterMasterLostKeepsOtherShards).
 type publisher struct {
 	client  redis.UniversalClient
 	anchor  string // classic mode on a Redis Cluster: publish through the master of this key
 	timeout time.Duration
 	obs     Observer
 	log     *slog.Logger
+	depth   int // each lane's queue
 
 	ctx   context.Context
-	queue chan outMsg
 	wg    sync.WaitGroup
+	one   *lane    // every message but sharded ones on a Redis Cluster
+	lanes sync.Map // master address → *lane: sharded messages on a Redis Cluster
+	// laneMu guards the making of lanes; closed once the context ended (no
+	// lane is made after: wg's count is held above zero until then)
+	laneMu sync.Mutex
+	closed bool
+
+	logMu    sync.Mutex // the failure log's, shared by the lanes
+	failures int
+	lastLog  time.Time
+	lastFail time.Time
+}
+
+// lane publishes its messages in order from one goroutine.
+type lane struct {
+	p     *publisher
+	queue chan outMsg
 	down  atomic.Pointer[outage] // the breaker, for other goroutines to see
 
-	// owned by the run goroutine
+	// owned by the lane's goroutine
 	pausedUntil time.Time
 	pause       time.Duration
 	timeouts    int
 	lastErr     error
-	failures    int
-	lastLog     time.Time
 }
 
 func newPublisher(ctx context.Context, client redis.UniversalClient, cfg Config) *publisher {
@@ -64,12 +88,54 @@ func newPublisher(ctx context.Context, client redis.UniversalClient, cfg Config)
 		timeout: cfg.PublishTimeout,
 		obs:     cfg.Observer,
 		log:     cfg.Log,
+		depth:   cfg.MaxPendingPublishes,
 		ctx:     ctx,
-		queue:   make(chan outMsg, cfg.MaxPendingPublishes),
 	}
+	p.one = p.newLane()
 	p.wg.Add(1)
-	go p.run()
+	go func() {
+		defer p.wg.Done()
+		<-ctx.Done()
+		p.laneMu.Lock()
+		p.closed = true
+		p.laneMu.Unlock()
+	}()
 	return p
+}
+
+func (p *publisher) newLane() *lane {
+	l := &lane{p: p, queue: make(chan outMsg, p.depth)}
+	p.wg.Add(1)
+	go l.run()
+	return l
+}
+
+// laneOf is the lane of m: its channel's master's for a sharded message on
+// a Redis Cluster (the one lane if the slot map names none yet).
+func (p *publisher) laneOf(m outMsg) *lane {
+	cc, ok := p.client.(*redis.ClusterClient)
+	if !ok || !m.sharded {
+		return p.one
+	}
+	node, err := cc.MasterForKey(p.ctx, m.channel)
+	if err != nil {
+		return p.one
+	}
+	addr := node.Options().Addr
+	if l, ok := p.lanes.Load(addr); ok {
+		return l.(*lane)
+	}
+	p.laneMu.Lock()
+	defer p.laneMu.Unlock()
+	if l, ok := p.lanes.Load(addr); ok {
+		return l.(*lane)
+	}
+	if p.closed {
+		return p.one
+	}
+	l := p.newLane()
+	p.lanes.Store(addr, l)
+	return l
 }
 
 // outage is an open breaker: Redis failed, until until.
@@ -78,13 +144,24 @@ type outage struct {
 	err   error
 }
 
-// unavailable returns ErrRedisUnavailable (wrapping the cause) while the
-// breaker is open, so that cluster requests fail at once too.
+// unavailable returns ErrRedisUnavailable (wrapping the cause) while a
+// lane's breaker is open, so that cluster requests fail at once too. On a
+// Redis Cluster in sharded mode one master's is enough: Reachable cannot
+// tell which rooms it holds.
 func (p *publisher) unavailable() error {
-	if o := p.down.Load(); o != nil && time.Now().Before(o.until) {
-		return fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
+	now := time.Now()
+	var err error
+	check := func(l *lane) {
+		if o := l.down.Load(); o != nil && now.Before(o.until) && err == nil {
+			err = fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
+		}
 	}
-	return nil
+	check(p.one)
+	p.lanes.Range(func(_, l any) bool {
+		check(l.(*lane))
+		return err == nil
+	})
+	return err
 }
 
 // publish queues m; it never blocks.
@@ -94,7 +171,7 @@ func (p *publisher) publish(m outMsg) {
 		return
 	}
 	select {
-	case p.queue <- m:
+	case p.laneOf(m).queue <- m:
 	default:
 		p.fail(m, ErrPublishQueueFull)
 	}
@@ -107,15 +184,16 @@ func (p *publisher) fail(m outMsg, err error) {
 	}
 }
 
-// wait returns once the publisher goroutine has ended (its context done).
+// wait returns once the lanes' goroutines have ended (the context done).
 func (p *publisher) wait() { p.wg.Wait() }
 
-func (p *publisher) run() {
+func (l *lane) run() {
+	p := l.p
 	defer p.wg.Done()
 	defer func() {
 		for {
 			select {
-			case m := <-p.queue:
+			case m := <-l.queue:
 				p.fail(m, ErrClosed)
 			default:
 				return
@@ -127,31 +205,32 @@ func (p *publisher) run() {
 		select {
 		case <-p.ctx.Done():
 			return
-		case m := <-p.queue:
+		case m := <-l.queue:
 			batch = append(batch[:0], m)
 		}
 	gather:
 		for len(batch) < maxBatch {
 			select {
-			case m := <-p.queue:
+			case m := <-l.queue:
 				batch = append(batch, m)
 			default:
 				break gather
 			}
 		}
-		p.send(batch)
+		l.send(batch)
 		clear(batch)
 	}
 }
 
-func (p *publisher) send(batch []outMsg) {
+func (l *lane) send(batch []outMsg) {
+	p := l.p
 	now := time.Now()
-	if now.Before(p.pausedUntil) {
-		err := fmt.Errorf("%w: %w", ErrRedisUnavailable, p.lastErr)
+	if now.Before(l.pausedUntil) {
+		err := fmt.Errorf("%w: %w", ErrRedisUnavailable, l.lastErr)
 		for _, m := range batch {
 			p.fail(m, err)
 		}
-		p.noteFailure(len(batch), p.lastErr)
+		p.noteFailure(len(batch), l.lastErr)
 		return
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
@@ -191,33 +270,32 @@ func (p *publisher) send(batch []outMsg) {
 	}
 	if netErr != nil && p.ctx.Err() == nil {
 		if isTimeout(netErr) {
-			p.timeouts++
+			l.timeouts++
 		} else {
-			p.timeouts = breakerTimeouts
+			l.timeouts = breakerTimeouts
 		}
 	} else {
-		p.timeouts = 0
+		l.timeouts = 0
 	}
 	switch {
-	case p.timeouts >= breakerTimeouts:
+	case l.timeouts >= breakerTimeouts:
 		// Redis is unreachable, or too slow again and again: open the breaker.
-		p.lastErr = netErr
-		if p.pause == 0 {
-			p.pause = minBreakerPause
+		l.lastErr = netErr
+		if l.pause == 0 {
+			l.pause = minBreakerPause
 		} else {
-			p.pause = min(2*p.pause, maxBreakerPause)
+			l.pause = min(2*l.pause, maxBreakerPause)
 		}
-		p.pausedUntil = time.Now().Add(p.pause)
-		p.down.Store(&outage{until: p.pausedUntil, err: netErr})
+		l.pausedUntil = time.Now().Add(l.pause)
+		l.down.Store(&outage{until: l.pausedUntil, err: netErr})
 	default:
-		p.pause = 0
-		p.down.Store(nil)
+		l.pause = 0
+		l.down.Store(nil)
 	}
 	if failed > 0 {
 		p.noteFailure(failed, firstErr)
-	} else if p.failures > 0 {
-		p.log.Info("publishing to redis again", "failed_meanwhile", p.failures)
-		p.failures = 0
+	} else {
+		p.noteSuccess()
 	}
 }
 
@@ -244,12 +322,31 @@ func (p *publisher) noteFailure(n int, err error) {
 	if p.ctx.Err() != nil {
 		return
 	}
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
 	p.failures += n
-	if time.Since(p.lastLog) >= logEvery {
-		p.lastLog = time.Now()
+	p.lastFail = time.Now()
+	if p.lastFail.Sub(p.lastLog) >= logEvery {
+		p.lastLog = p.lastFail
 		p.log.Warn("redis publish failed", "err", err, "failed", p.failures)
 	}
 }
+
+// noteSuccess logs that publishes succeed again after failures, once
+// recoverQuiet has passed without one: while one Redis Cluster master is
+// down, its lane fails as the others succeed.
+func (p *publisher) noteSuccess() {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	if p.failures > 0 && time.Since(p.lastFail) >= recoverQuiet {
+		p.log.Info("publishing to redis again", "failed_meanwhile", p.failures)
+		p.failures = 0
+	}
+}
+
+// recoverQuiet is how long publishes must go without a failure before
+// their recovery is logged.
+const recoverQuiet = 5 * time.Second
 
 // isTimeout reports whether err is a deadline or an I/O timeout.
 func isTimeout(err error) bool {
