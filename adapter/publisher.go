@@ -39,12 +39,17 @@ const (
 //
 // Messages go through lanes, each with its queue, its goroutine and its
 // breaker: one lane for everything, but in sharded mode on a Redis Cluster
-// one per master, holding the messages whose channel's slot it serves. A
-// master that dies then holds up and fails its own rooms' messages alone:
-// until 2026-12-07 one lane served every master, and while go-redis
-// retried a dead master's part of a pipeline (until PublishTimeout) the
-// other masters' messages waited behind it, and then failed in the
-// breaker's pauses (a black-box audit; TestClusterMasterLostKeepsOtherShards).
+// one per master, holding the messages whose channel's slot it served when
+// the slot was first published to. A master that dies then holds up and
+// fails its own rooms' messages alone: until 2026-12-07 one lane served
+// every master, and while go-redis retried a dead master's part of a
+// pipeline (until PublishTimeout) the other masters' messages waited
+// behind it, and then failed in the breaker's pauses (a black-box audit;
+// TestClusterMasterLostKeepsOtherShards). A slot keeps its lane for good,
+// so that the messages of a channel stay in order through a failover (the
+// lane's pipelines follow go-redis's slot map, not its first master); a
+// router goroutine picks the lanes, so that a slot map still loading holds
+// up the router, never the caller.
 type publisher struct {
 	client  redis.UniversalClient
 	anchor  string // classic mode on a Redis Cluster: publish through the master of this key
@@ -53,14 +58,17 @@ type publisher struct {
 	log     *slog.Logger
 	depth   int // each lane's queue
 
-	ctx   context.Context
-	wg    sync.WaitGroup
-	one   *lane    // every message but sharded ones on a Redis Cluster
-	lanes sync.Map // master address → *lane: sharded messages on a Redis Cluster
-	// laneMu guards the making of lanes; closed once the context ended (no
-	// lane is made after: wg's count is held above zero until then)
-	laneMu sync.Mutex
-	closed bool
+	ctx context.Context
+	wg  sync.WaitGroup
+	one *lane // every message but sharded ones on a Redis Cluster
+	// route takes sharded messages on a Redis Cluster to the router
+	// (nil otherwise)
+	route chan outMsg
+	all   atomic.Pointer[[]*lane] // every lane, for unavailable
+
+	// owned by the router goroutine
+	slotLane []*lane          // by hash slot, once published to
+	byMaster map[string]*lane // by master address
 
 	logMu    sync.Mutex // the failure log's, shared by the lanes
 	failures int
@@ -92,50 +100,79 @@ func newPublisher(ctx context.Context, client redis.UniversalClient, cfg Config)
 		ctx:     ctx,
 	}
 	p.one = p.newLane()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		<-ctx.Done()
-		p.laneMu.Lock()
-		p.closed = true
-		p.laneMu.Unlock()
-	}()
+	if cc, ok := client.(*redis.ClusterClient); ok && cfg.Sharded {
+		p.route = make(chan outMsg, cfg.MaxPendingPublishes)
+		p.slotLane = make([]*lane, clusterSlots)
+		p.byMaster = map[string]*lane{}
+		p.wg.Add(1)
+		go p.router(cc)
+	}
 	return p
 }
 
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// newLane starts a lane (from newPublisher, or the router: wg's count is
+// above zero then).
 func (p *publisher) newLane() *lane {
 	l := &lane{p: p, queue: make(chan outMsg, p.depth)}
+	all := []*lane{l}
+	if old := p.all.Load(); old != nil {
+		all = append(all, *old...)
+	}
+	p.all.Store(&all)
 	p.wg.Add(1)
 	go l.run()
 	return l
 }
 
-// laneOf is the lane of m: its channel's master's for a sharded message on
-// a Redis Cluster (the one lane if the slot map names none yet).
-func (p *publisher) laneOf(m outMsg) *lane {
-	cc, ok := p.client.(*redis.ClusterClient)
-	if !ok || !m.sharded {
-		return p.one
+// router hands each sharded message to its slot's lane: the lane of the
+// slot's master when the slot is first published to.
+func (p *publisher) router(cc *redis.ClusterClient) {
+	defer p.wg.Done()
+	defer func() {
+		for {
+			select {
+			case m := <-p.route:
+				p.fail(m, ErrClosed)
+			default:
+				return
+			}
+		}
+	}()
+	for {
+		var m outMsg
+		select {
+		case <-p.ctx.Done():
+			return
+		case m = <-p.route:
+		}
+		slot := slotOf(m.channel)
+		l := p.slotLane[slot]
+		if l == nil {
+			ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+			node, err := cc.MasterForKey(ctx, m.channel)
+			cancel()
+			if err != nil { // no slot map (Redis unreachable): not pinned yet
+				err = fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
+				p.noteFailure(1, err)
+				p.fail(m, err)
+				continue
+			}
+			addr := node.Options().Addr
+			if l = p.byMaster[addr]; l == nil {
+				l = p.newLane()
+				p.byMaster[addr] = l
+			}
+			p.slotLane[slot] = l
+		}
+		select {
+		case l.queue <- m:
+		default:
+			p.fail(m, ErrPublishQueueFull)
+		}
 	}
-	node, err := cc.MasterForKey(p.ctx, m.channel)
-	if err != nil {
-		return p.one
-	}
-	addr := node.Options().Addr
-	if l, ok := p.lanes.Load(addr); ok {
-		return l.(*lane)
-	}
-	p.laneMu.Lock()
-	defer p.laneMu.Unlock()
-	if l, ok := p.lanes.Load(addr); ok {
-		return l.(*lane)
-	}
-	if p.closed {
-		return p.one
-	}
-	l := p.newLane()
-	p.lanes.Store(addr, l)
-	return l
 }
 
 // outage is an open breaker: Redis failed, until until.
@@ -150,18 +187,12 @@ type outage struct {
 // tell which rooms it holds.
 func (p *publisher) unavailable() error {
 	now := time.Now()
-	var err error
-	check := func(l *lane) {
-		if o := l.down.Load(); o != nil && now.Before(o.until) && err == nil {
-			err = fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
+	for _, l := range *p.all.Load() {
+		if o := l.down.Load(); o != nil && now.Before(o.until) {
+			return fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
 		}
 	}
-	check(p.one)
-	p.lanes.Range(func(_, l any) bool {
-		check(l.(*lane))
-		return err == nil
-	})
-	return err
+	return nil
 }
 
 // publish queues m; it never blocks.
@@ -170,8 +201,12 @@ func (p *publisher) publish(m outMsg) {
 		p.fail(m, ErrClosed)
 		return
 	}
+	q := p.one.queue
+	if p.route != nil && m.sharded {
+		q = p.route
+	}
 	select {
-	case p.laneOf(m).queue <- m:
+	case q <- m:
 	default:
 		p.fail(m, ErrPublishQueueFull)
 	}
