@@ -115,8 +115,10 @@ type rSocket struct {
 	mode string
 	gone int64
 	// failed: a removal of it failed (Redis unreachable, or its reply
-	// lost) and is retried: a retry that finds no record of the user
-	// announces what nobody did (removeFrom's lost). Written under mu.
+	// lost) and is retried, or one of another socket of the user's here
+	// held an announcement back for it (owe): its removal that finds no
+	// record of the user announces what nobody did (removeFrom's lost).
+	// Written under mu.
 	failed bool
 	// act is the moment (Redis's clock, ms; 0: none) of the user's last
 	// activity this node saw, when the socket was the user's last here:

@@ -477,8 +477,8 @@ return came
 // may not have been recorded yet (redis_activity.go), and an online user's
 // recorded activity moves on to it.
 // KEYS users due usk; ARGV user sid clock mode graceMs atMs awayAfterMs
-// [actMs] → {offline(0|1), lastSeen[, 1: the user has no record at all
-// (see removeFrom's lost)]}
+// [actMs] → {offline(0|1), lastSeen, noRecord(0|1): the user has no record
+// at all (see removeFrom's lost), the user's other sockets (anywhere)}
 var userDisconnect = redis.NewScript(clockLib + userLib + `
 local h, due, usk = KEYS[1], KEYS[2], KEYS[3]
 local user, sid, now, mode = ARGV[1], ARGV[2], clock(ARGV[3]), ARGV[4]
@@ -487,14 +487,14 @@ local deadline = at + tonumber(ARGV[5])
 local u = uget(h, user)
 if not u then
   redis.call('SREM', usk, sid)
-  return {0, 0, 1}
+  return {0, 0, 1, 0}
 end
 local moved = u.legacy
 local l = usocks(u, usk)
 local i = socksIndex(l, sid)
 if not i then
   if moved then usave(u, l); uset(h, user, u) end
-  return {0, 0}
+  return {0, 0, 0, #l}
 end
 table.remove(l, i)
 usave(u, l)
@@ -504,17 +504,17 @@ if act and u.st == 'on' and u.act < act then u.act = act end
 if u.n > 0 then
   uset(h, user, u)
   if u.st == 'on' then redis.call('ZADD', due, u.act + tonumber(ARGV[7]), 'a\t' .. user) end
-  return {0, 0}
+  return {0, 0, 0, u.n}
 end
 if mode == 'grace' then
   u.grace = deadline
   uset(h, user, u)
   redis.call('ZADD', due, deadline, 'u\t' .. user)
-  return {0, 0}
+  return {0, 0, 0, 0}
 end
 redis.call('HDEL', h, user)
 redis.call('ZREM', due, 'u\t' .. user, 'a\t' .. user)
-return {1, u.disc}
+return {1, u.disc, 0, 0}
 `)
 
 // userGrace ends a user's flap grace if it is due, or says how long to wait.

@@ -191,8 +191,10 @@ func (e *RedisEngine) removeSocket(ctx context.Context, s *rSocket, now time.Tim
 // A removal that is a reap's, or the retry of one that failed (s.failed),
 // and finds no record of the user in a conversation (or no user record)
 // announces the leave (or the offline status) itself, dated lastProof,
-// unless a live socket of this node's holds the user there (its records
-// come back with the reconciliation, which announces them): Redis lost
+// unless the user has other sockets by Redis's user record, or a live
+// socket of this node's holds the user there (their records come back
+// with their node's reconciliation, which announces them; this node's
+// are marked to make the announcement at their own removal, owe): Redis lost
 // the records since the socket joined (a restart without persistence, or
 // a Redis Cluster master without replica that came back empty), or the
 // failed attempt ran and its reply was lost in mode "now". Nobody
@@ -252,6 +254,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if lostAt.IsZero() {
 		lostAt = now
 	}
+	u, _ := user.Int64Slice()
 	var here *userHere // this node's live sockets of the user, if lost asks
 	var b batch
 	for i, c := range convs {
@@ -269,28 +272,50 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			if here == nil {
 				here = e.userHere(s.user)
 			}
-			if !isIn(here.convs, c) {
+			// the user's sockets on other nodes, by Redis's user record
+			// (which counts this node's too): with any, the lost record
+			// may be theirs to bring back (their node's reconciliation)
+			elsewhere := len(u) >= 4 && u[3] > int64(here.n)
+			if !elsewhere && !isIn(here.convs, c) {
 				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: lostAt, Reason: reasonOf(mode)})
 			}
 		}
 	}
-	if v, _ := user.Int64Slice(); len(v) >= 2 && v[0] == 1 {
-		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: timestamp.FromMillis(v[1])})
-	} else if lost && len(v) >= 3 && v[2] == 1 {
+	if len(u) >= 2 && u[0] == 1 {
+		b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: timestamp.FromMillis(u[1])})
+	} else if lost && len(u) >= 3 && u[2] == 1 {
 		if here == nil {
 			here = e.userHere(s.user)
 		}
-		if !here.any {
+		if here.n == 0 {
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Offline, LastSeen: lostAt})
 		}
+	}
+	if here != nil && here.n > 0 {
+		e.owe(s.user) // what was held back for them
 	}
 	return b, nil
 }
 
-// userHere is what this node's live sockets of a user hold: any, and the
-// conversations they joined.
+// owe marks this node's live sockets of user: an announcement of the user's
+// leave (or offline status) was held back for them (removeFrom's lost), and
+// their own removal, if it finds the record still missing, makes it. Before,
+// the user's last socket here left without a word when Redis had not listed
+// it again meanwhile (a review, 2026-12-07).
+func (e *RedisEngine) owe(user string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.local {
+		if s.user == user {
+			s.failed = true
+		}
+	}
+}
+
+// userHere is what this node's live sockets of a user hold: how many they
+// are, and the conversations they joined.
 type userHere struct {
-	any   bool
+	n     int
 	convs map[string]struct{}
 }
 
@@ -304,7 +329,7 @@ func (e *RedisEngine) userHere(user string) *userHere {
 		if s.user != user {
 			continue
 		}
-		h.any = true
+		h.n++
 		for c := range s.convs {
 			h.convs[c] = struct{}{}
 		}

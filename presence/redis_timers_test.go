@@ -605,3 +605,83 @@ func TestRedisDisconnectNowReplyLost(t *testing.T) {
 		t.Fatalf("roster %v, want bob", got)
 	}
 }
+
+// The retry of a failed disconnect tells no leave while Redis's user
+// record lists another socket of the user (here on another node, which
+// saw no failure): the lost record may be that socket's to bring back,
+// and a leave told then stood until that node's next check of its member
+// records, minutes later (a review, 2026-12-07).
+func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	f.tick(t, n1)
+	f.tick(t, n2)
+	connectJoin(t, n1, "b1", "bob", "c1")
+	connectJoin(t, n2, "b2", "bob", "c1")
+	connectJoin(t, n2, "a1", "alice", "c1")
+	f.rec.Take()
+	f.rdb.AddHook(delayHook{})
+	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	f.rdb.Del(ctx, f.prefix+":{c:c1}:m")
+	var got []string
+	for range 12 {
+		f.clock.Advance(30 * time.Second)
+		for _, n := range []*presence.RedisEngine{n1, n2} {
+			if err := n.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got = append(got, f.rec.Take()...)
+	}
+	for _, ev := range got {
+		if strings.HasPrefix(ev, "leave c1 bob") || ev == "status bob offline" {
+			t.Fatalf("events %q: %q, but bob is still in c1 through n2", got, ev)
+		}
+	}
+	if got := rosterUsers(t, n2, "c1"); !slices.Equal(got, []string{"alice", "bob"}) {
+		t.Fatalf("roster %v, want alice and bob", got)
+	}
+}
+
+// A leave held back for another socket of the user on this node is told
+// at that socket's own removal if the record is still missing then (it
+// went before the reconciliation listed it again): before, nobody told it.
+func TestRedisHeldBackLeaveToldByTheLastSocket(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "b1", "bob", "c1")
+	connectJoin(t, n1, "b2", "bob", "c1")
+	connectJoin(t, n1, "a1", "alice", "c1")
+	f.rec.Take()
+	f.rdb.AddHook(delayHook{})
+	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
+		t.Fatal("disconnect with an injected failure succeeded")
+	}
+	f.rdb.Del(ctx, f.prefix+":{c:c1}:m")
+	f.tick(t, n1) // the retry: held back for b2
+	if got := f.rec.Take(); slices.Contains(got, "leave c1 bob disconnected") {
+		t.Fatalf("events of the retry %q: bob's leave, with b2 still there", got)
+	}
+	if err := n1.DisconnectNow(ctx, "b2"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 12 {
+		f.clock.Advance(30 * time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, f.rec.Take()...)
+	}
+	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
+		t.Fatalf("events %q: bob's leave told %d times, want once", got, n)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("roster %v, want alice", got)
+	}
+}
