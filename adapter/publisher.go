@@ -131,16 +131,7 @@ func (p *publisher) newLane() *lane {
 // slot's master when the slot is first published to.
 func (p *publisher) router(cc *redis.ClusterClient) {
 	defer p.wg.Done()
-	defer func() {
-		for {
-			select {
-			case m := <-p.route:
-				p.fail(m, ErrClosed)
-			default:
-				return
-			}
-		}
-	}()
+	defer p.drain(p.route)
 	for {
 		var m outMsg
 		select {
@@ -219,22 +210,25 @@ func (p *publisher) fail(m outMsg, err error) {
 	}
 }
 
+// drain fails what is left in q once its goroutine ends.
+func (p *publisher) drain(q chan outMsg) {
+	for {
+		select {
+		case m := <-q:
+			p.fail(m, ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
 // wait returns once the lanes' goroutines have ended (the context done).
 func (p *publisher) wait() { p.wg.Wait() }
 
 func (l *lane) run() {
 	p := l.p
 	defer p.wg.Done()
-	defer func() {
-		for {
-			select {
-			case m := <-l.queue:
-				p.fail(m, ErrClosed)
-			default:
-				return
-			}
-		}
-	}()
+	defer p.drain(l.queue)
 	batch := make([]outMsg, 0, maxBatch)
 	for {
 		select {

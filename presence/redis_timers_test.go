@@ -542,33 +542,53 @@ func TestRedisDisconnectDuringLossAnnounced(t *testing.T) {
 	}
 }
 
-// After Redis lost all its data (a restart without persistence) while a
-// socket's disconnect failed, the retry announces the user's leave and
-// offline status, which nobody else can: the user's records are gone.
-func TestRedisDisconnectDuringDataLossAnnounced(t *testing.T) {
+// failedDisconnect has alice (socket a1) and bob (b1) join c1 on one node,
+// then disconnects sid (without grace if now) with the delay hook's role
+// ("fail": it fails; "lost": it runs and its reply is lost).
+func failedDisconnect(t *testing.T, sid, role string, now bool) (*fakeClockRedis, *presence.RedisEngine) {
+	t.Helper()
 	f := newFakeClockRedis(t)
-	ctx := context.Background()
 	n1 := f.node(presence.Config{NodeID: "n1"})
 	f.tick(t, n1)
 	connectJoin(t, n1, "a1", "alice", "c1")
 	connectJoin(t, n1, "b1", "bob", "c1")
 	f.rec.Take()
 	f.rdb.AddHook(delayHook{})
-	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
-		t.Fatal("disconnect with an injected failure succeeded")
+	ctx := context.WithValue(context.Background(), roleKey{}, role)
+	disconnect := n1.Disconnect
+	if now {
+		disconnect = n1.DisconnectNow
 	}
-	loseData(f.rdb, f.prefix)
+	if err := disconnect(ctx, sid); err == nil {
+		t.Fatalf("disconnect of %s with role %q succeeded", sid, role)
+	}
+	return f, n1
+}
+
+// ticks runs n ticks of eng, a second apart, and returns their events.
+func (f *fakeClockRedis) ticks(t *testing.T, eng *presence.RedisEngine, n int) []string {
+	t.Helper()
 	var got []string
-	for range 4 {
-		f.tick(t, n1)
+	for range n {
+		f.tick(t, eng)
 		got = append(got, f.rec.Take()...)
 	}
+	return got
+}
+
+// After Redis lost all its data (a restart without persistence) while a
+// socket's disconnect failed, the retry announces the user's leave and
+// offline status, which nobody else can: the user's records are gone.
+func TestRedisDisconnectDuringDataLossAnnounced(t *testing.T) {
+	f, n1 := failedDisconnect(t, "b1", "fail", false)
+	loseData(f.rdb, f.prefix)
+	got := f.ticks(t, n1, 4)
 	for _, want := range []string{"leave c1 bob disconnected", "status bob offline"} {
 		if n := countOf(got, want); n != 1 {
 			t.Fatalf("events %q: %q %d times, want once", got, want, n)
 		}
 	}
-	ups, err := n1.Users(ctx, []string{"bob"})
+	ups, err := n1.Users(context.Background(), []string{"bob"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,22 +601,8 @@ func TestRedisDisconnectDuringDataLossAnnounced(t *testing.T) {
 // Redis: the user left and went offline there, and nobody announced it.
 // Its retry finds the records gone and announces both, once.
 func TestRedisDisconnectNowReplyLost(t *testing.T) {
-	f := newFakeClockRedis(t)
-	ctx := context.Background()
-	n1 := f.node(presence.Config{NodeID: "n1"})
-	f.tick(t, n1)
-	connectJoin(t, n1, "a1", "alice", "c1")
-	connectJoin(t, n1, "b1", "bob", "c1")
-	f.rec.Take()
-	f.rdb.AddHook(delayHook{})
-	if err := n1.DisconnectNow(context.WithValue(ctx, roleKey{}, "lost"), "a1"); err == nil {
-		t.Fatal("disconnect with a lost reply succeeded")
-	}
-	var got []string
-	for range 4 {
-		f.tick(t, n1)
-		got = append(got, f.rec.Take()...)
-	}
+	f, n1 := failedDisconnect(t, "a1", "lost", true)
+	got := f.ticks(t, n1, 4)
 	slices.Sort(got)
 	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
