@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/redisfollow"
 )
 
 type subKind uint8
@@ -76,49 +77,15 @@ type subscriber struct {
 	confirmed map[string]bool
 	kick      chan struct{}
 
-	// Through Sentinel (a failover client): the address of the server its
-	// last connection reached, and whether a command connection has
-	// since reached another one (masterWatch).
-	subAddr atomic.Pointer[string]
-	moved   atomic.Bool
+	// follow tells, through Sentinel, that the master moved (nil
+	// otherwise): the subscriptions are dialed again at once. Before, they
+	// stayed on the demoted master until the probe found them deaf, and
+	// room events did not cross nodes for 3-4 s after the promotion.
+	follow *redisfollow.Follower
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-}
-
-// subDialKey marks the context of the subscriber's connections, so that
-// masterWatch tells their dials from the command client's.
-type subDialKey struct{}
-
-// masterWatch follows the dials of a failover client (Sentinel): when a
-// command connection reaches another server than the subscriptions' last
-// one, the master moved (go-redis drops its command connections to the
-// old master when Sentinel announces the switch, but not the Pub/Sub
-// ones), and the subscriptions are dialed again at once. Before, they
-// stayed on the demoted master until the probe found them deaf, and room
-// events did not cross nodes for 4-5 s after a failover.
-type masterWatch struct{ s *subscriber }
-
-func (w masterWatch) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err != nil || conn == nil {
-			return conn, err
-		}
-		remote := conn.RemoteAddr().String()
-		if ctx.Value(subDialKey{}) != nil {
-			w.s.subAddr.Store(&remote)
-		} else if at := w.s.subAddr.Load(); at != nil && *at != remote && w.s.moved.CompareAndSwap(false, true) {
-			w.s.wake()
-		}
-		return conn, err
-	}
-}
-
-func (masterWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (masterWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func newSubscriber(ctx context.Context, client redis.UniversalClient, probe string, handle func(*redis.Message), log *slog.Logger, obs Observer) *subscriber {
@@ -139,17 +106,12 @@ func newSubscriber(ctx context.Context, client redis.UniversalClient, probe stri
 		s.want[probe] = kindChannel
 		s.dirty[probe] = struct{}{}
 	}
-	s.ctx, s.cancel = context.WithCancel(context.WithValue(ctx, subDialKey{}, true))
-	if c, ok := client.(*redis.Client); ok && c.Options().Addr == failoverAddr {
-		c.AddHook(masterWatch{s})
-	}
+	s.follow = redisfollow.New(client, s.wake)
+	s.ctx, s.cancel = context.WithCancel(s.follow.Context(ctx))
 	s.wg.Add(1)
 	go s.run()
 	return s
 }
-
-// failoverAddr is the address go-redis gives a failover client's options.
-const failoverAddr = "FailoverClient"
 
 // add asks for subscriptions; it does not wait for Redis.
 func (s *subscriber) add(kind subKind, channels ...string) {
@@ -248,7 +210,7 @@ func (s *subscriber) run() {
 			s.checkHealth(conns)
 			s.checkEcho(conns)
 		}
-		if s.moved.Swap(false) {
+		if s.follow.Moved() {
 			s.log.Info("the redis master moved: subscribing again")
 			for _, c := range conns {
 				c.fail(errors.New("the redis master moved"))

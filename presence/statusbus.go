@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/presenced/presenced/internal/redisfollow"
 	"github.com/presenced/presenced/timestamp"
 	"github.com/redis/go-redis/v9"
 )
@@ -152,10 +153,21 @@ func (b *RedisBus) change(ids []string, on bool) {
 
 // Run implements StatusBus. It keeps one subscription connection whose
 // channel set follows Watch/Unwatch; after a connection loss go-redis
-// resubscribes by itself.
+// resubscribes by itself. Through Sentinel, the connection is replaced as
+// soon as the master moved (redisfollow): it stayed on the demoted master,
+// and status changes did not cross nodes until that one had become a
+// replica and caught up (10-11 s after SENTINEL FAILOVER).
 func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)) error {
-	ps := b.rdb.Subscribe(ctx)
-	defer ps.Close()
+	moved := make(chan struct{}, 1)
+	follow := redisfollow.New(b.rdb, func() {
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	})
+	sctx := follow.Context(ctx)
+	ps := b.rdb.Subscribe(sctx)
+	defer func() { ps.Close() }()
 	msgs := ps.Channel(redis.WithChannelSize(1024))
 	subscribed := map[string]bool{}
 	failed := false
@@ -175,7 +187,7 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 		}
 		b.mu.Unlock()
 		if len(add) > 0 {
-			if err := ps.Subscribe(ctx, add...); err != nil {
+			if err := ps.Subscribe(sctx, add...); err != nil {
 				b.log.Warn("status subscribe failed; retrying", "err", err)
 				return
 			}
@@ -184,7 +196,7 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 			}
 		}
 		if len(del) > 0 {
-			if err := ps.Unsubscribe(ctx, del...); err != nil {
+			if err := ps.Unsubscribe(sctx, del...); err != nil {
 				b.log.Warn("status unsubscribe failed; retrying", "err", err)
 				return
 			}
@@ -206,6 +218,16 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 			if failed {
 				resync()
 			}
+		case <-moved:
+			if !follow.Moved() {
+				continue
+			}
+			b.log.Info("the redis master moved: subscribing again to status changes")
+			_ = ps.Close()
+			ps = b.rdb.Subscribe(sctx)
+			msgs = ps.Channel(redis.WithChannelSize(1024))
+			clear(subscribed)
+			resync()
 		case m, ok := <-msgs:
 			if !ok {
 				return fmt.Errorf("presence: status subscription closed")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
 )
 
@@ -78,6 +79,75 @@ func TestRedisBusBurst(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%d of %d status changes arrived", len(seen), n)
 		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// After SENTINEL FAILOVER, status changes cross nodes again within about a
+// second of the promotion: the bus subscribes again once the failover
+// client's command connections reach the new master. Before, its
+// subscription stayed on the demoted master, which answers PINGs and gets
+// nothing published, until that had become a replica and caught up.
+func TestRedisBusFollowsSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Sentinel failover: about 15 s")
+	}
+	replica, sc, addr := redistest.ReplicatedSentinel(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	subClient, pubClient := redistest.FailoverClient(t, addr), redistest.FailoverClient(t, addr)
+	prefix := uniquePrefix(t, subClient)
+	sub := presence.NewRedisBus(subClient, prefix, nil)
+	sub.Watch("u1")
+	pub := presence.NewRedisBus(pubClient, prefix, nil)
+	got := make(chan presence.Event, 1024)
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx, func(_ context.Context, e presence.Event) { got <- e }) }()
+	// crossed publishes a status of u1 through pub every 50 ms until one
+	// arrives, and says when, or fails the test after limit
+	crossed := func(pub *presence.RedisBus, limit time.Duration) time.Time {
+		t.Helper()
+		for deadline := time.Now().Add(limit); time.Now().Before(deadline); {
+			// (a failure is Redis moving: the next publish may go)
+			_ = pub.Publish(ctx, presence.Event{Kind: presence.EventStatus, UserID: "u1", Status: presence.Online, At: time.Now()})
+			select {
+			case <-got:
+				return time.Now()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		t.Fatalf("no status change crossed in %v", limit)
+		return time.Time{}
+	}
+	crossed(pub, 5*time.Second)
+	// the command client's connections: a command of the watching node's
+	// each second (a node's lease renewal)
+	var pinging sync.WaitGroup
+	pinging.Go(func() {
+		for ctx.Err() == nil {
+			_ = subClient.Ping(ctx).Err()
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	defer pinging.Wait()
+	promoted := redistest.FailOver(t, sc, replica)
+	// published to the new master itself (a node of a failover client
+	// may still publish to the old one for a moment, where the watching
+	// bus would get it)
+	newMaster := presence.NewRedisBus(replica.Client(), prefix, nil)
+	for len(got) > 0 {
+		<-got
+	}
+	after := crossed(newMaster, 15*time.Second).Sub(promoted)
+	t.Logf("status changes crossed again %v after the promotion", after.Round(time.Millisecond))
+	if after > 2500*time.Millisecond {
+		t.Errorf("status changes crossed again %v after the promotion, want within 2.5 s", after)
 	}
 	cancel()
 	if err := <-done; err != nil {
