@@ -91,6 +91,10 @@ type RedisBus struct {
 	mu      sync.Mutex
 	watched map[string]bool
 	changes chan struct{}
+
+	// through Sentinel: the master moved (Run subscribes again)
+	follow *redisfollow.Follower
+	moved  chan struct{}
 }
 
 var _ StatusBus = (*RedisBus)(nil)
@@ -103,7 +107,14 @@ func NewRedisBus(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Re
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &RedisBus{rdb: rdb, prefix: prefix, log: log, watched: map[string]bool{}, changes: make(chan struct{}, 1)}
+	b := &RedisBus{rdb: rdb, prefix: prefix, log: log, watched: map[string]bool{}, changes: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
+	b.follow = redisfollow.New(rdb, func() {
+		select {
+		case b.moved <- struct{}{}:
+		default:
+		}
+	})
+	return b
 }
 
 func (b *RedisBus) channel(user string) string { return b.prefix + ":status:" + user }
@@ -158,14 +169,7 @@ func (b *RedisBus) change(ids []string, on bool) {
 // and status changes did not cross nodes until that one had become a
 // replica and caught up (10-11 s after SENTINEL FAILOVER).
 func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)) error {
-	moved := make(chan struct{}, 1)
-	follow := redisfollow.New(b.rdb, func() {
-		select {
-		case moved <- struct{}{}:
-		default:
-		}
-	})
-	sctx := follow.Context(ctx)
+	sctx := b.follow.Context(ctx)
 	ps := b.rdb.Subscribe(sctx)
 	defer func() { ps.Close() }()
 	msgs := ps.Channel(redis.WithChannelSize(1024))
@@ -218,8 +222,8 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 			if failed {
 				resync()
 			}
-		case <-moved:
-			if !follow.Moved() {
+		case <-b.moved:
+			if !b.follow.Moved() {
 				continue
 			}
 			b.log.Info("the redis master moved: subscribing again to status changes")

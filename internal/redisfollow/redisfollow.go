@@ -33,7 +33,9 @@ const failoverAddr = "FailoverClient"
 
 // New returns a Follower of client if it is a failover client (Sentinel),
 // else nil (every method of a nil Follower is a no-op). notify is called,
-// from a dial, when the master moved; it must not block.
+// from a dial, when the master moved; it must not block. The Follower's
+// hook stays on the client for good (go-redis removes none): make one per
+// subscriber, not per connection.
 func New(client redis.UniversalClient, notify func()) *Follower {
 	c, ok := client.(*redis.Client)
 	if !ok || c.Options().Addr != failoverAddr {
