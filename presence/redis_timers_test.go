@@ -506,15 +506,8 @@ func TestRedisDisconnectDuringLossAnnounced(t *testing.T) {
 	connectJoin(t, n1, "b1", "bob", "c1", "c2")
 	connectJoin(t, n1, "b2", "bob", "c2")
 	f.rec.Take()
-	f.rdb.AddHook(delayHook{})
-	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
-		t.Fatal("disconnect with an injected failure succeeded")
-	}
-	for _, c := range []string{"c1", "c2"} {
-		if n := f.rdb.Del(ctx, f.prefix+":{c:"+c+"}:m").Val(); n != 1 {
-			t.Fatalf("%s's member records: deleted %d keys", c, n)
-		}
-	}
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	f.loseMembers(t, "c1", "c2")
 	var got []string
 	for range 12 { // the retry, then the reconciliations that restore the records
 		f.clock.Advance(30 * time.Second)
@@ -553,16 +546,35 @@ func failedDisconnect(t *testing.T, sid, role string, now bool) (*fakeClockRedis
 	connectJoin(t, n1, "a1", "alice", "c1")
 	connectJoin(t, n1, "b1", "bob", "c1")
 	f.rec.Take()
+	f.failDisconnect(t, n1, sid, role, now)
+	return f, n1
+}
+
+// failDisconnect disconnects sid from eng (without grace if now) with the
+// delay hook's role ("fail": it fails; "lost": it runs and its reply is
+// lost).
+func (f *fakeClockRedis) failDisconnect(t *testing.T, eng *presence.RedisEngine, sid, role string, now bool) {
+	t.Helper()
 	f.rdb.AddHook(delayHook{})
 	ctx := context.WithValue(context.Background(), roleKey{}, role)
-	disconnect := n1.Disconnect
+	disconnect := eng.Disconnect
 	if now {
-		disconnect = n1.DisconnectNow
+		disconnect = eng.DisconnectNow
 	}
 	if err := disconnect(ctx, sid); err == nil {
 		t.Fatalf("disconnect of %s with role %q succeeded", sid, role)
 	}
-	return f, n1
+}
+
+// loseMembers deletes the member records of convs, as a Redis Cluster
+// master without replica that came back empty lost them.
+func (f *fakeClockRedis) loseMembers(t *testing.T, convs ...string) {
+	t.Helper()
+	for _, c := range convs {
+		if n := f.rdb.Del(context.Background(), f.prefix+":{c:"+c+"}:m").Val(); n != 1 {
+			t.Fatalf("%s's member records: deleted %d keys", c, n)
+		}
+	}
 }
 
 // ticks runs n ticks of eng, a second apart, and returns their events.
@@ -627,11 +639,8 @@ func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
 	connectJoin(t, n2, "b2", "bob", "c1")
 	connectJoin(t, n2, "a1", "alice", "c1")
 	f.rec.Take()
-	f.rdb.AddHook(delayHook{})
-	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
-		t.Fatal("disconnect with an injected failure succeeded")
-	}
-	f.rdb.Del(ctx, f.prefix+":{c:c1}:m")
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	f.loseMembers(t, "c1")
 	var got []string
 	for range 12 {
 		f.clock.Advance(30 * time.Second)
@@ -664,11 +673,8 @@ func TestRedisHeldBackLeaveToldByTheLastSocket(t *testing.T) {
 	connectJoin(t, n1, "b2", "bob", "c1")
 	connectJoin(t, n1, "a1", "alice", "c1")
 	f.rec.Take()
-	f.rdb.AddHook(delayHook{})
-	if err := n1.Disconnect(context.WithValue(ctx, roleKey{}, "fail"), "b1"); err == nil {
-		t.Fatal("disconnect with an injected failure succeeded")
-	}
-	f.rdb.Del(ctx, f.prefix+":{c:c1}:m")
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	f.loseMembers(t, "c1")
 	f.tick(t, n1) // the retry: held back for b2
 	if got := f.rec.Take(); slices.Contains(got, "leave c1 bob disconnected") {
 		t.Fatalf("events of the retry %q: bob's leave, with b2 still there", got)
