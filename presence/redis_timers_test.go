@@ -457,17 +457,7 @@ func TestRedisLostConversationRestored(t *testing.T) {
 	if err := n1.TypingStart(ctx, "a1", "c1"); !errors.Is(err, presence.ErrNotJoined) {
 		t.Fatalf("typing with the record lost: %v, want ErrNotJoined", err)
 	}
-	var got []string
-	for range 12 {
-		f.clock.Advance(30 * time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, f.rec.Take()...)
-		if f.rdb.HLen(ctx, lost).Val() == 2 {
-			break
-		}
-	}
+	got := f.ticksEvery(t, 30*time.Second, 12, func() bool { return f.rdb.HLen(ctx, lost).Val() == 2 }, n1)
 	if n := f.rdb.HLen(ctx, lost).Val(); n != 2 {
 		t.Fatalf("c1's member records after 12 reconciliations: %d, want alice and bob", n)
 	}
@@ -508,17 +498,10 @@ func TestRedisDisconnectDuringLossAnnounced(t *testing.T) {
 	f.rec.Take()
 	f.failDisconnect(t, n1, "b1", "fail", false)
 	f.loseMembers(t, "c1", "c2")
-	var got []string
-	for range 12 { // the retry, then the reconciliations that restore the records
-		f.clock.Advance(30 * time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, f.rec.Take()...)
-		if f.rdb.HLen(ctx, f.prefix+":{c:c1}:m").Val() == 1 && f.rdb.HLen(ctx, f.prefix+":{c:c2}:m").Val() == 1 {
-			break
-		}
-	}
+	// the retry, then the reconciliations that restore the records
+	got := f.ticksEvery(t, 30*time.Second, 12, func() bool {
+		return f.rdb.HLen(ctx, f.prefix+":{c:c1}:m").Val() == 1 && f.rdb.HLen(ctx, f.prefix+":{c:c2}:m").Val() == 1
+	}, n1)
 	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
 		t.Fatalf("events %q: bob's leave of c1 announced %d times, want once", got, n)
 	}
@@ -580,10 +563,25 @@ func (f *fakeClockRedis) loseMembers(t *testing.T, convs ...string) {
 // ticks runs n ticks of eng, a second apart, and returns their events.
 func (f *fakeClockRedis) ticks(t *testing.T, eng *presence.RedisEngine, n int) []string {
 	t.Helper()
+	return f.ticksEvery(t, time.Second, n, nil, eng)
+}
+
+// ticksEvery runs up to n rounds of ticks of engs, every apart, until done
+// (if not nil) holds after one, and returns their events.
+func (f *fakeClockRedis) ticksEvery(t *testing.T, every time.Duration, n int, done func() bool, engs ...*presence.RedisEngine) []string {
+	t.Helper()
 	var got []string
 	for range n {
-		f.tick(t, eng)
+		f.clock.Advance(every)
+		for _, eng := range engs {
+			if err := eng.Tick(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
 		got = append(got, f.rec.Take()...)
+		if done != nil && done() {
+			break
+		}
 	}
 	return got
 }
@@ -631,7 +629,6 @@ func TestRedisDisconnectNowReplyLost(t *testing.T) {
 // records, minutes later (a review, 2026-12-07).
 func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
 	f := newFakeClockRedis(t)
-	ctx := context.Background()
 	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
 	f.tick(t, n1)
 	f.tick(t, n2)
@@ -641,16 +638,7 @@ func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
 	f.rec.Take()
 	f.failDisconnect(t, n1, "b1", "fail", false)
 	f.loseMembers(t, "c1")
-	var got []string
-	for range 12 {
-		f.clock.Advance(30 * time.Second)
-		for _, n := range []*presence.RedisEngine{n1, n2} {
-			if err := n.Tick(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got = append(got, f.rec.Take()...)
-	}
+	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
 	for _, ev := range got {
 		if strings.HasPrefix(ev, "leave c1 bob") || ev == "status bob offline" {
 			t.Fatalf("events %q: %q, but bob is still in c1 through n2", got, ev)
@@ -682,14 +670,7 @@ func TestRedisHeldBackLeaveToldByTheLastSocket(t *testing.T) {
 	if err := n1.DisconnectNow(ctx, "b2"); err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for range 12 {
-		f.clock.Advance(30 * time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, f.rec.Take()...)
-	}
+	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1)
 	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
 		t.Fatalf("events %q: bob's leave told %d times, want once", got, n)
 	}
