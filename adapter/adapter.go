@@ -295,6 +295,29 @@ func (a *NamespaceAdapter) Reachable() error {
 	return nil
 }
 
+// ReachableRoom is Reachable for a broadcast to room alone. In sharded mode
+// on a Redis Cluster, where a room has a channel of its own on the master
+// of its slot, only that master counts: the breaker of its lane here, and
+// this node's subscription there. Reachable's one open breaker anywhere
+// made every room refuse `state:set` while one master was down (for good
+// if it had no replica; a black-box audit of 2026-12-06). A subscription
+// still being made (a first member here has just joined) says nothing of
+// its master yet: Reachable's answer then.
+func (a *NamespaceAdapter) ReachableRoom(room socket.Room) error {
+	if !a.sharded || !a.b.pub.perMaster() || !a.usesDynamicChannel(room) {
+		return a.Reachable()
+	}
+	ch := a.channel + string(room) + "#"
+	switch {
+	case a.sub.isSubscribed(ch):
+		return a.b.pub.unavailableFor(ch)
+	case a.sub.isLost(ch):
+		return fmt.Errorf("%w: the subscription to the room's channel is lost", ErrRedisUnavailable)
+	default:
+		return a.Reachable()
+	}
+}
+
 // Close ends the adapter's subscriptions and pending requests. The Socket.IO
 // server calls it on Close; Builder.Close calls it too.
 func (a *NamespaceAdapter) Close() {

@@ -2,6 +2,7 @@ package adapter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -65,17 +66,6 @@ func TestClusterMasterLostKeepsOtherShards(t *testing.T) {
 			room = r
 		}
 	}
-	cfg := adapter.Config{Prefix: prefix, Sharded: true, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second}
-	n1 := startGoNode(t, "n1", cc1, cfg)
-	n2 := startGoNode(t, "n2", cc2, cfg)
-	waitCluster(t, n1, n2)
-	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", room)})
-	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", room)})
-	waitMembers(t, n1, map[string][]*wsClient{room: {c1}})
-	waitMembers(t, n2, map[string][]*wsClient{room: {c2}})
-	waitRooms(t, n1, n2)
-	n1.io.To(socket.Room(room)).Emit("before")
-	c2.expect("before")
 	// a room whose channel is on the victim, published to as well: its
 	// failures open that master's breaker, not the other rooms' (until
 	// 2026-12-07 one breaker served every master, and the room on a master
@@ -86,11 +76,29 @@ func TestClusterMasterLostKeepsOtherShards(t *testing.T) {
 			onVictim = r
 		}
 	}
+	cfg := adapter.Config{Prefix: prefix, Sharded: true, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second}
+	n1 := startGoNode(t, "n1", cc1, cfg)
+	n2 := startGoNode(t, "n2", cc2, cfg)
+	waitCluster(t, n1, n2)
+	c1 := dialClient(t, n1.url, "c1", clientOpts{auth: auth("a", room, onVictim)})
+	c2 := dialClient(t, n2.url, "c2", clientOpts{auth: auth("b", room)})
+	waitMembers(t, n1, map[string][]*wsClient{room: {c1}, onVictim: {c1}})
+	waitMembers(t, n2, map[string][]*wsClient{room: {c2}})
+	waitRooms(t, n1, n2)
+	a1 := n1.adapter()
+	eventually(t, 5*time.Second, "n1 subscribed to both rooms", func() bool {
+		return a1.Subscribed(socket.Room(room)) && a1.Subscribed(socket.Room(onVictim))
+	})
+	n1.io.To(socket.Room(room)).Emit("before")
+	c2.expect("before")
 
 	procs[victim].Kill()
 	// while the replica takes over (cluster-node-timeout 1 s and an
 	// election), the room's events still cross nodes
-	lost := 0
+	// (and a broadcast to the room is not refused as unreachable: until
+	// 2026-12-07 one open breaker anywhere refused every room's
+	// `state:set`, ReachableRoom's caller; the victim's room is)
+	lost, refused, victimRefused := 0, 0, false
 	for i := range 20 {
 		ev := fmt.Sprintf("during%d", i)
 		n1.io.To(socket.Room(onVictim)).Emit(ev)
@@ -98,8 +106,20 @@ func TestClusterMasterLostKeepsOtherShards(t *testing.T) {
 		if _, ok := c2.wait(ev, 100*time.Millisecond); !ok {
 			lost++
 		}
+		if err := a1.ReachableRoom(socket.Room(room)); err != nil {
+			refused++
+		}
+		if errors.Is(a1.ReachableRoom(socket.Room(onVictim)), adapter.ErrRedisUnavailable) {
+			victimRefused = true
+		}
 	}
 	if lost > 0 {
 		t.Errorf("%d of 20 events lost in the 2 s after the death of a master that holds none of the room's keys", lost)
+	}
+	if refused > 0 {
+		t.Errorf("ReachableRoom of a room on a master still up failed %d of 20 times while another master was down", refused)
+	}
+	if !victimRefused {
+		t.Error("ReachableRoom of the room on the dead master never failed")
 	}
 }

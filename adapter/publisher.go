@@ -66,9 +66,10 @@ type publisher struct {
 	route chan outMsg
 	all   atomic.Pointer[[]*lane] // every lane, for unavailable
 
-	// owned by the router goroutine
-	slotLane []*lane          // by hash slot, once published to
-	byMaster map[string]*lane // by master address
+	// by hash slot, once published to: written by the router goroutine,
+	// read by unavailableFor
+	slotLane []atomic.Pointer[lane]
+	byMaster map[string]*lane // by master address (the router's)
 
 	logMu    sync.Mutex // the failure log's, shared by the lanes
 	failures int
@@ -102,7 +103,7 @@ func newPublisher(ctx context.Context, client redis.UniversalClient, cfg Config)
 	p.one = p.newLane()
 	if cc, ok := client.(*redis.ClusterClient); ok && cfg.Sharded {
 		p.route = make(chan outMsg, cfg.MaxPendingPublishes)
-		p.slotLane = make([]*lane, clusterSlots)
+		p.slotLane = make([]atomic.Pointer[lane], clusterSlots)
 		p.byMaster = map[string]*lane{}
 		p.wg.Add(1)
 		go p.router(cc)
@@ -140,7 +141,7 @@ func (p *publisher) router(cc *redis.ClusterClient) {
 		case m = <-p.route:
 		}
 		slot := slotOf(m.channel)
-		l := p.slotLane[slot]
+		l := p.slotLane[slot].Load()
 		if l == nil {
 			ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
 			node, err := cc.MasterForKey(ctx, m.channel)
@@ -156,7 +157,7 @@ func (p *publisher) router(cc *redis.ClusterClient) {
 				l = p.newLane()
 				p.byMaster[addr] = l
 			}
-			p.slotLane[slot] = l
+			p.slotLane[slot].Store(l)
 		}
 		select {
 		case l.queue <- m:
@@ -175,13 +176,39 @@ type outage struct {
 // unavailable returns ErrRedisUnavailable (wrapping the cause) while a
 // lane's breaker is open, so that cluster requests fail at once too. On a
 // Redis Cluster in sharded mode one master's is enough: Reachable cannot
-// tell which rooms it holds.
+// tell which rooms it holds (ReachableRoom can, with unavailableFor).
 func (p *publisher) unavailable() error {
 	now := time.Now()
 	for _, l := range *p.all.Load() {
-		if o := l.down.Load(); o != nil && now.Before(o.until) {
-			return fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
+		if err := l.unavailable(now); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// perMaster reports whether messages go through one lane per master (in
+// sharded mode on a Redis Cluster).
+func (p *publisher) perMaster() bool { return p.route != nil }
+
+// unavailableFor is unavailable for the sharded messages on channel alone,
+// where there is one lane per master: the breaker of the lane that serves
+// channel's slot, or none if the slot has not been published to yet.
+func (p *publisher) unavailableFor(channel string) error {
+	if !p.perMaster() {
+		return p.unavailable()
+	}
+	if l := p.slotLane[slotOf(channel)].Load(); l != nil {
+		return l.unavailable(time.Now())
+	}
+	return nil
+}
+
+// unavailable returns ErrRedisUnavailable (wrapping the cause) while the
+// lane's breaker is open.
+func (l *lane) unavailable(now time.Time) error {
+	if o := l.down.Load(); o != nil && now.Before(o.until) {
+		return fmt.Errorf("%w: %w", ErrRedisUnavailable, o.err)
 	}
 	return nil
 }
@@ -193,7 +220,7 @@ func (p *publisher) publish(m outMsg) {
 		return
 	}
 	q := p.one.queue
-	if p.route != nil && m.sharded {
+	if p.perMaster() && m.sharded {
 		q = p.route
 	}
 	select {

@@ -75,7 +75,11 @@ type subscriber struct {
 	want      map[string]subKind
 	dirty     map[string]struct{} // channels added or removed since the last reconcile
 	confirmed map[string]bool
-	kick      chan struct{}
+	// lost holds the wanted channels whose connection failed since Redis
+	// confirmed them, until they are confirmed again: unlike a channel
+	// still being subscribed, their master is known to be out of reach
+	lost map[string]bool
+	kick chan struct{}
 
 	// follow tells, through Sentinel, that the master moved (nil
 	// otherwise): the subscriptions are dialed again at once. Before, they
@@ -97,6 +101,7 @@ func newSubscriber(ctx context.Context, client redis.UniversalClient, probe stri
 		want:      map[string]subKind{},
 		dirty:     map[string]struct{}{},
 		confirmed: map[string]bool{},
+		lost:      map[string]bool{},
 		kick:      make(chan struct{}, 1),
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
@@ -129,6 +134,7 @@ func (s *subscriber) remove(channels ...string) {
 	s.mu.Lock()
 	for _, ch := range channels {
 		delete(s.want, ch)
+		delete(s.lost, ch)
 		s.dirty[ch] = struct{}{}
 	}
 	s.mu.Unlock()
@@ -147,6 +153,14 @@ func (s *subscriber) isSubscribed(ch string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.confirmed[ch]
+}
+
+// isLost reports whether the subscription to ch, wanted, was confirmed and
+// then lost with its connection, and is not confirmed again yet.
+func (s *subscriber) isLost(ch string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost[ch]
 }
 
 // close ends the subscriptions and waits for the goroutines.
@@ -182,6 +196,7 @@ func (s *subscriber) run() {
 		}
 		s.mu.Lock()
 		clear(s.confirmed)
+		clear(s.lost)
 		s.mu.Unlock()
 	}()
 
@@ -448,6 +463,7 @@ func (s *subscriber) setConfirmed(ch string, ok bool) {
 	s.mu.Lock()
 	if ok {
 		s.confirmed[ch] = true
+		delete(s.lost, ch)
 	} else {
 		delete(s.confirmed, ch)
 	}
@@ -498,7 +514,12 @@ func (c *subConn) close() {
 	}
 	c.s.mu.Lock()
 	for ch := range c.have {
-		delete(c.s.confirmed, ch)
+		if c.s.confirmed[ch] {
+			delete(c.s.confirmed, ch)
+			if _, wanted := c.s.want[ch]; wanted {
+				c.s.lost[ch] = true
+			}
+		}
 	}
 	c.s.mu.Unlock()
 }

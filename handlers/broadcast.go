@@ -308,19 +308,20 @@ func (r *Rooms) emit(room socket.Room, exceptSocket string, event string, payloa
 }
 
 // reachable returns an error wrapping presence.ErrUnavailable while the
-// cluster adapter finds this node cut off from the others (its Reachable):
-// a broadcast would reach this node's sockets alone. Without a cluster
-// adapter (one node) there is nobody to reach.
-func (r *Rooms) reachable() error {
+// cluster adapter finds this node cut off from the others for a broadcast
+// to room (its ReachableRoom): the broadcast would reach this node's
+// sockets alone. Without a cluster adapter (one node) there is nobody to
+// reach.
+func (r *Rooms) reachable(room socket.Room) error {
 	io := r.io.Load()
 	if io == nil {
 		return nil
 	}
-	a, ok := io.Sockets().Adapter().(interface{ Reachable() error })
+	a, ok := io.Sockets().Adapter().(interface{ ReachableRoom(socket.Room) error })
 	if !ok {
 		return nil
 	}
-	if err := a.Reachable(); err != nil {
+	if err := a.ReachableRoom(room); err != nil {
 		return fmt.Errorf("handlers: other nodes: %w", errors.Join(presence.ErrUnavailable, err))
 	}
 	return nil

@@ -516,7 +516,7 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 	// A state is broadcast, never stored: cut off from the other nodes,
 	// it would reach this node's members alone, so it is refused as a
 	// typing change is when Redis fails.
-	if err := h.rooms.reachable(); err != nil {
+	if err := h.rooms.reachable(ConversationRoom(conv)); err != nil {
 		return nil, err
 	}
 	if err := h.engine.Touch(ctx, c.sid); err != nil {
