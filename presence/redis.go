@@ -259,7 +259,7 @@ func unavailable(op string, err error) error {
 
 // scripts are every Lua script of the engine, loaded after a NOSCRIPT.
 var scripts = []*redis.Script{convJoin, convTyping, convLeave, convGrace,
-	typingExpire, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue, rosterStatus,
+	typingExpire, typingTakeBack, userConnect, userDisconnect, userGrace, userActivity, userAway, dueIn, claimDue, ackDue, rosterStatus,
 	nodeLease, nodeRelease, claimDead, reapHeld}
 
 // exec runs a pipeline. Scripts in pipelines go as EVALSHA, which fails

@@ -340,6 +340,19 @@ if userLeft(on, m, ty, tyo, user) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}
 `)
 
+// typingTakeBack removes user's typing entry if it still expires at the
+// score a start wrote (its socket left while the start was written: the
+// start is taken back, not one of another socket's that moved it since).
+// KEYS ty; ARGV user score → 1 if removed
+var typingTakeBack = redis.NewScript(`
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if s and tonumber(s) == tonumber(ARGV[2]) then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+`)
+
 // typingExpire removes expired typing entries, for the expiry timers
 // releases before 2026-12-04 put in the shared due set (a node's own
 // expiries are plain commands now: runTyping). KEYS ty tyo; ARGV clock → {users[], ms to the next expiry, or 0}

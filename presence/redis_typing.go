@@ -113,6 +113,8 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		e.typing.stopped(conv, s.user, mark) // its ZREM ran
 	} else if err := e.typingStartJoined(ctx, k, conv, s.user, socketID, rec.Val(), changed.Val() == 1); err != nil {
 		return err
+	} else if _, err := e.joinedSocket(socketID, conv); err != nil {
+		return e.typingTakeBack(ctx, k, conv, s.user, socketID, exp, changed.Val() == 1, now)
 	}
 	// Whoever adds an entry announces the start, whoever removes one the
 	// stop. A start that moved (GT) this node's last start of the user
@@ -136,6 +138,28 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	}
 	e.emit(ctx, append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID}))
 	return nil
+}
+
+// typingTakeBack takes back a start (its entry, written at score exp)
+// whose socket left the conversation, or disconnected, while it was
+// written: the leave, if its script ran before the start's ZADD, found no
+// entry to take (typedBy), and the entry stayed until its expiry (1 race
+// in 100 of TestTypingStartRacingDisconnect). If the entry is still the
+// start's, it goes: unannounced if the start added it, else (it moved the
+// user's entry of another socket, shown typing) with the stop. The caller
+// gets ErrNotJoined.
+func (e *RedisEngine) typingTakeBack(ctx context.Context, k convKeys, conv, user, sid string, exp int64, added bool, now time.Time) error {
+	removed, err := typingTakeBack.Run(ctx, e.rdb, []string{k.ty}, user, exp).Int()
+	if err != nil {
+		return unavailable("typing", err)
+	}
+	if removed == 1 {
+		e.typing.forgetTyped(conv, user, sid, exp)
+		if !added {
+			e.emit(ctx, batch{{Kind: EventTyping, ConversationID: conv, UserID: user, At: now, Typing: false}})
+		}
+	}
+	return ErrNotJoined
 }
 
 // typingStartJoined checks a start against the member record read beside
