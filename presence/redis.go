@@ -84,6 +84,11 @@ type RedisEngine struct {
 	leaving map[string]struct{}  // disconnected sockets whose removal is under way
 	lastRec time.Time            // the last reconciliation
 	missing map[string]struct{}  // live sockets the last reconciliation found missing from Redis (registerMissing)
+	// owed are leaves a lost removal held back for the user's sockets on
+	// other nodes (removeFrom's lost), by conversation and user: checked
+	// again once those nodes' reconciliations had time to bring the
+	// member record back (runOwed)
+	owed map[owedKey]owedLeave
 	// memberChecks: how many reconciliations to come read the member
 	// records of this node's sockets (unlisted): two after Redis failed
 	// (a command or a tick), and two of every memberCheckEvery
@@ -156,7 +161,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
 		kTentative: p + ":{g}:tentative:" + cfg.NodeID,
 		token:      randomToken(),
-		local:      map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{},
+		local:      map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{}, owed: map[owedKey]owedLeave{},
 		leaving:     map[string]struct{}{},
 		regBuckets:  regMinBuckets,
 		alarm:       newAlarm(alarmStep, alarmGap),
@@ -351,6 +356,9 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := e.runAway(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
+	if err := e.runOwed(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

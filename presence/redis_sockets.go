@@ -274,9 +274,14 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 			}
 			// the user's sockets on other nodes, by Redis's user record
 			// (which counts this node's too): with any, the lost record
-			// may be theirs to bring back (their node's reconciliation)
+			// may be theirs to bring back (their node's reconciliation),
+			// or they may not be in c: asked again later (owe)
 			elsewhere := len(u) >= 4 && u[3] > int64(here.n)
-			if !elsewhere && !isIn(here.convs, c) {
+			switch {
+			case isIn(here.convs, c): // a live socket here says it (owe)
+			case elsewhere:
+				e.oweLeave(c, s.user, lostAt, reasonOf(mode), now)
+			default:
 				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: lostAt, Reason: reasonOf(mode)})
 			}
 		}
@@ -310,6 +315,80 @@ func (e *RedisEngine) owe(user string) {
 			s.failed = true
 		}
 	}
+}
+
+type owedKey struct{ conv, user string }
+
+// owedLeave is a leave held back for a user's sockets on other nodes.
+type owedLeave struct {
+	at     time.Time // the removal's moment (the leave's date)
+	reason string
+	due    time.Time // node clock: when to ask again
+}
+
+// oweLeave holds back the leave of user from conv, whose member record a
+// lost removal found missing while Redis listed sockets of the user on
+// other nodes: if one of them is in conv, its node's reconciliation brings
+// the record back, without a word (a leave told meanwhile stood until
+// then); if none is, nobody else will announce it. So the question is
+// asked again once that reconciliation is sure to have run (owedAfter):
+// until 2026-12-07 it never was, and a user whose other sockets were not
+// in conv stayed in its rosters for good.
+func (e *RedisEngine) oweLeave(conv, user string, at time.Time, reason string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := owedKey{conv, user}
+	if _, ok := e.owed[k]; !ok {
+		e.owed[k] = owedLeave{at: at, reason: reason, due: now.Add(e.owedAfter())}
+	}
+}
+
+// owedAfter is how long a held-back leave waits: past the member checks
+// of every node's reconciliation (two of every memberCheckEvery, the
+// second registering again what both found missing: at most
+// memberCheckEvery+1 reconciliations after a loss), with some to spare.
+func (e *RedisEngine) owedAfter() time.Duration {
+	return (memberCheckEvery + 4) * e.rcfg.ReconcileEvery
+}
+
+// runOwed announces the held-back leaves that are due whose member record
+// is still missing, unless a live socket here has joined the conversation
+// since (its own removal says it then). A read that fails keeps its leave
+// for the next tick.
+func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
+	e.mu.Lock()
+	var due []owedKey
+	for k, o := range e.owed {
+		if !now.Before(o.due) {
+			due = append(due, k)
+		}
+	}
+	e.mu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	pipe := e.rdb.Pipeline()
+	recs := make([]*redis.BoolCmd, len(due))
+	for i, k := range due {
+		recs[i] = pipe.HExists(ctx, e.conv(k.conv).m, k.user)
+	}
+	err := e.exec(ctx, pipe)
+	var b batch
+	for i, k := range due {
+		if recs[i].Err() != nil {
+			continue
+		}
+		here := e.userHere(k.user)
+		e.mu.Lock()
+		o := e.owed[k]
+		delete(e.owed, k)
+		e.mu.Unlock()
+		if !recs[i].Val() && !isIn(here.convs, k.conv) {
+			b = append(b, Event{Kind: EventLeave, ConversationID: k.conv, UserID: k.user, At: o.at, Reason: o.reason})
+		}
+	}
+	e.emit(ctx, b)
+	return unavailable("held-back leaves", err)
 }
 
 // userHere is what this node's live sockets of a user hold: how many they

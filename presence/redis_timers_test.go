@@ -649,6 +649,37 @@ func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
 	}
 }
 
+// A user whose records Redis lost while a disconnect failed, and whose
+// other socket, on another node, is not in the conversation, is announced
+// leaving it once that node's member checks had time to bring a record
+// back and did not (held back for them first, as above): before, the
+// leave was held back for good, and the user stayed in the roster.
+func TestRedisLostRecordOfAUserElsewhereNotThereLeaves(t *testing.T) {
+	f := newFakeClockRedis(t)
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	f.tick(t, n1)
+	f.tick(t, n2)
+	connectJoin(t, n1, "b1", "bob", "c1")
+	connectJoin(t, n2, "b2", "bob", "c2")
+	connectJoin(t, n2, "a1", "alice", "c1")
+	f.rec.Take()
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	f.loseMembers(t, "c1")
+	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
+		t.Fatalf("events %q: bob's leave of c1 told %d times, want once", got, n)
+	}
+	if slices.Contains(got, "status bob offline") {
+		t.Fatalf("events %q: bob offline, but b2 is still connected", got)
+	}
+	if got := rosterUsers(t, n2, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("roster %v, want alice", got)
+	}
+	if got := rosterUsers(t, n2, "c2"); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("roster of c2 %v, want bob", got)
+	}
+}
+
 // A leave held back for another socket of the user on this node is told
 // at that socket's own removal if the record is still missing then (it
 // went before the reconciliation listed it again): before, nobody told it.
