@@ -622,23 +622,32 @@ func TestRedisDisconnectNowReplyLost(t *testing.T) {
 	}
 }
 
+// lostRecordOfAUserElsewhere: bob's socket b1 on n1 in c1 disconnects
+// while Redis fails, and c1's member records are lost; bob's socket b2 on
+// n2 is in bobConv, alice's a1 on n2 in c1. It returns n2 and the events
+// of 12 rounds of ticks of both nodes, 30 s apart (past the member checks
+// and the held-back leave's question, owedAfter).
+func lostRecordOfAUserElsewhere(t *testing.T, bobConv string) (*presence.RedisEngine, []string) {
+	f := newFakeClockRedis(t)
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	f.tick(t, n1)
+	f.tick(t, n2)
+	connectJoin(t, n1, "b1", "bob", "c1")
+	connectJoin(t, n2, "b2", "bob", bobConv)
+	connectJoin(t, n2, "a1", "alice", "c1")
+	f.rec.Take()
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	f.loseMembers(t, "c1")
+	return n2, f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+}
+
 // The retry of a failed disconnect tells no leave while Redis's user
 // record lists another socket of the user (here on another node, which
 // saw no failure): the lost record may be that socket's to bring back,
 // and a leave told then stood until that node's next check of its member
 // records, minutes later (a review, 2026-12-07).
 func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
-	f := newFakeClockRedis(t)
-	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
-	f.tick(t, n1)
-	f.tick(t, n2)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n2, "b2", "bob", "c1")
-	connectJoin(t, n2, "a1", "alice", "c1")
-	f.rec.Take()
-	f.failDisconnect(t, n1, "b1", "fail", false)
-	f.loseMembers(t, "c1")
-	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+	n2, got := lostRecordOfAUserElsewhere(t, "c1")
 	for _, ev := range got {
 		if strings.HasPrefix(ev, "leave c1 bob") || ev == "status bob offline" {
 			t.Fatalf("events %q: %q, but bob is still in c1 through n2", got, ev)
@@ -655,17 +664,7 @@ func TestRedisLostRecordOfAUserElsewhereNoLeave(t *testing.T) {
 // back and did not (held back for them first, as above): before, the
 // leave was held back for good, and the user stayed in the roster.
 func TestRedisLostRecordOfAUserElsewhereNotThereLeaves(t *testing.T) {
-	f := newFakeClockRedis(t)
-	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
-	f.tick(t, n1)
-	f.tick(t, n2)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n2, "b2", "bob", "c2")
-	connectJoin(t, n2, "a1", "alice", "c1")
-	f.rec.Take()
-	f.failDisconnect(t, n1, "b1", "fail", false)
-	f.loseMembers(t, "c1")
-	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+	n2, got := lostRecordOfAUserElsewhere(t, "c2")
 	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
 		t.Fatalf("events %q: bob's leave of c1 told %d times, want once", got, n)
 	}
