@@ -89,6 +89,10 @@ type RedisEngine struct {
 	// again once those nodes' reconciliations had time to bring the
 	// member record back (runOwed)
 	owed map[owedKey]owedLeave
+	// graces are the flap graces this node started whose end no lease
+	// renewal has shown {g} intact past yet, in the order they end;
+	// orphans those a resync handed to runGraces (redis_graces.go)
+	graces, orphans []graceNote
 	// memberChecks: how many reconciliations to come read the member
 	// records of this node's sockets (unlisted): two after Redis failed
 	// (a command or a tick), and two of every memberCheckEvery
@@ -359,6 +363,9 @@ func (e *RedisEngine) Tick(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := e.runOwed(ctx, now); err != nil {
+		errs = append(errs, err)
+	}
+	if err := e.runGraces(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {

@@ -71,8 +71,10 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (
 	switch v[0] {
 	case 1:
 		renewed = true
+		e.leaseIntact(now)
 	case 2:
 		e.log.Warn("this node's lease had lapsed (a stall of Redis or of this node); renewed before anyone reaped it")
+		e.leaseIntact(now)
 	case 3:
 		if probation > 0 {
 			e.tentative = t0.Add(e.cfg.LeaseTTL)
@@ -140,6 +142,7 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 	if err := e.register(ctx, socks, now); err != nil {
 		return err
 	}
+	e.orphanGraces()
 	return e.resyncTyping(ctx, now)
 }
 

@@ -245,16 +245,18 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if err != nil {
 		return nil, unavailable("disconnect", err)
 	}
-	if mode == "grace" && grace > 0 {
-		// After the round trip: Redis's clock (the timers') has passed the
-		// moment the grace started, if it is this machine's.
-		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
-	}
 	lostAt := lastProof
 	if lostAt.IsZero() {
 		lostAt = now
 	}
 	u, _ := user.Int64Slice()
+	if mode == "grace" && grace > 0 {
+		// After the round trip: Redis's clock (the timers') has passed the
+		// moment the grace started, if it is this machine's.
+		e.alarm.set(time.Now().Add(e.cfg.FlapGrace))
+		e.noteGrace(graceNote{user: s.user, convs: convs, at: lostAt, end: lostAt.Add(e.cfg.FlapGrace),
+			userWide: len(u) >= 4 && u[0] == 0 && u[2] == 0 && u[3] == 0})
+	}
 	var here *userHere // this node's live sockets of the user, if lost asks
 	var b batch
 	for i, c := range convs {

@@ -708,3 +708,63 @@ func TestRedisHeldBackLeaveToldByTheLastSocket(t *testing.T) {
 		t.Fatalf("roster %v, want alice", got)
 	}
 }
+
+// loseG deletes the keys of slot {g} (the users' records, the timers, the
+// leases), as a Redis Cluster master without replica that held them and
+// came back empty lost them; the conversations' records stay.
+func loseG(t *testing.T, f *fakeClockRedis) {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	iter := f.rdb.Scan(ctx, 0, f.prefix+":{g}:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n += int(f.rdb.Del(ctx, iter.Val()).Val())
+	}
+	if n == 0 {
+		t.Fatal("no key of {g} to lose")
+	}
+}
+
+// A flap grace under way when Redis loses {g}'s data, its timers with it,
+// is ended by the node that started it once its resync finds the loss:
+// the leave goes out when the grace ends, and the offline status with the
+// disconnect as last seen. Before, nothing ended it: the user stayed in
+// the rosters (as away) for good, and subscribers never saw them go (a
+// black-box audit of a {g} master lost without replica, 2026-12-07).
+func TestRedisGraceEndsAfterItsTimersLost(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "b1", "bob", "c1")
+	connectJoin(t, n1, "a1", "alice", "c1")
+	f.rec.Take()
+	gone := f.clock.Now()
+	if err := n1.Disconnect(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	loseG(t, f)
+	var got []string
+	var offline []presence.Event
+	for range 8 { // a second apart: the grace is 3 s
+		f.clock.Advance(time.Second)
+		if err := n1.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range f.rec.TakeEvents() {
+			got = append(got, enginetest.Render(ev))
+			if ev.Kind == presence.EventStatus && ev.UserID == "bob" {
+				offline = append(offline, ev)
+			}
+		}
+	}
+	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
+		t.Errorf("events %q: bob's leave told %d times, want once", got, n)
+	}
+	if len(offline) != 1 || offline[0].Status != presence.Offline || !offline[0].LastSeen.Equal(gone) {
+		t.Errorf("bob's status events %+v, want one offline, last seen at the disconnect (%v)", offline, gone)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Errorf("roster %v, want alice", got)
+	}
+}
