@@ -55,7 +55,7 @@ func redisBufferAt(tb testing.TB, c *redis.Client, prefix string) *lastseen.Redi
 		t, d, cl := b.Keys()
 		c := redis.NewClient(redistest.Options(tb))
 		defer c.Close()
-		c.Del(context.Background(), t, d, cl)
+		c.Del(context.Background(), t, d, cl, b.EpochKey())
 	})
 	return b
 }

@@ -2,10 +2,14 @@ package lastseen
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,6 +27,14 @@ type RedisConfig struct {
 	Prefix string
 	// RecordChunk bounds the users written by one script call, 1000.
 	RecordChunk int
+	// Keep is how long the buffer keeps in memory the times this process
+	// recorded, to record them again if Redis loses them (see epoch), 2
+	// minutes: longer than a flush interval, so that the times are in the
+	// store by then.
+	Keep time.Duration
+	// Log gets a line when recorded times are written again; slog's
+	// default if nil.
+	Log *slog.Logger
 }
 
 // Redis is the cluster-mode Buffer, shared by every node. Its keys carry
@@ -33,12 +45,36 @@ type RedisConfig struct {
 //	<prefix>:{lastseen}:dirty    set   users changed since their last write to the store
 //	<prefix>:{lastseen}:claimed  zset  user → claim time (Unix ms), users being written
 //
+//	<prefix>:{lastseen}:epoch    string a random id, set by the first node to find none
+//
 // Every change is one Lua script (lua/*.lua), so a crash can never leave a
 // user neither dirty, claimed nor written.
+//
+// Redis can lose the slot's keys (a restart without persistence, a Redis
+// Cluster master without replica that came back empty), and with them the
+// times not yet flushed: a user's last seen went back to an older one from
+// the store, or to none (a black-box audit, 2026-12-07). So each process
+// keeps the times it recorded for Keep, and reads the epoch at each
+// Requeue (a flush): if it changed, the keys were lost, and those times
+// are recorded again.
 type Redis struct {
 	c                     redis.UniversalClient
 	times, dirty, claimed string
+	epochKey              string
 	chunk                 int
+	keep                  time.Duration
+	log                   *slog.Logger
+
+	mu     sync.Mutex
+	epoch  string                    // the epoch last read ("" before)
+	recent map[string]store.LastSeen // user → the latest time recorded here, within keep
+	order  []recorded                // recent's entries in the order recorded
+}
+
+// recorded is a time recorded by this process, and when.
+type recorded struct {
+	user string
+	at   time.Time
 }
 
 var _ Buffer = (*Redis)(nil)
@@ -71,9 +107,19 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) *Redis {
 	if cfg.RecordChunk <= 0 {
 		cfg.RecordChunk = 1000
 	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = 2 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
 	base := cfg.Prefix + ":{lastseen}"
-	return &Redis{c: client, times: base, dirty: base + ":dirty", claimed: base + ":claimed", chunk: cfg.RecordChunk}
+	return &Redis{c: client, times: base, dirty: base + ":dirty", claimed: base + ":claimed", epochKey: base + ":epoch",
+		chunk: cfg.RecordChunk, keep: cfg.Keep, log: cfg.Log, recent: map[string]store.LastSeen{}}
 }
+
+// EpochKey returns the key of the buffer's epoch (see Redis).
+func (r *Redis) EpochKey() string { return r.epochKey }
 
 // Keys returns the buffer's Redis keys: times, dirty and claimed.
 func (r *Redis) Keys() (times, dirty, claimed string) { return r.times, r.dirty, r.claimed }
@@ -96,9 +142,84 @@ func (r *Redis) Record(ctx context.Context, entries []store.LastSeen) error {
 		if err := recordScript.Run(ctx, r.c, []string{r.times, r.dirty}, args...).Err(); err != nil {
 			return redisErr("record", err)
 		}
+		r.remember(entries[:n])
 		entries = entries[n:]
 	}
 	return nil
+}
+
+// remember keeps recorded times for keep (the latest of each user).
+func (r *Redis) remember(entries []store.LastSeen) {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range entries {
+		if old, ok := r.recent[e.UserID]; !ok || old.At.Before(e.At) {
+			r.recent[e.UserID] = e
+		}
+		r.order = append(r.order, recorded{e.UserID, now})
+	}
+	r.forgetLocked(now)
+}
+
+// forgetLocked drops the times recorded more than keep ago (a user
+// recorded since keeps its latest).
+func (r *Redis) forgetLocked(now time.Time) {
+	i := 0
+	for i < len(r.order) && now.Sub(r.order[i].at) > r.keep {
+		i++
+	}
+	if i == 0 {
+		return
+	}
+	last := map[string]time.Time{}
+	for _, o := range r.order[i:] {
+		last[o.user] = o.at
+	}
+	for _, o := range r.order[:i] {
+		if _, again := last[o.user]; !again {
+			delete(r.recent, o.user)
+		}
+	}
+	r.order = append(r.order[:0], r.order[i:]...)
+}
+
+// newEpoch is a random epoch.
+func newEpoch() string {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return hex.EncodeToString(id[:])
+}
+
+// checkEpoch reads the buffer's epoch (setting this process's if there is
+// none) and, if it changed since the last read, records again the times
+// recorded here within keep: Redis lost them.
+func (r *Redis) checkEpoch(ctx context.Context) error {
+	cand := newEpoch() // (a new one each time: this process's last would look unchanged)
+	epoch, err := r.c.SetArgs(ctx, r.epochKey, cand, redis.SetArgs{Mode: "NX", Get: true}).Result()
+	if errors.Is(err, redis.Nil) {
+		epoch, err = cand, nil
+	}
+	if err != nil {
+		return redisErr("epoch", err)
+	}
+	r.mu.Lock()
+	lost := r.epoch != "" && epoch != r.epoch
+	r.epoch = epoch
+	var again []store.LastSeen
+	if lost {
+		r.forgetLocked(time.Now())
+		again = make([]store.LastSeen, 0, len(r.recent))
+		for _, e := range r.recent {
+			again = append(again, e)
+		}
+	}
+	r.mu.Unlock()
+	if len(again) == 0 {
+		return nil
+	}
+	r.log.Warn("redis lost the last-seen buffer (its epoch changed): recording again the times this node recorded lately", "users", len(again))
+	return r.Record(ctx, again)
 }
 
 // Raise implements Buffer: one ZADD XX GT per chunk of users, in one
@@ -212,8 +333,12 @@ func (r *Redis) end(ctx context.Context, c Claim, release string) error {
 	return nil
 }
 
-// Requeue implements Buffer.
+// Requeue implements Buffer. It reads the epoch first (checkEpoch): every
+// flush does, on every node.
 func (r *Redis) Requeue(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := r.checkEpoch(ctx); err != nil {
+		return 0, err
+	}
 	total := 0
 	for {
 		n, err := requeueScript.Run(ctx, r.c, []string{r.claimed, r.dirty}, timestamp.Millis(cutoff), r.chunk).Int()

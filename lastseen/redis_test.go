@@ -118,3 +118,38 @@ func TestRedisRaiseChunks(t *testing.T) {
 	m := t0.Add(time.Minute)
 	wantGet(t, b, append(ids, "f"), []time.Time{m, m, m, m, m, {}})
 }
+
+// Times recorded by this process and not yet flushed come back when Redis
+// loses the buffer's keys (a restart without persistence, a Redis Cluster
+// master without replica back empty): the next flush finds the epoch
+// changed and records them again. Before, a user's last seen went back to
+// an older one, or to none.
+func TestRedisBufferLossRecordedAgain(t *testing.T) {
+	ctx := t.Context()
+	b, c := redisBuffer(t)
+	other, _ := redisBuffer(t) // another buffer, under another prefix: untouched
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0}, {UserID: "b", At: t0.Add(time.Second)}}))
+	_, err := b.Requeue(ctx, t0) // the epoch read
+	must(t, err)
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0.Add(2 * time.Second)}}))
+	times, dirty, claimed := b.Keys()
+	must(t, c.Del(ctx, times, dirty, claimed, b.EpochKey()).Err())
+	wantGet(t, b, []string{"a", "b"}, []time.Time{{}, {}})
+	_, err = b.Requeue(ctx, t0)
+	must(t, err)
+	wantGet(t, b, []string{"a", "b"}, []time.Time{t0.Add(2 * time.Second), t0.Add(time.Second)})
+	cl, err := b.Claim(ctx, 10, t0)
+	must(t, err)
+	if len(cl.Entries) != 2 {
+		t.Fatalf("claimed %v after the loss, want a and b dirty again", cl.Entries)
+	}
+	// a Requeue with the epoch unchanged records nothing again
+	must(t, b.Ack(ctx, cl))
+	_, err = b.Requeue(ctx, t0)
+	must(t, err)
+	if cl, err := b.Claim(ctx, 10, t0); err != nil || len(cl.Entries) != 0 {
+		t.Fatalf("claimed %v, %v with the epoch unchanged, want nothing", cl.Entries, err)
+	}
+	_, err = other.Requeue(ctx, t0)
+	must(t, err)
+}

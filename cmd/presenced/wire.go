@@ -257,7 +257,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 			log.Warn("redis not reachable at start; will retry", "err", perr)
 		}
 		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return redisAnswers(ctx, a.rdb) }})
-		buf = lastseen.NewRedis(a.rdb, lastseen.RedisConfig{Prefix: cfg.RedisPrefix})
+		// (each node keeps the times it recorded past three flushes, to
+		// record them again if Redis loses the buffer)
+		buf = lastseen.NewRedis(a.rdb, lastseen.RedisConfig{Prefix: cfg.RedisPrefix, Keep: max(2*time.Minute, 3*cfg.LastSeenFlush), Log: log})
 		lcfg.DirectActivity = true // activity costs Redis no entry (see DirectActivity)
 	} else {
 		buf = lastseen.NewMemory()
