@@ -331,8 +331,8 @@ type owedLeave struct {
 // oweLeave holds back the leave of user from conv, whose member record a
 // lost removal found missing while Redis listed sockets of the user on
 // other nodes: if one of them is in conv, its node's reconciliation brings
-// the record back, without a word (a leave told meanwhile stood until
-// then); if none is, nobody else will announce it. So the question is
+// the record back (a leave told meanwhile stood until then, minutes with a
+// silent loss); if none is, nobody else will announce it. So the question is
 // asked again once that reconciliation is sure to have run (owedAfter):
 // until 2026-12-07 it never was, and a user whose other sockets were not
 // in conv stayed in its rosters for good.
