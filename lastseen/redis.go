@@ -2,9 +2,7 @@ package lastseen
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/internal/redisepoch"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/timestamp"
 )
@@ -184,22 +183,11 @@ func (r *Redis) forgetLocked(now time.Time) {
 	r.order = append(r.order[:0], r.order[i:]...)
 }
 
-// newEpoch is a random epoch.
-func newEpoch() string {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	return hex.EncodeToString(id[:])
-}
-
 // checkEpoch reads the buffer's epoch (setting this process's if there is
 // none) and, if it changed since the last read, records again the times
 // recorded here within keep: Redis lost them.
 func (r *Redis) checkEpoch(ctx context.Context) error {
-	cand := newEpoch() // (a new one each time: this process's last would look unchanged)
-	epoch, err := r.c.SetArgs(ctx, r.epochKey, cand, redis.SetArgs{Mode: "NX", Get: true}).Result()
-	if errors.Is(err, redis.Nil) {
-		epoch, err = cand, nil
-	}
+	epoch, err := redisepoch.Read(ctx, r.c, r.epochKey)
 	if err != nil {
 		return redisErr("epoch", err)
 	}

@@ -60,6 +60,7 @@ type RedisEngine struct {
 
 	kUsers, kDue, kClaimed, kLease, kHolder, kReap, kNode string
 	kTentative                                            string // this node id's tentative claim (nodeLease)
+	kEpoch                                                string // {g}'s epoch (redisepoch)
 
 	token     string           // this process's instance token
 	minLevel  atomic.Int32     // the lowest readerLevel of the live instances, at the last lease renewal
@@ -75,6 +76,7 @@ type RedisEngine struct {
 	takenUntil int64       // while starting: the live holder's expiry first seen
 	tentative  time.Time   // node clock: until when this instance's claim is tentative (nodeLease)
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
+	gEpoch     string      // {g}'s epoch (redisepoch) as last read: a resync that reads another knows {g}'s keys were lost
 	reaped     prometheus.Counter
 
 	mu      sync.Mutex
@@ -82,8 +84,12 @@ type RedisEngine struct {
 	lastAct map[string]time.Time // user → when this node next sends the user's activity
 	pending map[string]*rSocket  // disconnected sockets whose cleanup failed; retried by Tick
 	leaving map[string]struct{}  // disconnected sockets whose removal is under way
-	lastRec time.Time            // the last reconciliation
-	missing map[string]struct{}  // live sockets the last reconciliation found missing from Redis (registerMissing)
+	// leavingConv holds the conversations whose Leave is under way, by
+	// socket: a typing start of the socket there is refused, or taken back
+	// if it was under way too (joinedSocket)
+	leavingConv map[sidConv]struct{}
+	lastRec     time.Time           // the last reconciliation
+	missing     map[string]struct{} // live sockets the last reconciliation found missing from Redis (registerMissing)
 	// owed are leaves a lost removal held back for the user's sockets on
 	// other nodes (removeFrom's lost), by conversation and user: checked
 	// again once those nodes' reconciliations had time to bring the
@@ -163,10 +169,10 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 	e := &RedisEngine{
 		rdb: rdb, cfg: cfg, rcfg: rcfg, log: rcfg.Log,
 		kUsers: p + ":{g}:users", kDue: p + ":{g}:due", kClaimed: p + ":{g}:claimed", kLease: p + ":{g}:lease", kHolder: p + ":{g}:holder", kReap: p + ":{g}:reap",
-		kTentative: p + ":{g}:tentative:" + cfg.NodeID,
-		token:      randomToken(),
-		local:      map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{}, owed: map[owedKey]owedLeave{},
-		leaving:     map[string]struct{}{},
+		kTentative: p + ":{g}:tentative:" + cfg.NodeID, kEpoch: p + ":{g}:epoch",
+		token: randomToken(),
+		local: map[string]*rSocket{}, pending: map[string]*rSocket{}, lastAct: map[string]time.Time{}, owed: map[owedKey]owedLeave{},
+		leaving: map[string]struct{}{}, leavingConv: map[sidConv]struct{}{},
 		regBuckets:  regMinBuckets,
 		alarm:       newAlarm(alarmStep, alarmGap),
 		typingAlarm: newAlarm(typingAlarmStep, 0),

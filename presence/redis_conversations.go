@@ -165,12 +165,27 @@ func (e *RedisEngine) Leave(ctx context.Context, socketID, conv string) error {
 	now := e.cfg.Now()
 	var b batch
 	if in {
+		// A typing start of the socket there that is under way, and
+		// passed joinedSocket before this mark, may write its entry after
+		// the leave's script ran (its typedBy read before the start was
+		// noted): its check after the write finds the mark (or the
+		// conversation gone) and takes the entry back. Before, the
+		// others saw the user typing until the entry's expiry (a review,
+		// 2026-12-07).
+		lc := sidConv{socketID, conv}
+		e.mu.Lock()
+		e.leavingConv[lc] = struct{}{}
+		e.mu.Unlock()
 		pipe := e.rdb.Pipeline()
 		leave := e.runLeave(ctx, pipe, conv, socketID, s.user, "left", 0, "", false)
 		if err := e.exec(ctx, pipe); err != nil {
+			e.mu.Lock()
+			delete(e.leavingConv, lc)
+			e.mu.Unlock()
 			return unavailable("leave", err)
 		}
 		e.mu.Lock()
+		delete(e.leavingConv, lc)
 		delete(s.convs, conv)
 		delete(s.unsure, conv)
 		reg := registry(s)

@@ -3,8 +3,6 @@ package presence
 import (
 	"context"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // graceNote is a flap grace this node started (a socket's removal in mode
@@ -51,7 +49,10 @@ func (e *RedisEngine) leaseIntact(now time.Time) {
 }
 
 // orphanGraces hands the graces kept to runGraces: the resync found the
-// node's lease gone, with {g}'s timers maybe.
+// node's lease gone and {g}'s epoch changed, so its timers went too. (A
+// node reaped in a stall also finds its lease gone, but {g} intact: the
+// timers end its graces, and ending them here told the offline status
+// twice; a review, 2026-12-07.)
 func (e *RedisEngine) orphanGraces() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -59,12 +60,13 @@ func (e *RedisEngine) orphanGraces() {
 	e.graces = nil
 }
 
-// runGraces ends the orphaned graces that are due: their conversations'
-// timers are set again (convGrace ends each grace still there, and
-// announces the leave, as ever; a timer still there is only moved), and a
-// user whose record is gone, with no socket here, is announced offline,
-// last seen at the disconnect (with a record, the user came back: nothing
-// to end). A round trip that fails keeps them for the next tick.
+// runGraces ends the orphaned graces that are due: each conversation's
+// grace as its timer would (fire: convGrace ends it if it is still there,
+// and its leave goes out), then, for a user whose record is gone with no
+// socket here, the offline status, last seen at the disconnect (with a
+// record, the user came back: nothing to end). A grace whose moment has
+// not come on Redis's clock gets its timer again. A failure keeps the
+// grace for the next tick.
 func (e *RedisEngine) runGraces(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
 	var due []graceNote
@@ -78,36 +80,48 @@ func (e *RedisEngine) runGraces(ctx context.Context, now time.Time) error {
 	}
 	e.orphans = keep
 	e.mu.Unlock()
-	if len(due) == 0 {
-		return nil
-	}
-	pipe := e.rdb.Pipeline()
-	recs := make([]*redis.BoolCmd, len(due))
-	for i, n := range due {
-		for _, c := range n.convs {
-			dueIn.Run(ctx, pipe, []string{e.kDue}, "g\t"+c+"\t"+n.user, 0, 0, e.clk())
-		}
-		if n.userWide {
-			recs[i] = pipe.HExists(ctx, e.kUsers, n.user)
-		}
-	}
-	err := e.exec(ctx, pipe)
-	e.duePoll.scheduled()
-	if err != nil {
-		e.mu.Lock()
-		e.orphans = append(e.orphans, due...)
-		e.mu.Unlock()
-		return unavailable("flap graces", err)
-	}
-	var b batch
-	for i, n := range due {
-		if recs[i] == nil || recs[i].Val() {
+	var failed []graceNote
+	var err error
+	for _, n := range due {
+		var b batch
+		if b, err = e.endGrace(ctx, n, now); err != nil {
+			failed = append(failed, n)
 			continue
 		}
-		if e.userHere(n.user).n == 0 {
-			b = append(b, Event{Kind: EventStatus, UserID: n.user, At: now, Status: Offline, LastSeen: n.at})
-		}
+		e.emit(ctx, b)
 	}
-	e.emit(ctx, b)
-	return nil
+	if len(failed) > 0 {
+		e.mu.Lock()
+		e.orphans = append(e.orphans, failed...)
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// endGrace ends one orphaned grace (runGraces) and returns its events.
+func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) (batch, error) {
+	var b batch
+	for _, c := range n.convs {
+		item := "g\t" + c + "\t" + n.user
+		ev, wait, err := e.fire(ctx, item, now)
+		if err == nil && wait > 0 {
+			err = dueIn.Run(ctx, e.rdb, []string{e.kDue}, item, wait, 0, e.clk()).Err()
+			e.duePoll.scheduled()
+		}
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, ev...)
+	}
+	if !n.userWide {
+		return b, nil
+	}
+	rec, err := e.rdb.HExists(ctx, e.kUsers, n.user).Result()
+	if err != nil {
+		return nil, unavailable("flap graces", err)
+	}
+	if !rec && e.userHere(n.user).n == 0 {
+		b = append(b, Event{Kind: EventStatus, UserID: n.user, At: now, Status: Offline, LastSeen: n.at})
+	}
+	return b, nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/redisepoch"
 )
 
 // leaseDue reports whether the lease must be claimed or renewed now.
@@ -117,6 +119,11 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (
 		}
 		e.resyncDue = false
 	}
+	if e.gEpoch == "" {
+		// (once: a resync compares with it; an error leaves it for the
+		// next renewal)
+		e.gEpoch, _ = redisepoch.Read(ctx, e.rdb, e.kEpoch)
+	}
 	return renewed, nil
 }
 
@@ -139,10 +146,19 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 			return unavailable("resync", err)
 		}
 	}
+	// {g}'s epoch, read before the register writes anything there: a new
+	// one (or none read before) says Redis lost {g}'s keys, and with them
+	// the timers of the graces under way
+	epoch, eerr := redisepoch.Read(ctx, e.rdb, e.kEpoch)
 	if err := e.register(ctx, socks, now); err != nil {
 		return err
 	}
-	e.orphanGraces()
+	if eerr != nil || epoch != e.gEpoch {
+		e.orphanGraces()
+	}
+	if eerr == nil {
+		e.gEpoch = epoch
+	}
 	return e.resyncTyping(ctx, now)
 }
 

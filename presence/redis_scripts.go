@@ -12,7 +12,13 @@ import "github.com/redis/go-redis/v9"
 //                (joined by ","; see memberLib)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing (the node
 //                that wrote an entry knows which socket typed: redis_typing.go)
+//   P:{c:C}:ll:U STRING, for owedAfter and a minute: U's leave of C was told
+//                by a removal that found U's records lost (removeFrom), so a
+//                leave held back for U's sockets elsewhere is not told again
 // cluster-wide, slot {g}
+//   P:{g}:epoch  STRING a random value, set by the first reader that finds
+//                none: another one than a node read before says {g}'s keys
+//                were lost (redis_graces.go)
 //   P:{g}:users  HASH user → "n|activity|status|graceDeadline|disconnectedAt|sockets"
 //                (sockets: the user's n socket ids, joined by ","; see userLib)
 //   P:{g}:usk:U  SET of U's sockets, in records of releases before 2026-12-02

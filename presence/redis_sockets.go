@@ -259,6 +259,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	}
 	var here *userHere // this node's live sockets of the user, if lost asks
 	var b batch
+	var told []string // the conversations of leaves lost records made this removal tell
 	for i, c := range convs {
 		v, _ := leaves[i].Int64Slice()
 		if len(v) < 3 {
@@ -285,6 +286,7 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 				e.oweLeave(c, s.user, lostAt, reasonOf(mode), now)
 			default:
 				b = append(b, Event{Kind: EventLeave, ConversationID: c, UserID: s.user, At: lostAt, Reason: reasonOf(mode)})
+				told = append(told, c)
 			}
 		}
 	}
@@ -301,7 +303,32 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if here != nil && here.n > 0 {
 		e.owe(s.user) // what was held back for them
 	}
+	e.markToldLeaves(ctx, s.user, told)
 	return b, nil
+}
+
+// markToldLeaves notes in Redis, for a while, the leaves of user from convs
+// that a removal told for lost records (best effort): a leave of theirs
+// another node held back (oweLeave) is not told again. Before, when two
+// sockets of a user on two nodes went during one outage, the second
+// removal told the leave and the first node told it again minutes later
+// (a review, 2026-12-07).
+func (e *RedisEngine) markToldLeaves(ctx context.Context, user string, convs []string) {
+	if len(convs) == 0 {
+		return
+	}
+	pipe := e.rdb.Pipeline()
+	for _, c := range convs {
+		pipe.Set(ctx, e.toldLeaveKey(c, user), "1", e.owedAfter()+time.Minute)
+	}
+	if err := e.exec(ctx, pipe); err != nil {
+		e.log.Warn("could not note leaves told for lost records", "user_id", user, "err", err)
+	}
+}
+
+// toldLeaveKey is P:{c:C}:ll:U (markToldLeaves).
+func (e *RedisEngine) toldLeaveKey(conv, user string) string {
+	return e.rcfg.Prefix + ":{c:" + conv + "}:ll:" + user
 }
 
 // owe marks this node's live sockets of user: an announcement of the user's
@@ -354,8 +381,9 @@ func (e *RedisEngine) owedAfter() time.Duration {
 }
 
 // runOwed announces the held-back leaves that are due whose member record
-// is still missing, unless a live socket here has joined the conversation
-// since (its own removal says it then). A read that fails keeps its leave
+// is still missing, unless another node's removal told it meanwhile
+// (markToldLeaves) or a live socket here has joined the conversation since
+// (its own removal says it then). A read that fails keeps its leave
 // for the next tick.
 func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
@@ -371,13 +399,15 @@ func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
 	}
 	pipe := e.rdb.Pipeline()
 	recs := make([]*redis.BoolCmd, len(due))
+	told := make([]*redis.IntCmd, len(due))
 	for i, k := range due {
 		recs[i] = pipe.HExists(ctx, e.conv(k.conv).m, k.user)
+		told[i] = pipe.Exists(ctx, e.toldLeaveKey(k.conv, k.user))
 	}
 	err := e.exec(ctx, pipe)
 	var b batch
 	for i, k := range due {
-		if recs[i].Err() != nil {
+		if recs[i].Err() != nil || told[i].Err() != nil {
 			continue
 		}
 		here := e.userHere(k.user)
@@ -385,7 +415,7 @@ func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
 		o := e.owed[k]
 		delete(e.owed, k)
 		e.mu.Unlock()
-		if !recs[i].Val() && !isIn(here.convs, k.conv) {
+		if !recs[i].Val() && told[i].Val() == 0 && !isIn(here.convs, k.conv) {
 			b = append(b, Event{Kind: EventLeave, ConversationID: k.conv, UserID: k.user, At: o.at, Reason: o.reason})
 		}
 	}

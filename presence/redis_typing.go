@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// joinedSocket returns a local socket joined to conv, and not leaving it.
 func (e *RedisEngine) joinedSocket(socketID, conv string) (*rSocket, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -25,8 +26,13 @@ func (e *RedisEngine) joinedSocket(socketID, conv string) (*rSocket, error) {
 	if _, in := s.convs[conv]; !in {
 		return nil, ErrNotJoined
 	}
+	if _, leaving := e.leavingConv[sidConv{socketID, conv}]; leaving {
+		return nil, ErrNotJoined
+	}
 	return s, nil
 }
+
+type sidConv struct{ sid, conv string }
 
 // TypingStart implements Engine.
 func (e *RedisEngine) TypingStart(ctx context.Context, socketID, conv string) error {
@@ -146,8 +152,9 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 // entry to take (typedBy), and the entry stayed until its expiry (1 race
 // in 100 of TestTypingStartRacingDisconnect). If the entry is still the
 // start's, it goes: unannounced if the start added it, else (it moved the
-// user's entry of another socket, shown typing) with the stop. The caller
-// gets ErrNotJoined.
+// user's entry, shown typing) with the stop. That entry may have been
+// another socket's of the user, still typing: it shows typing again at
+// its next start. The caller gets ErrNotJoined.
 func (e *RedisEngine) typingTakeBack(ctx context.Context, k convKeys, conv, user, sid string, exp int64, added bool, now time.Time) error {
 	removed, err := typingTakeBack.Run(ctx, e.rdb, []string{k.ty}, user, exp).Int()
 	if err != nil {
