@@ -301,21 +301,19 @@ func (a *NamespaceAdapter) Reachable() error {
 // this node's subscription there. Reachable's one open breaker anywhere
 // made every room refuse `state:set` while one master was down (for good
 // if it had no replica; a black-box audit of 2026-12-06). A subscription
-// still being made (a first member here has just joined) says nothing of
-// its master yet: Reachable's answer then.
+// lost, or that failed (lost too), refuses; one still being made (a first
+// member here has just joined) counts its lane's breaker alone, as one
+// made does: falling back to Reachable refused a healthy room while
+// another master was down (a review, 2026-12-07).
 func (a *NamespaceAdapter) ReachableRoom(room socket.Room) error {
 	if !a.sharded || !a.b.pub.perMaster() || !a.usesDynamicChannel(room) {
 		return a.Reachable()
 	}
 	ch := a.channel + string(room) + "#"
-	switch {
-	case a.sub.isSubscribed(ch):
-		return a.b.pub.unavailableFor(ch)
-	case a.sub.isLost(ch):
+	if a.sub.isLost(ch) {
 		return fmt.Errorf("%w: the subscription to the room's channel is lost", ErrRedisUnavailable)
-	default:
-		return a.Reachable()
 	}
+	return a.b.pub.unavailableFor(ch)
 }
 
 // Close ends the adapter's subscriptions and pending requests. The Socket.IO

@@ -1,6 +1,7 @@
 package adapter_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/adapter"
 	"github.com/presenced/presenced/internal/redistest"
@@ -174,4 +176,71 @@ func waitPromotion(t *testing.T, procs map[string]*redistest.Proc, dead string) 
 	}
 	t.Fatal("no replica took over from the dead master within 15 s")
 	return time.Time{}
+}
+
+// On a Redis Cluster in sharded mode, a room whose channel's master is
+// dead (no replica) is refused by ReachableRoom even when this node's
+// subscription there was never confirmed (its first member here joined
+// after the death): before, it was neither subscribed nor lost, and
+// Reachable's answer (the main channels, on live masters here) accepted
+// it, so that a `state:set` was acked and never reached the other nodes (a
+// review, 2026-12-07). A room joined at the same time on a live master is
+// accepted.
+func TestReachableRoomOfRoomsJoinedAfterAMastersDeath(t *testing.T) {
+	ctx := context.Background()
+	procs := redistest.ClusterPartial(t)
+	var addrs []string
+	for a := range procs {
+		addrs = append(addrs, a)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
+	t.Cleanup(func() { cc.Close() })
+	prefix := uniquePrefix(t)
+	n := startGoNode(t, "n1", cc, adapter.Config{Prefix: prefix, Sharded: true, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second})
+	a := n.adapter()
+	eventually(t, 5*time.Second, "main channels subscribed", func() bool { return a.Subscribed("") })
+	master := func(ch string) string {
+		node, err := cc.MasterForKey(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Options().Addr
+	}
+	// a master that holds neither of the node's own channels
+	used := map[string]bool{master(prefix + "#/#"): true, master(prefix + "#/#" + a.UID() + "#"): true}
+	victim := ""
+	for addr := range procs {
+		if !used[addr] {
+			victim = addr
+		}
+	}
+	onVictim, healthy := "", ""
+	for i := 0; onVictim == "" || healthy == ""; i++ {
+		r := fmt.Sprintf("room%d", i)
+		if master(prefix+"#/#"+r+"#") == victim {
+			onVictim = cmp.Or(onVictim, r)
+		} else {
+			healthy = cmp.Or(healthy, r)
+		}
+	}
+	procs[victim].Kill()
+	time.Sleep(1500 * time.Millisecond) // gone for good
+	a.AddAll(socket.SocketId("s1"), types.NewSet(socket.Room(onVictim), socket.Room(healthy)))
+	eventually(t, 5*time.Second, "subscribed to the room on a live master", func() bool { return a.Subscribed(socket.Room(healthy)) })
+	accepted, refused := 0, 0
+	for range 20 {
+		time.Sleep(50 * time.Millisecond)
+		if a.ReachableRoom(socket.Room(onVictim)) == nil {
+			accepted++
+		}
+		if a.ReachableRoom(socket.Room(healthy)) != nil {
+			refused++
+		}
+	}
+	if accepted > 0 {
+		t.Errorf("ReachableRoom accepted %d of 20 checks of a room whose channel's master is dead", accepted)
+	}
+	if refused > 0 {
+		t.Errorf("ReachableRoom refused %d of 20 checks of a room on a live master", refused)
+	}
 }

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -213,7 +214,8 @@ func (s *subscriber) run() {
 	retry.Stop()
 	defer retry.Stop()
 	pause := time.Duration(0)
-	full := true // compare everything, not only the channels changed
+	full := true    // compare everything, not only the channels changed
+	reload := false // connections failed and were closed: reload the slot map
 
 	for {
 		select {
@@ -224,7 +226,12 @@ func (s *subscriber) run() {
 				// A retry is due (retry): a failed connection or a new
 				// channel waits for it. Acting on each kick would redial
 				// at once, and each failure kicks again: with Redis
-				// refusing connections, that spun a core dialing.
+				// refusing connections, that spun a core dialing. A
+				// failed connection is closed at once, though, so that
+				// its channels count as lost, not confirmed, meanwhile.
+				if closeFailed(conns, where) {
+					reload = true
+				}
 				continue
 			}
 		case <-retry.C:
@@ -247,25 +254,8 @@ func (s *subscriber) run() {
 		// audit). A shard channel whose slot moves to another master is
 		// unsubscribed by the server, and subscribed again where it went
 		// (onSubscription).
-		failed := false
-		for _, c := range conns {
-			if c.failed.Load() {
-				failed = true
-			}
-		}
-		if failed {
-			for route, c := range conns {
-				if !c.failed.Load() {
-					continue
-				}
-				c.close()
-				delete(conns, route)
-				for ch, w := range where {
-					if w == c {
-						delete(where, ch)
-					}
-				}
-			}
+		if closeFailed(conns, where) || reload {
+			reload = false
 			if s.cluster != nil {
 				ctx, cancel := context.WithTimeout(s.ctx, dialBudget)
 				s.cluster.ReloadState(ctx)
@@ -294,6 +284,26 @@ func (s *subscriber) run() {
 			pause = 0
 		}
 	}
+}
+
+// closeFailed closes and forgets the failed connections (their channels
+// lost) and reports whether there were any.
+func closeFailed(conns map[string]*subConn, where map[string]*subConn) bool {
+	closed := false
+	for route, c := range conns {
+		if !c.failed.Load() {
+			continue
+		}
+		closed = true
+		c.close()
+		delete(conns, route)
+		for ch, w := range where {
+			if w == c {
+				delete(where, ch)
+			}
+		}
+	}
+	return closed
 }
 
 // checkHealth pings every connection and fails those that went silent.
@@ -410,6 +420,13 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 	}
 
 	// Subscribe what is missing, one command per kind (and slot, on a cluster).
+	// A group that fails marks its channels lost (isLost) and the others
+	// go on: until 2026-12-07 the first failure ended the round, and a
+	// healthy room's subscription could wait behind a dead master's for
+	// several retries; and a channel whose subscription had never been
+	// confirmed was not lost, so that a room on a dead master was taken
+	// for reachable (a review).
+	var firstErr error
 	groups := map[subGroup][]string{}
 	for ch, k := range want { // (want holds only the changed channels unless full)
 		if _, ok := where[ch]; ok {
@@ -419,7 +436,9 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 		if s.cluster != nil && k == kindShard {
 			node, err := s.cluster.MasterForKey(ctx, ch)
 			if err != nil {
-				return fmt.Errorf("route %s: %w", ch, err)
+				s.markLost([]string{ch})
+				firstErr = cmp.Or(firstErr, fmt.Errorf("route %s: %w", ch, err))
+				continue
 			}
 			g.node = node
 			g.route = node.Options().Addr
@@ -433,9 +452,15 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 			c = s.newConn(ctx, g)
 			conns[g.route] = c
 		}
+		if c.failed.Load() {
+			s.markLost(chans)
+			continue
+		}
 		if err := c.subscribe(ctx, g.kind, chans); err != nil {
 			c.fail(err)
-			return err
+			s.markLost(chans)
+			firstErr = cmp.Or(firstErr, err)
+			continue
 		}
 		for _, ch := range chans {
 			c.have[ch] = g.kind
@@ -448,12 +473,27 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 			go c.read()
 		}
 	}
+	if firstErr != nil {
+		return firstErr
+	}
 	for _, c := range conns {
 		if c.failed.Load() {
 			return errors.New("redis subscription connection failed")
 		}
 	}
 	return nil
+}
+
+// markLost marks the wanted channels of chans that are not confirmed as
+// lost: their subscription failed.
+func (s *subscriber) markLost(chans []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range chans {
+		if _, wanted := s.want[ch]; wanted && !s.confirmed[ch] {
+			s.lost[ch] = true
+		}
+	}
 }
 
 func (s *subscriber) newConn(ctx context.Context, g subGroup) *subConn {

@@ -142,12 +142,22 @@ func ClusterWithReplicas(tb testing.TB) map[string]*Proc {
 	return procs
 }
 
+// ClusterPartial starts a Redis Cluster of three masters without replicas
+// that serves the slots of the masters up while one is down
+// (cluster-require-full-coverage no), and returns its servers by address.
+// It skips the test when redis-cli cannot create clusters.
+func ClusterPartial(tb testing.TB) map[string]*Proc {
+	tb.Helper()
+	procs, _ := startCluster(tb, 0, "1000", "--cluster-require-full-coverage", "no")
+	return procs
+}
+
 // startCluster starts three masters with replicas replicas each, joins them
 // with redis-cli --cluster create, and waits until every server says the
 // cluster is ok and every replica has synced with its master (one that has
 // not refuses to take over from it). It returns the servers, by address
 // and in order.
-func startCluster(tb testing.TB, replicas int, nodeTimeout string) (map[string]*Proc, []string) {
+func startCluster(tb testing.TB, replicas int, nodeTimeout string, extra ...string) (map[string]*Proc, []string) {
 	tb.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
@@ -159,7 +169,7 @@ func startCluster(tb testing.TB, replicas int, nodeTimeout string) (map[string]*
 	procs := map[string]*Proc{}
 	var addrs []string
 	for range 3 * (1 + replicas) {
-		p := StartProc(tb, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", nodeTimeout)
+		p := StartProc(tb, append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", nodeTimeout}, extra...)...)
 		procs[p.Addr()] = p
 		addrs = append(addrs, p.Addr())
 	}
