@@ -41,26 +41,10 @@ func TestRedisCluster(t *testing.T) {
 // and those rooms lost their events until the failover was done (a second
 // failover audit).
 func TestClusterMasterLostKeepsOtherShards(t *testing.T) {
-	ctx := context.Background()
 	procs := redistest.ClusterWithReplicas(t)
-	var addrs []string
-	for a := range procs {
-		addrs = append(addrs, a)
-	}
-	client := func() *redis.ClusterClient {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
-		t.Cleanup(func() { cc.Close() })
-		return cc
-	}
-	cc1, cc2 := client(), client()
+	cc1, cc2 := clusterClient(t, procs), clusterClient(t, procs)
 	prefix := uniquePrefix(t)
-	master := func(ch string) string {
-		node, err := cc1.MasterForKey(ctx, ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return node.Options().Addr
-	}
+	master := masterOf(t, cc1)
 	// the nodes' main channel on one master, the room's on another
 	victim := master(prefix + "#/#")
 	room := ""
@@ -187,25 +171,13 @@ func waitPromotion(t *testing.T, procs map[string]*redistest.Proc, dead string) 
 // review, 2026-12-07). A room joined at the same time on a live master is
 // accepted.
 func TestReachableRoomOfRoomsJoinedAfterAMastersDeath(t *testing.T) {
-	ctx := context.Background()
 	procs := redistest.ClusterPartial(t)
-	var addrs []string
-	for a := range procs {
-		addrs = append(addrs, a)
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
-	t.Cleanup(func() { cc.Close() })
+	cc := clusterClient(t, procs)
 	prefix := uniquePrefix(t)
 	n := startGoNode(t, "n1", cc, adapter.Config{Prefix: prefix, Sharded: true, PublishTimeout: 300 * time.Millisecond, RequestsTimeout: time.Second})
 	a := n.adapter()
 	eventually(t, 5*time.Second, "main channels subscribed", func() bool { return a.Subscribed("") })
-	master := func(ch string) string {
-		node, err := cc.MasterForKey(ctx, ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return node.Options().Addr
-	}
+	master := masterOf(t, cc)
 	// a master that holds neither of the node's own channels
 	used := map[string]bool{master(prefix + "#/#"): true, master(prefix + "#/#" + a.UID() + "#"): true}
 	victim := ""
@@ -242,5 +214,29 @@ func TestReachableRoomOfRoomsJoinedAfterAMastersDeath(t *testing.T) {
 	}
 	if refused > 0 {
 		t.Errorf("ReachableRoom refused %d of 20 checks of a room on a live master", refused)
+	}
+}
+
+// clusterClient returns a client of the cluster of procs that reloads its
+// slot map every second.
+func clusterClient(t *testing.T, procs map[string]*redistest.Proc) *redis.ClusterClient {
+	t.Helper()
+	var addrs []string
+	for a := range procs {
+		addrs = append(addrs, a)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, ClusterStateReloadInterval: time.Second})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// masterOf returns the address of the master of a key's slot, by cc.
+func masterOf(t *testing.T, cc *redis.ClusterClient) func(key string) string {
+	return func(key string) string {
+		node, err := cc.MasterForKey(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return node.Options().Addr
 	}
 }

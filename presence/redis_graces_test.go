@@ -10,51 +10,107 @@ import (
 	"github.com/presenced/presenced/presence/enginetest"
 )
 
+// graceUnderWay starts a node n1 with bob (b1) and alice (a1) in c1, and
+// disconnects b1: bob's flap grace (3 s) is under way. It returns the
+// moment of the disconnect.
+func graceUnderWay(t *testing.T) (*fakeClockRedis, *presence.RedisEngine, time.Time) {
+	t.Helper()
+	f, n1 := aliceAndBob(t)
+	gone := f.clock.Now()
+	if err := n1.Disconnect(context.Background(), "b1"); err != nil {
+		t.Fatal(err)
+	}
+	return f, n1, gone
+}
+
+// tickEvents runs n ticks of eng, a second apart, and returns their events.
+func (f *fakeClockRedis) tickEvents(t *testing.T, eng *presence.RedisEngine, n int) []presence.Event {
+	t.Helper()
+	var evs []presence.Event
+	for range n {
+		f.clock.Advance(time.Second)
+		if err := eng.Tick(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, f.rec.TakeEvents()...)
+	}
+	return evs
+}
+
+// offlineOf returns the offline statuses of user among evs.
+func offlineOf(evs []presence.Event, user string) []presence.Event {
+	var out []presence.Event
+	for _, ev := range evs {
+		if ev.Kind == presence.EventStatus && ev.UserID == user && ev.Status == presence.Offline {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func render(evs []presence.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = enginetest.Render(ev)
+	}
+	return out
+}
+
+// loseG deletes the keys of slot {g} (the users' records, the timers, the
+// leases), as a Redis Cluster master without replica that held them and
+// came back empty lost them; the conversations' records stay.
+func loseG(t *testing.T, f *fakeClockRedis) {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	iter := f.rdb.Scan(ctx, 0, f.prefix+":{g}:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n += int(f.rdb.Del(ctx, iter.Val()).Val())
+	}
+	if n == 0 {
+		t.Fatal("no key of {g} to lose")
+	}
+}
+
+// A flap grace under way when Redis loses {g}'s data, its timers with it,
+// is ended by the node that started it once its resync finds the loss:
+// the leave goes out when the grace ends, and the offline status with the
+// disconnect as last seen. Before, nothing ended it: the user stayed in
+// the rosters (as away) for good, and subscribers never saw them go (a
+// black-box audit of a {g} master lost without replica, 2026-12-07).
+func TestRedisGraceEndsAfterItsTimersLost(t *testing.T) {
+	f, n1, gone := graceUnderWay(t)
+	loseG(t, f)
+	evs := f.tickEvents(t, n1, 8) // the grace is 3 s
+	got := render(evs)
+	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
+		t.Errorf("events %q: bob's leave told %d times, want once", got, n)
+	}
+	if off := offlineOf(evs, "bob"); len(off) != 1 || !off[0].LastSeen.Equal(gone) {
+		t.Errorf("bob's offline statuses %+v, want one, last seen at the disconnect (%v)", off, gone)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Errorf("roster %v, want alice", got)
+	}
+}
+
 // A grace that ended normally (its timers in {g} fired: leave and offline
 // told) is not ended again when the node's next renewal finds its lease
 // gone while {g} is intact (the lease lapsed in a stall and another node
 // reaped it): {g}'s epoch is unchanged. Before, the offline status went out
 // a second time (a review, 2026-12-07).
 func TestRedisGraceOfAReapedNodeEndedOnce(t *testing.T) {
-	f := newFakeClockRedis(t)
+	f, n1, _ := graceUnderWay(t)
 	ctx := context.Background()
-	n1 := f.node(presence.Config{NodeID: "n1"})
-	f.tick(t, n1)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n1, "a1", "alice", "c1")
-	f.rec.Take()
-	if err := n1.Disconnect(ctx, "b1"); err != nil {
-		t.Fatal(err)
-	}
-	var offline []presence.Event
-	collect := func() {
-		for _, ev := range f.rec.TakeEvents() {
-			if ev.Kind == presence.EventStatus && ev.UserID == "bob" && ev.Status == presence.Offline {
-				offline = append(offline, ev)
-			}
-		}
-	}
 	// the grace (3 s) ends, its timers fire as ever
-	for range 4 {
-		f.clock.Advance(time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		collect()
-	}
-	if len(offline) != 1 {
-		t.Fatalf("bob's offline told %d times at the grace's end, want once", len(offline))
+	if off := offlineOf(f.tickEvents(t, n1, 4), "bob"); len(off) != 1 {
+		t.Fatalf("bob's offline told %d times at the grace's end, want once", len(off))
 	}
 	// n1's lease is gone, {g} intact (as a reap of n1 leaves it)
 	f.rdb.ZRem(ctx, f.prefix+":{g}:lease", "n1")
 	f.rdb.HDel(ctx, f.prefix+":{g}:holder", "n1")
-	for range 3 {
-		f.clock.Advance(time.Second)
-		_ = n1.Tick(ctx)
-		collect()
-	}
-	if len(offline) != 1 {
-		t.Errorf("bob's offline told %d times (%+v), want once: the grace had ended by its timers", len(offline), offline)
+	if off := offlineOf(f.tickEvents(t, n1, 3), "bob"); len(off) != 0 {
+		t.Errorf("bob's offline told again (%+v): the grace had ended by its timers", off)
 	}
 }
 
@@ -66,18 +122,7 @@ func TestRedisGraceOfAReapedNodeEndedOnce(t *testing.T) {
 // missing and does not tell it again, as it did before (a review,
 // 2026-12-07).
 func TestRedisHeldBackLeaveToldOnce(t *testing.T) {
-	f := newFakeClockRedis(t)
-	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
-	f.tick(t, n1)
-	f.tick(t, n2)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n2, "b2", "bob", "c1")
-	connectJoin(t, n2, "a1", "alice", "c1")
-	f.rec.Take()
-	f.failDisconnect(t, n1, "b1", "fail", false)
-	f.failDisconnect(t, n2, "b2", "fail", false)
-	f.loseMembers(t, "c1")
-	got := f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+	_, got := lostRecordsOfBob(t, "c1", true)
 	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
 		t.Errorf("events %q: bob's leave of c1 told %d times, want once", got, n)
 	}
@@ -88,27 +133,9 @@ func TestRedisHeldBackLeaveToldOnce(t *testing.T) {
 // removeFrom's do (before, the grace timers were set due again, and their
 // leaves came at a later runDue, after the status; a review, 2026-12-07).
 func TestRedisLostGraceLeavesBeforeOffline(t *testing.T) {
-	f := newFakeClockRedis(t)
-	ctx := context.Background()
-	n1 := f.node(presence.Config{NodeID: "n1"})
-	f.tick(t, n1)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n1, "a1", "alice", "c1")
-	f.rec.Take()
-	if err := n1.Disconnect(ctx, "b1"); err != nil {
-		t.Fatal(err)
-	}
+	f, n1, _ := graceUnderWay(t)
 	loseG(t, f)
-	var got []string
-	for range 8 {
-		f.clock.Advance(time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range f.rec.TakeEvents() {
-			got = append(got, enginetest.Render(ev))
-		}
-	}
+	got := render(f.tickEvents(t, n1, 8))
 	leave, off := slices.Index(got, "leave c1 bob disconnected"), slices.Index(got, "status bob offline")
 	if leave < 0 || off < 0 || off < leave {
 		t.Errorf("events %q: bob's offline before (or without) the leave", got)

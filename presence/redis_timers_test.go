@@ -523,13 +523,21 @@ func TestRedisDisconnectDuringLossAnnounced(t *testing.T) {
 // ("fail": it fails; "lost": it runs and its reply is lost).
 func failedDisconnect(t *testing.T, sid, role string, now bool) (*fakeClockRedis, *presence.RedisEngine) {
 	t.Helper()
+	f, n1 := aliceAndBob(t)
+	f.failDisconnect(t, n1, sid, role, now)
+	return f, n1
+}
+
+// aliceAndBob starts a node n1 where alice (socket a1) and bob (b1) join
+// c1, their events taken.
+func aliceAndBob(t *testing.T) (*fakeClockRedis, *presence.RedisEngine) {
+	t.Helper()
 	f := newFakeClockRedis(t)
 	n1 := f.node(presence.Config{NodeID: "n1"})
 	f.tick(t, n1)
 	connectJoin(t, n1, "a1", "alice", "c1")
 	connectJoin(t, n1, "b1", "bob", "c1")
 	f.rec.Take()
-	f.failDisconnect(t, n1, sid, role, now)
 	return f, n1
 }
 
@@ -628,6 +636,13 @@ func TestRedisDisconnectNowReplyLost(t *testing.T) {
 // of 12 rounds of ticks of both nodes, 30 s apart (past the member checks
 // and the held-back leave's question, owedAfter).
 func lostRecordOfAUserElsewhere(t *testing.T, bobConv string) (*presence.RedisEngine, []string) {
+	t.Helper()
+	return lostRecordsOfBob(t, bobConv, false)
+}
+
+// lostRecordsOfBob is lostRecordOfAUserElsewhere, where b2's disconnect
+// fails as well if both.
+func lostRecordsOfBob(t *testing.T, bobConv string, both bool) (*presence.RedisEngine, []string) {
 	f := newFakeClockRedis(t)
 	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
 	f.tick(t, n1)
@@ -637,6 +652,9 @@ func lostRecordOfAUserElsewhere(t *testing.T, bobConv string) (*presence.RedisEn
 	connectJoin(t, n2, "a1", "alice", "c1")
 	f.rec.Take()
 	f.failDisconnect(t, n1, "b1", "fail", false)
+	if both {
+		f.failDisconnect(t, n2, "b2", "fail", false)
+	}
 	f.loseMembers(t, "c1")
 	return n2, f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
 }
@@ -706,65 +724,5 @@ func TestRedisHeldBackLeaveToldByTheLastSocket(t *testing.T) {
 	}
 	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
 		t.Fatalf("roster %v, want alice", got)
-	}
-}
-
-// loseG deletes the keys of slot {g} (the users' records, the timers, the
-// leases), as a Redis Cluster master without replica that held them and
-// came back empty lost them; the conversations' records stay.
-func loseG(t *testing.T, f *fakeClockRedis) {
-	t.Helper()
-	ctx := context.Background()
-	n := 0
-	iter := f.rdb.Scan(ctx, 0, f.prefix+":{g}:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		n += int(f.rdb.Del(ctx, iter.Val()).Val())
-	}
-	if n == 0 {
-		t.Fatal("no key of {g} to lose")
-	}
-}
-
-// A flap grace under way when Redis loses {g}'s data, its timers with it,
-// is ended by the node that started it once its resync finds the loss:
-// the leave goes out when the grace ends, and the offline status with the
-// disconnect as last seen. Before, nothing ended it: the user stayed in
-// the rosters (as away) for good, and subscribers never saw them go (a
-// black-box audit of a {g} master lost without replica, 2026-12-07).
-func TestRedisGraceEndsAfterItsTimersLost(t *testing.T) {
-	f := newFakeClockRedis(t)
-	ctx := context.Background()
-	n1 := f.node(presence.Config{NodeID: "n1"})
-	f.tick(t, n1)
-	connectJoin(t, n1, "b1", "bob", "c1")
-	connectJoin(t, n1, "a1", "alice", "c1")
-	f.rec.Take()
-	gone := f.clock.Now()
-	if err := n1.Disconnect(ctx, "b1"); err != nil {
-		t.Fatal(err)
-	}
-	loseG(t, f)
-	var got []string
-	var offline []presence.Event
-	for range 8 { // a second apart: the grace is 3 s
-		f.clock.Advance(time.Second)
-		if err := n1.Tick(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range f.rec.TakeEvents() {
-			got = append(got, enginetest.Render(ev))
-			if ev.Kind == presence.EventStatus && ev.UserID == "bob" {
-				offline = append(offline, ev)
-			}
-		}
-	}
-	if n := countOf(got, "leave c1 bob disconnected"); n != 1 {
-		t.Errorf("events %q: bob's leave told %d times, want once", got, n)
-	}
-	if len(offline) != 1 || offline[0].Status != presence.Offline || !offline[0].LastSeen.Equal(gone) {
-		t.Errorf("bob's status events %+v, want one offline, last seen at the disconnect (%v)", offline, gone)
-	}
-	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
-		t.Errorf("roster %v, want alice", got)
 	}
 }
