@@ -301,16 +301,17 @@ func (a *NamespaceAdapter) Reachable() error {
 // this node's subscription there. Reachable's one open breaker anywhere
 // made every room refuse `state:set` while one master was down (for good
 // if it had no replica; a black-box audit of 2026-12-06). A subscription
-// lost, or that failed (lost too), refuses; one still being made (a first
-// member here has just joined) counts its lane's breaker alone, as one
-// made does: falling back to Reachable refused a healthy room while
-// another master was down (a review, 2026-12-07).
+// lost, or that failed (lost too), refuses, and so does one still being
+// made (a first member here has just joined) on a master whose connection
+// failed; otherwise its lane's breaker alone counts, as for one made:
+// falling back to Reachable refused a healthy room while another master
+// was down (two reviews, 2026-12-07).
 func (a *NamespaceAdapter) ReachableRoom(room socket.Room) error {
 	if !a.sharded || !a.b.pub.perMaster() || !a.usesDynamicChannel(room) {
 		return a.Reachable()
 	}
 	ch := a.channel + string(room) + "#"
-	if a.sub.isLost(ch) {
+	if a.sub.isLost(ch) || (!a.sub.isSubscribed(ch) && a.sub.routeDown(ch)) {
 		return fmt.Errorf("%w: the subscription to the room's channel is lost", ErrRedisUnavailable)
 	}
 	return a.b.pub.unavailableFor(ch)

@@ -87,6 +87,11 @@ type subscriber struct {
 	// confirmed them, until they are confirmed again: unlike a channel
 	// still being subscribed, their master is known to be out of reach
 	lost map[string]bool
+	// down holds the routes (masters, on a Redis Cluster) whose connection
+	// failed, or where a subscription failed, until one is confirmed
+	// there: a channel still being subscribed there is not reachable
+	// (routeDown)
+	down map[string]bool
 	kick chan struct{}
 
 	// follow tells, through Sentinel, that the master moved (nil
@@ -110,6 +115,7 @@ func newSubscriber(ctx context.Context, client redis.UniversalClient, probe stri
 		dirty:     map[string]struct{}{},
 		confirmed: map[string]bool{},
 		lost:      map[string]bool{},
+		down:      map[string]bool{},
 		kick:      make(chan struct{}, 1),
 	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
@@ -163,6 +169,27 @@ func (s *subscriber) isSubscribed(ch string) bool {
 	return s.confirmed[ch]
 }
 
+// routeDown reports whether ch, not subscribed, is on a Redis Cluster
+// master whose subscription connection failed since its last
+// confirmation (or whose master the slot map cannot tell now). A room on
+// a dead master joined (or joined again) after the death was taken for
+// reachable until the subscriber's next round found it lost (a review,
+// 2026-12-07).
+func (s *subscriber) routeDown(ch string) bool {
+	if s.cluster == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 100*time.Millisecond) // (the slot map is loaded once the node runs)
+	defer cancel()
+	node, err := s.cluster.MasterForKey(ctx, ch)
+	if err != nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down[node.Options().Addr]
+}
+
 // isLost reports whether the subscription to ch, wanted, was confirmed and
 // then lost with its connection, and is not confirmed again yet.
 func (s *subscriber) isLost(ch string) bool {
@@ -205,6 +232,7 @@ func (s *subscriber) run() {
 		s.mu.Lock()
 		clear(s.confirmed)
 		clear(s.lost)
+		clear(s.down)
 		s.mu.Unlock()
 	}()
 
@@ -436,7 +464,7 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 		if s.cluster != nil && k == kindShard {
 			node, err := s.cluster.MasterForKey(ctx, ch)
 			if err != nil {
-				s.markLost([]string{ch})
+				s.markLost("", []string{ch}) // (no route: the slot map)
 				firstErr = cmp.Or(firstErr, fmt.Errorf("route %s: %w", ch, err))
 				continue
 			}
@@ -453,12 +481,12 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 			conns[g.route] = c
 		}
 		if c.failed.Load() {
-			s.markLost(chans)
+			s.markLost(g.route, chans)
 			continue
 		}
 		if err := c.subscribe(ctx, g.kind, chans); err != nil {
 			c.fail(err)
-			s.markLost(chans)
+			s.markLost(g.route, chans)
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
@@ -485,10 +513,11 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 }
 
 // markLost marks the wanted channels of chans that are not confirmed as
-// lost: their subscription failed.
-func (s *subscriber) markLost(chans []string) {
+// lost, and their route down: their subscription failed.
+func (s *subscriber) markLost(route string, chans []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.down[route] = true
 	for _, ch := range chans {
 		if _, wanted := s.want[ch]; wanted && !s.confirmed[ch] {
 			s.lost[ch] = true
@@ -560,6 +589,7 @@ func (c *subConn) close() {
 		<-c.done
 	}
 	c.s.mu.Lock()
+	c.s.down[c.route] = true
 	for ch := range c.have {
 		if c.s.confirmed[ch] {
 			delete(c.s.confirmed, ch)
@@ -605,6 +635,9 @@ func (c *subConn) onSubscription(m *redis.Subscription) {
 	switch m.Kind {
 	case "subscribe", "psubscribe", "ssubscribe":
 		c.s.setConfirmed(m.Channel, true)
+		c.s.mu.Lock()
+		delete(c.s.down, c.route)
+		c.s.mu.Unlock()
 	case "unsubscribe", "punsubscribe", "sunsubscribe":
 		c.mu.Lock()
 		_, asked := c.leaving[m.Channel]

@@ -193,7 +193,6 @@ func (r *Redis) checkEpoch(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	lost := r.epoch != "" && epoch != r.epoch
-	r.epoch = epoch
 	var again []store.LastSeen
 	if lost {
 		r.forgetLocked(time.Now())
@@ -201,13 +200,21 @@ func (r *Redis) checkEpoch(ctx context.Context) error {
 		for _, e := range r.recent {
 			again = append(again, e)
 		}
+	} else {
+		r.epoch = epoch
 	}
 	r.mu.Unlock()
-	if len(again) == 0 {
+	if !lost {
 		return nil
 	}
 	r.log.Warn("redis lost the last-seen buffer (its epoch changed): recording again the times this node recorded lately", "users", len(again))
-	return r.Record(ctx, again)
+	if err := r.Record(ctx, again); err != nil {
+		return err // (the epoch is still the old one: the next flush tries again)
+	}
+	r.mu.Lock()
+	r.epoch = epoch
+	r.mu.Unlock()
+	return nil
 }
 
 // Raise implements Buffer: one ZADD XX GT per chunk of users, in one

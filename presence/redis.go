@@ -77,6 +77,7 @@ type RedisEngine struct {
 	tentative  time.Time   // node clock: until when this instance's claim is tentative (nodeLease)
 	resyncDue  bool        // entries to register again (after a reap or a data loss)
 	gEpoch     string      // {g}'s epoch (redisepoch) as last read: a resync that reads another knows {g}'s keys were lost
+	epochDue   bool        // a resync ran: readGEpoch to tell a loss of {g} from a reap
 	reaped     prometheus.Counter
 
 	mu      sync.Mutex

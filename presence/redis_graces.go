@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"cmp"
 	"context"
 	"time"
 )
@@ -37,6 +38,9 @@ func (e *RedisEngine) noteGrace(n graceNote) {
 // found the node's lease in place (so {g} intact), is graceSlack past.
 // Graces end in the order they start (one FlapGrace after), nearly.
 func (e *RedisEngine) leaseIntact(now time.Time) {
+	if e.epochDue {
+		return // (a resync's question is open: {g} may have been lost)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	i := 0
@@ -64,9 +68,8 @@ func (e *RedisEngine) orphanGraces() {
 // grace as its timer would (fire: convGrace ends it if it is still there,
 // and its leave goes out), then, for a user whose record is gone with no
 // socket here, the offline status, last seen at the disconnect (with a
-// record, the user came back: nothing to end). A grace whose moment has
-// not come on Redis's clock gets its timer again. A failure keeps the
-// grace for the next tick.
+// record, the user came back: nothing to end). What a failure, or Redis's
+// clock, leaves of a grace is kept for a later tick.
 func (e *RedisEngine) runGraces(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
 	var due []graceNote
@@ -80,48 +83,58 @@ func (e *RedisEngine) runGraces(ctx context.Context, now time.Time) error {
 	}
 	e.orphans = keep
 	e.mu.Unlock()
-	var failed []graceNote
-	var err error
+	var back []graceNote
+	var firstErr error
 	for _, n := range due {
-		var b batch
-		if b, err = e.endGrace(ctx, n, now); err != nil {
-			failed = append(failed, n)
-			continue
-		}
+		b, rest, err := e.endGrace(ctx, n, now)
 		e.emit(ctx, b)
+		firstErr = cmp.Or(firstErr, err)
+		if rest != nil {
+			back = append(back, *rest)
+		}
 	}
-	if len(failed) > 0 {
+	if len(back) > 0 {
 		e.mu.Lock()
-		e.orphans = append(e.orphans, failed...)
+		e.orphans = append(e.orphans, back...)
 		e.mu.Unlock()
 	}
-	return err
+	return firstErr
 }
 
-// endGrace ends one orphaned grace (runGraces) and returns its events.
-func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) (batch, error) {
+// endGrace ends what it can of one orphaned grace (runGraces): it returns
+// the events of what it ended, and what is left (nil: nothing). A
+// conversation whose grace has not ended on Redis's clock gets its timer
+// again and stays, with the user's status after it: the leaves go first.
+// Before, a failure on one conversation dropped the leaves of those ended
+// before it, never told again (a review, 2026-12-07).
+func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) (batch, *graceNote, error) {
 	var b batch
-	for _, c := range n.convs {
+	for i, c := range n.convs {
 		item := "g\t" + c + "\t" + n.user
 		ev, wait, err := e.fire(ctx, item, now)
 		if err == nil && wait > 0 {
 			err = dueIn.Run(ctx, e.rdb, []string{e.kDue}, item, wait, 0, e.clk()).Err()
 			e.duePoll.scheduled()
-		}
-		if err != nil {
-			return nil, err
+			if err == nil {
+				n.end = now.Add(time.Duration(wait) * time.Millisecond)
+			}
 		}
 		b = append(b, ev...)
+		if err != nil || wait > 0 {
+			n.convs = n.convs[i:]
+			return b, &n, err
+		}
 	}
+	n.convs = nil
 	if !n.userWide {
-		return b, nil
+		return b, nil, nil
 	}
 	rec, err := e.rdb.HExists(ctx, e.kUsers, n.user).Result()
 	if err != nil {
-		return nil, unavailable("flap graces", err)
+		return b, &n, unavailable("flap graces", err)
 	}
 	if !rec && e.userHere(n.user).n == 0 {
 		b = append(b, Event{Kind: EventStatus, UserID: n.user, At: now, Status: Offline, LastSeen: n.at})
 	}
-	return b, nil
+	return b, nil, nil
 }

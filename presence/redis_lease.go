@@ -119,12 +119,28 @@ func (e *RedisEngine) lease(ctx context.Context, now time.Time, claiming bool) (
 		}
 		e.resyncDue = false
 	}
-	if e.gEpoch == "" {
-		// (once: a resync compares with it; an error leaves it for the
-		// next renewal)
-		e.gEpoch, _ = redisepoch.Read(ctx, e.rdb, e.kEpoch)
+	if e.gEpoch == "" || e.epochDue {
+		e.readGEpoch(ctx)
 	}
 	return renewed, nil
+}
+
+// readGEpoch reads {g}'s epoch (redisepoch): at the node's first lease,
+// and after each resync (epochDue), when a new one says that Redis lost
+// {g}'s keys, the timers of the graces under way with them (orphanGraces),
+// and the same one that this node was reaped (its lease lapsed in a stall)
+// while they stayed. Before a first read, a resync counts as a loss. A
+// read that fails is made again at the next renewal: a failure tells
+// neither (a review, 2026-12-07).
+func (e *RedisEngine) readGEpoch(ctx context.Context) {
+	epoch, err := redisepoch.Read(ctx, e.rdb, e.kEpoch)
+	if err != nil {
+		return
+	}
+	if e.epochDue && epoch != e.gEpoch {
+		e.orphanGraces()
+	}
+	e.gEpoch, e.epochDue = epoch, false
 }
 
 // resync registers every local socket again, after this node was reaped
@@ -146,19 +162,10 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 			return unavailable("resync", err)
 		}
 	}
-	// {g}'s epoch, read before the register writes anything there: a new
-	// one (or none read before) says Redis lost {g}'s keys, and with them
-	// the timers of the graces under way
-	epoch, eerr := redisepoch.Read(ctx, e.rdb, e.kEpoch)
 	if err := e.register(ctx, socks, now); err != nil {
 		return err
 	}
-	if eerr != nil || epoch != e.gEpoch {
-		e.orphanGraces()
-	}
-	if eerr == nil {
-		e.gEpoch = epoch
-	}
+	e.epochDue = true // (readGEpoch: was {g} lost, or this node reaped?)
 	return e.resyncTyping(ctx, now)
 }
 
@@ -205,11 +212,14 @@ func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.T
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Away})
 		}
 		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
+		var back []string
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
 				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now, ExceptSocket: s.id})
+				back = append(back, c)
 			}
 		}
+		e.markSpoken(ctx, s.user, back, now)
 	}
 	e.emit(ctx, b)
 	return nil

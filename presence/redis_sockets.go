@@ -303,33 +303,42 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if here != nil && here.n > 0 {
 		e.owe(s.user) // what was held back for them
 	}
-	e.markToldLeaves(ctx, s.user, told)
+	e.markSpoken(ctx, s.user, told, now)
 	return b, nil
 }
 
-// markToldLeaves notes in Redis, for a while, the leaves of user from convs
-// that a removal told for lost records (best effort): a leave of theirs
-// another node held back (oweLeave) is not told again. Before, when two
-// sockets of a user on two nodes went during one outage, the second
-// removal told the leave and the first node told it again minutes later
-// (a review, 2026-12-07).
-func (e *RedisEngine) markToldLeaves(ctx context.Context, user string, convs []string) {
+// markSpoken notes in Redis, for a while, that user's presence in convs
+// was spoken for after records were lost (best effort): a removal told
+// the leave for the lost records, or a node registered a socket of the
+// user there again (register; its join told, a leave to come is its
+// node's). A leave of the user there that another node held back
+// (oweLeave) before that moment is not told then. Before, when two sockets
+// of a user on two nodes went during one outage, the second removal told
+// the leave and the first node told it again minutes later; and so when
+// the other node brought the record back and the user left normally
+// through it (two reviews, 2026-12-07).
+func (e *RedisEngine) markSpoken(ctx context.Context, user string, convs []string, now time.Time) {
 	if len(convs) == 0 {
 		return
 	}
+	at := strconv.FormatInt(timestamp.Millis(now), 10)
 	pipe := e.rdb.Pipeline()
 	for _, c := range convs {
-		pipe.Set(ctx, e.toldLeaveKey(c, user), "1", e.owedAfter()+time.Minute)
+		pipe.Set(ctx, e.spokenKey(c, user), at, e.owedAfter()+time.Minute)
 	}
 	if err := e.exec(ctx, pipe); err != nil {
-		e.log.Warn("could not note leaves told for lost records", "user_id", user, "err", err)
+		e.log.Warn("could not note a presence spoken for after lost records", "user_id", user, "err", err)
 	}
 }
 
-// toldLeaveKey is P:{c:C}:ll:U (markToldLeaves).
-func (e *RedisEngine) toldLeaveKey(conv, user string) string {
+// spokenKey is P:{c:C}:ll:U (markSpoken).
+func (e *RedisEngine) spokenKey(conv, user string) string {
 	return e.rcfg.Prefix + ":{c:" + conv + "}:ll:" + user
 }
+
+// spokenSkew is how much earlier than a hold-back a markSpoken may be
+// dated and still count as after it: the nodes' clocks differ.
+const spokenSkew = 5 * time.Second
 
 // owe marks this node's live sockets of user: an announcement of the user's
 // leave (or offline status) was held back for them (removeFrom's lost), and
@@ -352,6 +361,7 @@ type owedKey struct{ conv, user string }
 type owedLeave struct {
 	at     time.Time // the removal's moment (the leave's date)
 	reason string
+	held   time.Time // node clock: when it was held back
 	due    time.Time // node clock: when to ask again
 }
 
@@ -368,7 +378,7 @@ func (e *RedisEngine) oweLeave(conv, user string, at time.Time, reason string, n
 	defer e.mu.Unlock()
 	k := owedKey{conv, user}
 	if _, ok := e.owed[k]; !ok {
-		e.owed[k] = owedLeave{at: at, reason: reason, due: now.Add(e.owedAfter())}
+		e.owed[k] = owedLeave{at: at, reason: reason, held: now, due: now.Add(e.owedAfter())}
 	}
 }
 
@@ -381,8 +391,8 @@ func (e *RedisEngine) owedAfter() time.Duration {
 }
 
 // runOwed announces the held-back leaves that are due whose member record
-// is still missing, unless another node's removal told it meanwhile
-// (markToldLeaves) or a live socket here has joined the conversation since
+// is still missing, unless another node spoke for the user there since
+// (markSpoken) or a live socket here has joined the conversation since
 // (its own removal says it then). A read that fails keeps its leave
 // for the next tick.
 func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
@@ -399,15 +409,18 @@ func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
 	}
 	pipe := e.rdb.Pipeline()
 	recs := make([]*redis.BoolCmd, len(due))
-	told := make([]*redis.IntCmd, len(due))
+	spoken := make([]*redis.StringCmd, len(due))
 	for i, k := range due {
 		recs[i] = pipe.HExists(ctx, e.conv(k.conv).m, k.user)
-		told[i] = pipe.Exists(ctx, e.toldLeaveKey(k.conv, k.user))
+		spoken[i] = pipe.Get(ctx, e.spokenKey(k.conv, k.user))
 	}
 	err := e.exec(ctx, pipe)
+	if errors.Is(err, redis.Nil) {
+		err = failedCmd(pipe.Cmds())
+	}
 	var b batch
 	for i, k := range due {
-		if recs[i].Err() != nil || told[i].Err() != nil {
+		if recs[i].Err() != nil || (spoken[i].Err() != nil && !errors.Is(spoken[i].Err(), redis.Nil)) {
 			continue
 		}
 		here := e.userHere(k.user)
@@ -415,7 +428,9 @@ func (e *RedisEngine) runOwed(ctx context.Context, now time.Time) error {
 		o := e.owed[k]
 		delete(e.owed, k)
 		e.mu.Unlock()
-		if !recs[i].Val() && told[i].Val() == 0 && !isIn(here.convs, k.conv) {
+		ms, _ := strconv.ParseInt(spoken[i].Val(), 10, 64) // (0 if none)
+		spokenSince := ms != 0 && !timestamp.FromMillis(ms).Before(o.held.Add(-spokenSkew))
+		if !recs[i].Val() && !spokenSince && !isIn(here.convs, k.conv) {
 			b = append(b, Event{Kind: EventLeave, ConversationID: k.conv, UserID: k.user, At: o.at, Reason: o.reason})
 		}
 	}

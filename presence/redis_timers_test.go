@@ -643,6 +643,13 @@ func lostRecordOfAUserElsewhere(t *testing.T, bobConv string) (*presence.RedisEn
 // lostRecordsOfBob is lostRecordOfAUserElsewhere, where b2's disconnect
 // fails as well if both.
 func lostRecordsOfBob(t *testing.T, bobConv string, both bool) (*presence.RedisEngine, []string) {
+	t.Helper()
+	f, n1, n2 := bobOnTwoNodes(t, bobConv, both)
+	return n2, f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+}
+
+// bobOnTwoNodes sets up lostRecordsOfBob's case, without its ticks.
+func bobOnTwoNodes(t *testing.T, bobConv string, both bool) (*fakeClockRedis, *presence.RedisEngine, *presence.RedisEngine) {
 	f := newFakeClockRedis(t)
 	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
 	f.tick(t, n1)
@@ -656,7 +663,7 @@ func lostRecordsOfBob(t *testing.T, bobConv string, both bool) (*presence.RedisE
 		f.failDisconnect(t, n2, "b2", "fail", false)
 	}
 	f.loseMembers(t, "c1")
-	return n2, f.ticksEvery(t, 30*time.Second, 12, nil, n1, n2)
+	return f, n1, n2
 }
 
 // The retry of a failed disconnect tells no leave while Redis's user

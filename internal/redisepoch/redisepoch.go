@@ -9,20 +9,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Read returns the epoch at key, setting a new random one if there is none
-// (one SET NX GET: Redis 7.0 or later).
+// Read returns the epoch at key, setting a new random one if there is none:
+// SETNX and GET in one round trip (SET NX GET would be one command, but
+// only from Redis 7.0 on; presenced serves 6.2).
 func Read(ctx context.Context, c redis.Cmdable, key string) (string, error) {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	cand := hex.EncodeToString(id[:]) // a new one at each read: a reader's own last one would look unchanged
-	epoch, err := c.SetArgs(ctx, key, cand, redis.SetArgs{Mode: "NX", Get: true}).Result()
-	if errors.Is(err, redis.Nil) {
-		return cand, nil
+	pipe := c.Pipeline()
+	pipe.SetNX(ctx, key, cand, 0)
+	get := pipe.Get(ctx, key)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", err
 	}
-	return epoch, err
+	return get.Val(), nil
 }
