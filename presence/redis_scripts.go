@@ -12,9 +12,10 @@ import "github.com/redis/go-redis/v9"
 //                (joined by ","; see memberLib)
 //   P:{c:C}:ty   ZSET user → typing expiry ms       who is typing (the node
 //                that wrote an entry knows which socket typed: redis_typing.go)
-//   P:{c:C}:ll:U STRING, for owedAfter and a minute: U's leave of C was told
-//                by a removal that found U's records lost (removeFrom), so a
-//                leave held back for U's sockets elsewhere is not told again
+//   P:{c:C}:ll:U STRING ms, for owedAfter and a minute: when U's presence in
+//                C was spoken for after records were lost (markSpoken: a
+//                leave told, a socket registered again), so that a leave
+//                held back before for U's sockets elsewhere is not told
 // cluster-wide, slot {g}
 //   P:{g}:epoch  STRING a random value, set by the first reader that finds
 //                none: another one than a node read before says {g}'s keys
