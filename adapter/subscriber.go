@@ -88,9 +88,9 @@ type subscriber struct {
 	// still being subscribed, their master is known to be out of reach
 	lost map[string]bool
 	// down holds the routes (masters, on a Redis Cluster) whose connection
-	// failed, or where a subscription failed, until one is confirmed
-	// there: a channel still being subscribed there is not reachable
-	// (routeDown)
+	// failed (not for a slot that moved), or where a subscription failed,
+	// until a connection there answers (a subscription, a pong): a channel
+	// still being subscribed there is not reachable (routeDown)
 	down map[string]bool
 	kick chan struct{}
 
@@ -169,6 +169,13 @@ func (s *subscriber) isSubscribed(ch string) bool {
 	return s.confirmed[ch]
 }
 
+// routeUp clears route's down mark: a connection there answered.
+func (s *subscriber) routeUp(route string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.down, route)
+}
+
 // routeDown reports whether ch, not subscribed, is on a Redis Cluster
 // master whose subscription connection failed since its last
 // confirmation (or whose master the slot map cannot tell now). A room on
@@ -211,6 +218,7 @@ type subConn struct {
 	ps      *redis.PubSub
 	have    map[string]subKind // owned by the run goroutine
 	failed  atomic.Bool
+	moved   atomic.Bool // failed because Redis ended a subscription (a slot moved), not an outage
 	closed  atomic.Bool
 	seen    atomic.Int64 // unix nanoseconds of the last traffic
 	waiting atomic.Bool  // the reader waits for Redis (not busy with a message)
@@ -351,6 +359,8 @@ func (s *subscriber) checkHealth(conns map[string]*subConn) {
 		cancel()
 		if err != nil {
 			c.fail(err)
+		} else {
+			s.routeUp(c.route)
 		}
 	}
 }
@@ -490,6 +500,7 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
+		s.routeUp(g.route)
 		for _, ch := range chans {
 			c.have[ch] = g.kind
 			where[ch] = c
@@ -517,7 +528,9 @@ func (s *subscriber) reconcile(conns map[string]*subConn, where map[string]*subC
 func (s *subscriber) markLost(route string, chans []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.down[route] = true
+	if route != "" {
+		s.down[route] = true
+	}
 	for _, ch := range chans {
 		if _, wanted := s.want[ch]; wanted && !s.confirmed[ch] {
 			s.lost[ch] = true
@@ -589,7 +602,9 @@ func (c *subConn) close() {
 		<-c.done
 	}
 	c.s.mu.Lock()
-	c.s.down[c.route] = true
+	if c.route != "" && !c.moved.Load() && c.s.ctx.Err() == nil {
+		c.s.down[c.route] = true
+	}
 	for ch := range c.have {
 		if c.s.confirmed[ch] {
 			delete(c.s.confirmed, ch)
@@ -635,9 +650,7 @@ func (c *subConn) onSubscription(m *redis.Subscription) {
 	switch m.Kind {
 	case "subscribe", "psubscribe", "ssubscribe":
 		c.s.setConfirmed(m.Channel, true)
-		c.s.mu.Lock()
-		delete(c.s.down, c.route)
-		c.s.mu.Unlock()
+		c.s.routeUp(c.route)
 	case "unsubscribe", "punsubscribe", "sunsubscribe":
 		c.mu.Lock()
 		_, asked := c.leaving[m.Channel]
@@ -651,6 +664,7 @@ func (c *subConn) onSubscription(m *redis.Subscription) {
 		if !asked {
 			// Redis dropped the subscription itself (a slot moved to
 			// another node): subscribe again, freshly routed.
+			c.moved.Store(true)
 			c.fail(fmt.Errorf("redis ended subscription to %s", m.Channel))
 			return
 		}

@@ -332,7 +332,8 @@ func (r *Redis) end(ctx context.Context, c Claim, release string) error {
 // flush does, on every node.
 func (r *Redis) Requeue(ctx context.Context, cutoff time.Time) (int, error) {
 	if err := r.checkEpoch(ctx); err != nil {
-		return 0, err
+		// (the flush goes on: it is tried again at the next one)
+		r.log.Warn("last-seen buffer: reading its epoch or recording again what Redis lost failed", "err", err)
 	}
 	total := 0
 	for {

@@ -129,12 +129,28 @@ func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) 
 	if !n.userWide {
 		return b, nil, nil
 	}
-	rec, err := e.rdb.HExists(ctx, e.kUsers, n.user).Result()
-	if err != nil {
+	pipe := e.rdb.Pipeline()
+	rec := pipe.HExists(ctx, e.kUsers, n.user)
+	first := pipe.SetNX(ctx, e.offlineToldKey(n.user), "1", e.offlineToldFor())
+	if err := e.exec(ctx, pipe); err != nil {
 		return b, &n, unavailable("flap graces", err)
 	}
-	if !rec && e.userHere(n.user).n == 0 {
+	// (a grace started after the loss, and before this node found it,
+	// had its timers: one of them may have told the status already)
+	if !rec.Val() && first.Val() && e.userHere(n.user).n == 0 {
 		b = append(b, Event{Kind: EventStatus, UserID: n.user, At: now, Status: Offline, LastSeen: n.at})
 	}
 	return b, nil, nil
+}
+
+// offlineToldKey is P:{g}:off:U (userGrace).
+func (e *RedisEngine) offlineToldKey(user string) string {
+	return e.rcfg.Prefix + ":{g}:off:" + user
+}
+
+// offlineToldFor is how long userGrace notes a told offline status: past
+// any grace that a node ends itself after {g}'s loss (endGrace), which
+// ends within a lease renewal or two of its end.
+func (e *RedisEngine) offlineToldFor() time.Duration {
+	return e.cfg.FlapGrace + time.Minute
 }

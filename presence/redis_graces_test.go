@@ -2,10 +2,15 @@ package presence_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/presence/enginetest"
 )
@@ -139,5 +144,104 @@ func TestRedisLostGraceLeavesBeforeOffline(t *testing.T) {
 	leave, off := slices.Index(got, "leave c1 bob disconnected"), slices.Index(got, "status bob offline")
 	if leave < 0 || off < 0 || off < leave {
 		t.Errorf("events %q: bob's offline before (or without) the leave", got)
+	}
+}
+
+// A grace started after {g}'s loss but before this node's resync has its
+// timer in the new {g}, and the resync orphans it with the lost ones: its
+// timer tells the offline status and notes it (userGrace), and runGraces,
+// finding the record gone, does not tell it again, as it did before (a
+// review, 2026-12-07).
+func TestRedisGraceStartedAfterALossEndedOnce(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1, n2 := f.node(presence.Config{NodeID: "n1"}), f.node(presence.Config{NodeID: "n2"})
+	f.tick(t, n1)
+	f.tick(t, n2)
+	for _, c := range []struct {
+		eng       *presence.RedisEngine
+		sid, user string
+	}{{n1, "b1", "bob"}, {n2, "b2", "bob"}, {n2, "a2", "alice"}} {
+		if err := c.eng.Connect(ctx, presence.Socket{ID: c.sid, UserID: c.user}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rec.Take()
+	loseData(f.rdb, f.prefix)
+	// n2 finds the loss first (its resync brings bob back, with b2)
+	for range 10 {
+		f.tick(t, n2)
+		if f.rdb.HExists(ctx, f.prefix+":{g}:users", "bob").Val() {
+			break
+		}
+	}
+	got := f.rec.Take()
+	t.Logf("after n2's resync: %q; keys %q", got, f.rdb.Keys(ctx, f.prefix+":*").Val())
+	// bob's sockets go, n1's before n1's own renewal finds the loss
+	if err := n2.Disconnect(ctx, "b2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.Disconnect(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, f.rec.Take()...)
+	for i := range 20 {
+		f.clock.Advance(time.Second)
+		for j, eng := range []*presence.RedisEngine{n1, n2} {
+			if err := eng.Tick(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if evs := f.rec.Take(); len(evs) > 0 {
+				t.Logf("tick %d of n%d: %q", i, j+1, evs)
+				got = append(got, evs...)
+			}
+		}
+	}
+	t.Logf("events %q", got)
+	if n := countOf(got, "status bob offline"); n != 1 {
+		t.Fatalf("events %q: bob's offline told %d times, want once", got, n)
+	}
+}
+
+// An orphaned grace whose first conversation's grace was ended (convGrace
+// ran, the leave returned) and whose second failed tells the first leave
+// and keeps the second for a later tick. Before, the grace was put back
+// whole and its events dropped: at the retry the first found nothing to
+// end, and bob's leave of c1 was never told (a review, 2026-12-07).
+func TestRedisLostGracePartlyEnded(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1"})
+	f.tick(t, n1)
+	connectJoin(t, n1, "a1", "alice", "c1", "c2")
+	connectJoin(t, n1, "b1", "bob", "c1", "c2")
+	f.rec.Take()
+	if err := n1.Disconnect(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	loseG(t, f)
+	var armed atomic.Int32
+	armed.Store(1)
+	key := f.prefix + ":{c:c2}:on" // convGrace's KEYS[1], of c2
+	f.rdb.AddHook(redistest.FailHook{Fail: func(cmd redis.Cmder) bool {
+		a := cmd.Args()
+		return redistest.IsScript(cmd) && len(a) > 4 && fmt.Sprint(a[3]) == key && fmt.Sprint(a[2]) == "4" && armed.CompareAndSwap(1, 0)
+	}})
+	var got []string
+	for range 10 {
+		f.clock.Advance(time.Second)
+		_ = n1.Tick(ctx) // (the injected failure is reported once)
+		got = append(got, f.rec.Take()...)
+	}
+	if armed.Load() != 0 {
+		t.Fatalf("the failure was never injected; events %q", got)
+	}
+	for _, want := range []string{"leave c1 bob disconnected", "leave c2 bob disconnected", "status bob offline"} {
+		if n := countOf(got, want); n != 1 {
+			t.Errorf("events %q: %q told %d times, want once", got, want, n)
+		}
+	}
+	if r := rosterUsers(t, n1, "c1"); len(r) != 1 {
+		t.Errorf("roster of c1 %v, want alice", r)
 	}
 }

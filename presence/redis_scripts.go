@@ -32,6 +32,8 @@ import "github.com/redis/go-redis/v9"
 //                releases before 2026-12-04 and still fired: now the node
 //                that recorded a typing start fires its expiry, redis_typing.go)
 //   P:{g}:claimed ZSET timer → claim deadline ms  (being fired by a node)
+//   P:{g}:off:U  STRING, for offlineToldFor: U's grace ended and its
+//                offline status was told (userGrace, endGrace)
 //   P:{g}:lease  ZSET node → lease expiry ms
 //   P:{g}:holder HASH node → "token|since|last": the instance holding the
 //                node id (a random token per process), since when its lease
@@ -538,7 +540,10 @@ return {1, u.disc, 0, 0}
 `)
 
 // userGrace ends a user's flap grace if it is due, or says how long to wait.
-// KEYS users due; ARGV user clock → {offline(0|1), disconnectedAt, waitMs}
+// It notes the offline status it tells in off (for offMs, if given): a
+// grace a node ends itself after {g}'s loss (endGrace) is told once.
+// KEYS users due [off]; ARGV user clock [offMs] → {offline(0|1),
+// disconnectedAt, waitMs}
 var userGrace = redis.NewScript(clockLib + userLib + `
 local h, due = KEYS[1], KEYS[2]
 local user, now = ARGV[1], clock(ARGV[2])
@@ -547,6 +552,7 @@ if not u or u.n > 0 or u.grace == 0 then return {0, 0, 0} end
 if u.grace > now then return {0, 0, u.grace - now} end
 redis.call('HDEL', h, user)
 redis.call('ZREM', due, 'a\t' .. user)
+if KEYS[3] then redis.call('SET', KEYS[3], '1', 'PX', ARGV[3]) end
 return {1, u.disc, 0}
 `)
 

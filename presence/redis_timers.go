@@ -183,7 +183,7 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 		}
 		return b, v[3], nil
 	case f[0] == "u" && len(f) == 2:
-		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue}, f[1], e.clk()).Int64Slice()
+		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue, e.offlineToldKey(f[1])}, f[1], e.clk(), e.offlineToldFor().Milliseconds()).Int64Slice()
 		if err != nil || len(v) != 3 {
 			return nil, 0, unavailable("grace", err)
 		}
