@@ -187,6 +187,8 @@ func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.T
 	}
 	e.mu.Unlock()
 	var b batch
+	var back []owedKey // the member records brought back (markSpoken, in one round trip)
+	defer func() { e.markSpoken(ctx, back, now) }()
 	for _, s := range socks {
 		pipe := e.rdb.Pipeline()
 		pipe.HSet(ctx, e.regKey(s), s.id, regs[s.id])
@@ -212,14 +214,12 @@ func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.T
 			b = append(b, Event{Kind: EventStatus, UserID: s.user, At: now, Status: Away})
 		}
 		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
-		var back []string
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
 				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now, ExceptSocket: s.id})
-				back = append(back, c)
+				back = append(back, owedKey{c, s.user})
 			}
 		}
-		e.markSpoken(ctx, s.user, back, now)
 	}
 	e.emit(ctx, b)
 	return nil

@@ -303,31 +303,35 @@ func (e *RedisEngine) removeFrom(ctx context.Context, regKey string, s *rSocket,
 	if here != nil && here.n > 0 {
 		e.owe(s.user) // what was held back for them
 	}
-	e.markSpoken(ctx, s.user, told, now)
+	spoken := make([]owedKey, len(told))
+	for i, c := range told {
+		spoken[i] = owedKey{c, s.user}
+	}
+	e.markSpoken(ctx, spoken, now)
 	return b, nil
 }
 
-// markSpoken notes in Redis, for a while, that user's presence in convs
-// was spoken for after records were lost (best effort): a removal told
-// the leave for the lost records, or a node registered a socket of the
-// user there again (register; its join told, a leave to come is its
+// markSpoken notes in Redis, for a while, that each pair's user's
+// presence in its conversation was spoken for after records were lost
+// (best effort): a removal told the leave for the lost records, or a node
+// registered a socket of the user there again (register; its join told, a leave to come is its
 // node's). A leave of the user there that another node held back
 // (oweLeave) before that moment is not told then. Before, when two sockets
 // of a user on two nodes went during one outage, the second removal told
 // the leave and the first node told it again minutes later; and so when
 // the other node brought the record back and the user left normally
 // through it (two reviews, 2026-12-07).
-func (e *RedisEngine) markSpoken(ctx context.Context, user string, convs []string, now time.Time) {
-	if len(convs) == 0 {
+func (e *RedisEngine) markSpoken(ctx context.Context, pairs []owedKey, now time.Time) {
+	if len(pairs) == 0 {
 		return
 	}
 	at := strconv.FormatInt(timestamp.Millis(now), 10)
 	pipe := e.rdb.Pipeline()
-	for _, c := range convs {
-		pipe.Set(ctx, e.spokenKey(c, user), at, e.owedAfter()+time.Minute)
+	for _, k := range pairs {
+		pipe.Set(ctx, e.spokenKey(k.conv, k.user), at, e.owedAfter()+time.Minute)
 	}
 	if err := e.exec(ctx, pipe); err != nil {
-		e.log.Warn("could not note a presence spoken for after lost records", "user_id", user, "err", err)
+		e.log.Warn("could not note presences spoken for after lost records", "records", len(pairs), "err", err)
 	}
 }
 
