@@ -247,6 +247,15 @@ func (f *frameReader) fill(n int) error {
 
 // await waits up to d for the next message's first bytes, between
 // messages (no fragment pending): false, nil if none came.
+//
+// Its read usually finds the socket empty (EAGAIN) before the runtime
+// waits: one syscall per message, which looks skippable after a read that
+// drained the socket. It is not: RawConn.Read and Read both reset the
+// connection's readiness before their first try (internal/poll's
+// prepareRead), so bytes that came between the last read and the wait
+// would be reported by nothing but that try. Tried (2026-12-07) with a
+// RawConn.Read whose first call waits: 1 µs less CPU a heartbeat, and a
+// test's message sent while its reader was busy waited for the next one.
 func (f *frameReader) await(d time.Duration) (bool, error) {
 	if f.w > f.r {
 		return true, nil
