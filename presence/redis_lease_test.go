@@ -568,3 +568,40 @@ func TestRedisReconcileRestoresLostWrites(t *testing.T) {
 		t.Fatalf("events after %q, want none", got)
 	}
 }
+
+// A typing start whose write failed was answered unavailable, and nobody
+// was told. The resync after Redis lost its data wrote it again with the
+// starts that were told, and announced it: the others saw the user typing
+// after Redis came back though the start had been refused (a docs audit,
+// 2026-12-07). The told start of another user is written again as ever.
+func TestRedisResyncLeavesARefusedTypingStart(t *testing.T) {
+	f := newFakeClockRedis(t)
+	ctx := context.Background()
+	n1 := f.node(presence.Config{NodeID: "n1", TypingTTL: 5 * time.Second})
+	tick := func() { t.Helper(); f.tick(t, n1) }
+	tick()
+	connectJoin(t, n1, "a1", "alice", "c1")
+	connectJoin(t, n1, "b1", "bob", "c1")
+	if err := n1.TypingStart(ctx, "b1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.rdb.AddHook(delayHook{})
+	if err := n1.TypingStart(context.WithValue(ctx, roleKey{}, "fail"), "a1", "c1"); !errors.Is(err, presence.ErrUnavailable) {
+		t.Fatalf("alice's start with Redis failing: %v, want unavailable", err)
+	}
+	f.rec.Take()
+	loseData(f.rdb, f.prefix)
+	var got []string
+	for range 8 { // the resync, then past both starts' expiry
+		tick()
+		got = append(got, f.rec.Take()...)
+	}
+	if !slices.Contains(got, "typing c1 bob true") {
+		t.Fatalf("events after the loss %q: bob's start, told, not written again", got)
+	}
+	for _, ev := range got {
+		if strings.HasPrefix(ev, "typing c1 alice") {
+			t.Errorf("events after the loss %q: %q of alice's refused start", got, ev)
+		}
+	}
+}

@@ -97,6 +97,9 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		changed = pipe.ZRem(ctx, k.ty, s.user)
 	}
 	err = e.exec(ctx, pipe)
+	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
+		err = failedCmd(pipe.Cmds())
+	}
 	if start {
 		// the entry's expiry is this node's to fire (typingTimers), set
 		// after the write, failed or not (it may have landed): a check
@@ -105,12 +108,13 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 		// tick alone came in bursts, every 50 ms the fan-out of all those
 		// due since the last, and the changes arriving meanwhile waited
 		// behind it.
-		e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL), exp)
+		if err != nil {
+			e.typing.startFailed(conv, s.user, socketID, now.Add(e.cfg.TypingTTL), exp, now)
+		} else {
+			e.typing.started(conv, s.user, socketID, now.Add(e.cfg.TypingTTL), exp)
+		}
 		e.typing.sent(conv, s.user, socketID, exp)
 		e.typingAlarm.set(time.Now().Add(e.cfg.TypingTTL)) // the alarm's clock is the real one
-	}
-	if err == nil || errors.Is(err, redis.Nil) { // (exec's error is the first command's)
-		err = failedCmd(pipe.Cmds())
 	}
 	if err != nil {
 		return unavailable("typing", err)
@@ -287,6 +291,8 @@ type ownTyping struct {
 	// claimed: a start took this expired one's stop to announce
 	// (sendStart), so that concurrent starts announce it once
 	claimed bool
+	// untold: its write failed (startFailed), so nobody was told
+	untold bool
 }
 
 // typingDue is a conversation due for a check, with the users whose
@@ -318,6 +324,26 @@ func (t *typingTimers) startedLocked(conv, user, sid string, exp time.Time, scor
 	t.seq++
 	users[user] = ownTyping{sid: sid, exp: exp, score: score, seq: t.seq}
 	t.setLocked(conv, exp)
+}
+
+// startFailed notes a start whose write failed: its client was answered
+// unavailable and nobody was told, but the write may have landed, so its
+// expiry is fired like any other's. A resync does not write it again
+// (owned leaves it out): it wrote it and announced it, and the others saw
+// the user typing after Redis came back though the start had been
+// refused (a docs audit, 2026-12-07). A start of the user's there that
+// was told and has not expired by now keeps that standing.
+func (t *typingTimers) startFailed(conv, user, sid string, exp time.Time, score int64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	prev, had := t.own[conv][user]
+	told := had && !prev.untold && prev.exp.After(now)
+	t.startedLocked(conv, user, sid, exp, score)
+	if !told {
+		o := t.own[conv][user]
+		o.untold = true
+		t.own[conv][user] = o
+	}
 }
 
 // typedBy is the expiry (ms, as written in Redis) of user's last start in
@@ -406,14 +432,15 @@ type ownStart struct {
 	seq             uint64
 }
 
-// owned returns the starts noted that have not expired by now.
+// owned returns the starts noted that were told and have not expired by
+// now.
 func (t *typingTimers) owned(now time.Time) []ownStart {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []ownStart
 	for conv, users := range t.own {
 		for user, o := range users {
-			if o.exp.After(now) {
+			if o.exp.After(now) && !o.untold {
 				out = append(out, ownStart{conv, user, o.sid, o.exp, o.seq})
 			}
 		}
