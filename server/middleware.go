@@ -57,9 +57,25 @@ func OriginAllowed(origins []string, origin, host string) bool {
 // cors enforces the origin allow-list on every /socket.io/ request, for
 // both transports: a websocket upgrade or a polling request from a
 // disallowed origin is refused with 403 before it reaches the engine (CORS
-// headers alone would not stop a websocket). Allowed origins get the CORS
-// headers and preflights are answered here.
-func (s *Server) cors(next http.Handler) http.Handler {
+// headers alone would not stop a websocket), and a refused handshake is
+// counted. Allowed origins get the CORS headers and preflights are
+// answered here.
+func (s *Server) cors(next http.Handler) http.Handler { return s.corsFor(next, true, "") }
+
+// restExposed are the response headers of /v1 that a page on an allowed
+// origin may read: without Access-Control-Expose-Headers a browser hides
+// all but the safelisted ones, and a page read the 429's Retry-After and
+// the rate limit's headers as null (a docs audit, 2026-12-07).
+const restExposed = "Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, WWW-Authenticate"
+
+// restCORS is cors for the REST API (/v1): the same allow-list, its
+// headers exposed, and nothing counted as a handshake (a refused REST
+// request counted as a refused Socket.IO handshake).
+func (s *Server) restCORS(next http.Handler) http.Handler {
+	return s.corsFor(next, false, restExposed)
+}
+
+func (s *Server) corsFor(next http.Handler, engine bool, expose string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		origin := r.Header.Get("Origin")
 		if origin == "" {
@@ -67,7 +83,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 			return
 		}
 		if !OriginAllowed(s.cfg.CORSOrigins, origin, r.Host) {
-			if isHandshake(r) {
+			if engine && isHandshake(r) {
 				s.deps.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden).Inc()
 			}
 			handlers.WriteError(w, http.StatusForbidden, "forbidden", "origin not allowed")
@@ -77,6 +93,9 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Set("Access-Control-Allow-Credentials", "true")
 		h.Add("Vary", "Origin")
+		if expose != "" {
+			h.Set("Access-Control-Expose-Headers", expose)
+		}
 		if r.Method == http.MethodOptions {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, OPTIONS")
 			if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {

@@ -406,7 +406,7 @@ func (s *Server) routes() chi.Router {
 	})
 
 	if s.deps.API != nil {
-		r.With(s.cors).Mount("/v1", s.deps.API)
+		r.With(s.restCORS).Mount("/v1", s.deps.API)
 	}
 	if s.deps.Admin != nil {
 		r.Mount("/admin", s.deps.Admin)

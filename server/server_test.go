@@ -54,6 +54,13 @@ func newTestServerWith(tb testing.TB, cfg server.Config, scfg handlers.SessionCo
 // wrapped by wrap (nil: none).
 func newTestServerEngine(tb testing.TB, cfg server.Config, scfg handlers.SessionConfig, wrap func(presence.Engine) presence.Engine, ready ...server.Check) *testServer {
 	tb.Helper()
+	return newTestServerAPI(tb, cfg, scfg, wrap, nil, ready...)
+}
+
+// newTestServerAPI is newTestServerEngine with api as the REST API (/v1;
+// nil: none).
+func newTestServerAPI(tb testing.TB, cfg server.Config, scfg handlers.SessionConfig, wrap func(presence.Engine) presence.Engine, api http.Handler, ready ...server.Check) *testServer {
+	tb.Helper()
 	v, err := auth.NewHS256([]byte(secret))
 	if err != nil {
 		tb.Fatal(err)
@@ -61,7 +68,7 @@ func newTestServerEngine(tb testing.TB, cfg server.Config, scfg handlers.Session
 	log := slog.New(slog.DiscardHandler)
 	m := metrics.New()
 	sockets := newSocketsEngine(m, scfg, wrap)
-	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready})
+	srv, err := server.New(cfg, server.Deps{Log: log, Metrics: m, Verifier: v, Sockets: sockets, Ready: ready, API: api})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -368,6 +375,39 @@ func TestCORS(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden)); got != 2 {
 		t.Errorf("forbidden_origin handshakes: got %v, want 2", got)
+	}
+}
+
+// The REST API answers browsers under the same allow-list, but a request
+// refused there is no Socket.IO handshake (it was counted as one), and a
+// page on an allowed origin may read the rate limit's headers (a browser
+// hid them: no Access-Control-Expose-Headers). A docs audit, 2026-12-07.
+func TestRESTCORS(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "10")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	ts := newTestServerAPI(t, server.Config{CORSOrigins: []string{"https://app.example"}}, handlers.SessionConfig{NodeID: "n1"}, nil, api)
+	evil := map[string]string{"Origin": "https://evil.example"}
+	for _, m := range []string{"GET", "OPTIONS"} {
+		if resp, _ := do(t, m, ts.URL+"/v1/me/privacy", "", evil); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("%s from a refused origin: %d, want 403", m, resp.StatusCode)
+		}
+	}
+	if got := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden)); got != 0 {
+		t.Errorf("forbidden_origin handshakes after REST requests only: %v, want 0", got)
+	}
+	resp, _ := do(t, "GET", ts.URL+"/v1/me/privacy", "", map[string]string{"Origin": "https://app.example"})
+	exposed := resp.Header.Get("Access-Control-Expose-Headers")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(exposed, "Retry-After") || !strings.Contains(exposed, "X-RateLimit-Remaining") {
+		t.Errorf("allowed origin: %d, Access-Control-Expose-Headers %q; want Retry-After and the rate limit's exposed", resp.StatusCode, exposed)
+	}
+	// the Socket.IO path still counts its refusals
+	if resp, _ := do(t, "GET", ts.URL+"/socket.io/?EIO=4&transport=polling", "", evil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("evil handshake: %d", resp.StatusCode)
+	}
+	if got := testutil.ToFloat64(ts.Metrics.Handshakes.WithLabelValues(metrics.HandshakeForbidden)); got != 1 {
+		t.Errorf("forbidden_origin handshakes: %v, want 1", got)
 	}
 }
 
