@@ -499,8 +499,8 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 		if _, isObj := raw.(map[string]any); !isObj {
 			return nil, errorf(CodeInvalidArgument, "state must be an object or null")
 		}
-		if !plainJSON(raw, 0) {
-			return nil, errorf(CodeInvalidArgument, "state must be plain JSON: no binary attachments, at most %d levels deep", maxStateDepth)
+		if why := notPlainJSON(raw, 0); why != "" {
+			return nil, errorf(CodeInvalidArgument, "state must be plain JSON: %s", why)
 		}
 		n, err := jsonSize(raw)
 		if err != nil {
@@ -528,7 +528,10 @@ func (h *Sockets) stateSet(ctx context.Context, c *Conn, p payload) (any, error)
 
 // jsonSize is the length of v's JSON as a client writes it: without the
 // HTML escapes of json.Marshal (which writes <, > and & in 6 bytes each,
-// so that a state of 200 '<' counted 1,208 bytes).
+// so that a state of 200 '<' counted 1,208 bytes), and with U+2028 and
+// U+2029 in their 3 bytes of UTF-8, as JSON.stringify writes them, where
+// encoding/json always escapes them in 6 (a state of 300 of them, 908
+// bytes from the client, counted 1,808: a docs audit, 2026-12-07).
 func jsonSize(v any) (int, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
@@ -536,39 +539,60 @@ func jsonSize(v any) (int, error) {
 	if err := enc.Encode(v); err != nil {
 		return 0, err
 	}
-	return b.Len() - 1, nil // (Encode ends with a newline)
+	out := b.Bytes()
+	n := len(out) - 1 // (Encode ends with a newline)
+	for i := 0; i < len(out); i++ {
+		if out[i] != '\\' {
+			continue
+		}
+		// an escape: \u2028 and \u2029 stand for 3 bytes; any other is
+		// what a client writes too (skipped whole, so that an escaped
+		// backslash before "u2028" is not taken for one)
+		if rest := out[i+1:]; bytes.HasPrefix(rest, []byte("u2028")) || bytes.HasPrefix(rest, []byte("u2029")) {
+			n -= 3
+			i += 5
+		} else {
+			i++
+		}
+	}
+	return n, nil
 }
 
 // maxStateDepth bounds how deeply a state's objects and arrays nest.
 const maxStateDepth = 32
 
-// plainJSON reports whether v holds only what JSON has (objects, arrays,
-// strings, numbers, booleans, null), nested at most maxStateDepth deep. A
-// binary attachment decodes to something else, which the JSON encoding of
-// a broadcast would turn into {}: the bytes would be lost silently.
-func plainJSON(v any, depth int) bool {
+// notPlainJSON says why v holds more than JSON has (objects, arrays,
+// strings, numbers, booleans, null), nested at most maxStateDepth deep,
+// or "" if it does not. A binary attachment decodes to something else,
+// which the JSON encoding of a broadcast would turn into {}: the bytes
+// would be lost silently. Each cause has its own words: one message for
+// all of them told a client that sent a Date about binary data and depth
+// (a docs audit, 2026-12-07).
+func notPlainJSON(v any, depth int) string {
 	if depth > maxStateDepth {
-		return false
+		return fmt.Sprintf("nested more than %d levels deep", maxStateDepth)
 	}
 	switch x := v.(type) {
 	case nil, bool, string, float64, json.Number:
-		return true
+		return ""
 	case map[string]any:
 		for _, e := range x {
-			if !plainJSON(e, depth+1) {
-				return false
+			if why := notPlainJSON(e, depth+1); why != "" {
+				return why
 			}
 		}
-		return true
+		return ""
 	case []any:
 		for _, e := range x {
-			if !plainJSON(e, depth+1) {
-				return false
+			if why := notPlainJSON(e, depth+1); why != "" {
+				return why
 			}
 		}
-		return true
+		return ""
+	case time.Time, transport.Date:
+		return "it holds a date (send it as a string or a number)"
 	}
-	return false
+	return "it holds binary data (an attachment)"
 }
 
 // queueState records the latest state and broadcasts it now or when the

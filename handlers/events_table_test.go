@@ -939,9 +939,11 @@ func TestEventStateSet(t *testing.T) {
 		{name: "state an array", setup: withState, event: "state:set", payload: set([]any{1.0}), code: CodeInvalidArgument, message: "state must be an object or null"},
 		{name: "state a string", setup: withState, event: "state:set", payload: set("s"), code: CodeInvalidArgument, message: "state must be an object or null"},
 		// a binary attachment is not JSON: broadcast as JSON it would be {}
-		{name: "state with binary", setup: withState, event: "state:set", payload: set(map[string]any{"img": types.NewBytesBuffer(make([]byte, 50000)), "n": 1.0}), code: CodeInvalidArgument, message: "no binary attachments", after: latest(`{"x":1}`)},
-		{name: "state with binary in an array", setup: withState, event: "state:set", payload: set(map[string]any{"a": []any{1.0, types.NewBytesBuffer([]byte{1})}}), code: CodeInvalidArgument, message: "no binary attachments", after: latest(`{"x":1}`)},
-		{name: "state too deep", setup: withState, event: "state:set", payload: set(nested(maxStateDepth + 1)), code: CodeInvalidArgument, message: "levels deep", after: latest(`{"x":1}`)},
+		{name: "state with binary", setup: withState, event: "state:set", payload: set(map[string]any{"img": types.NewBytesBuffer(make([]byte, 50000)), "n": 1.0}), code: CodeInvalidArgument, message: "plain JSON: it holds binary data", after: latest(`{"x":1}`)},
+		{name: "state with binary in an array", setup: withState, event: "state:set", payload: set(map[string]any{"a": []any{1.0, types.NewBytesBuffer([]byte{1})}}), code: CodeInvalidArgument, message: "plain JSON: it holds binary data", after: latest(`{"x":1}`)},
+		{name: "state too deep", setup: withState, event: "state:set", payload: set(nested(maxStateDepth + 1)), code: CodeInvalidArgument, message: "plain JSON: nested more than 32 levels deep", after: latest(`{"x":1}`)},
+		// a msgpack client's Date: told so, not of binary data and depth
+		{name: "state with a date", setup: withState, event: "state:set", payload: set(map[string]any{"at": tblStart}), code: CodeInvalidArgument, message: "plain JSON: it holds a date", after: latest(`{"x":1}`)},
 		{
 			name: "state at the depth limit", setup: joined, event: "state:set", payload: set(nested(maxStateDepth)), code: "ok",
 			sent: []tblEmit{{Room: "conversation:c1", Except: "s1", Event: "state", Payload: `{"conversationId":"c1","userId":"u1","state":` + strings.Repeat(`{"a":`, maxStateDepth) + `1` + strings.Repeat(`}`, maxStateDepth) + `}`}},

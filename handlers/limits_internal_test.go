@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +240,28 @@ func TestHeartbeatAllocatesNothing(t *testing.T) {
 	}
 	if n != 0 {
 		t.Errorf("a heartbeat allocates %v times, want 0", n)
+	}
+}
+
+// jsonSize counts a state as a client's JSON.stringify writes it: <, > and
+// & in one byte each, U+2028 and U+2029 in their 3 bytes of UTF-8 (which
+// encoding/json escapes in 6), and an escaped backslash before "u2028" as
+// the 7 bytes it is. Before, 300 U+2028 (908 bytes from the client)
+// counted 1,808 and the state was refused (a docs audit, 2026-12-07).
+func TestJSONSizeAsClientsWriteIt(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want int
+	}{
+		{strings.Repeat("\u2028", 300), 8 + 900},
+		{"a\u2029<&>", 8 + 1 + 3 + 3},
+		{`\u2028`, 8 + 7},           // a backslash and "u2028": "\\u2028"
+		{`\` + "\u2028", 8 + 2 + 3}, // a backslash, then the character
+		{"\"\n", 8 + 4},
+	} {
+		got, err := jsonSize(map[string]any{"s": tc.s})
+		if err != nil || got != tc.want {
+			t.Errorf("jsonSize of %q: %d, %v; want %d", tc.s, got, err, tc.want)
+		}
 	}
 }
