@@ -52,3 +52,6 @@ func RegistryBucketKey(base, sid string, buckets int) string {
 // RegMinBuckets and RegPerBucket: a registry's first bucket count, and the
 // sockets a bucket holds on average before the count doubles.
 const RegMinBuckets, RegPerBucket = regMinBuckets, regPerBucket
+
+// SetMembershipClock sets the clock of a CachedMembership.
+func SetMembershipClock(c *CachedMembership, now func() time.Time) { c.now = now }

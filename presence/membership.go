@@ -46,6 +46,10 @@ type cached struct {
 	at     time.Time
 }
 
+// MembershipStaleIfDown is how old a cached answer may be that IsMember
+// gives when the store fails.
+const MembershipStaleIfDown = 10 * time.Minute
+
 // NewCachedMembership caches answers for maxAge (default 5s), keeping at
 // most maxEntries (default 100,000; when full, the expired entries are
 // dropped, and if that is not enough, an arbitrary half).
@@ -72,6 +76,15 @@ func (c *CachedMembership) IsMember(ctx context.Context, conv, user string) (boo
 	}
 	member, err := c.store.IsMember(ctx, conv, user)
 	if err != nil {
+		// The store is down: an answer it gave is still the latest one
+		// (a change of the member list is written to the store, and drops
+		// the answers through Forget), so it stands in for a while, and
+		// sockets that left a conversation can join it again. Before, every
+		// join whose answer was over maxAge old was refused unavailable
+		// while PostgreSQL was down (a docs audit, 2026-12-07).
+		if ok && now.Sub(e.at) < MembershipStaleIfDown && ctx.Err() == nil {
+			return e.member, nil
+		}
 		return false, err
 	}
 	c.mu.Lock()

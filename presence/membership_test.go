@@ -2,8 +2,10 @@ package presence_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/presenced/presenced/internal/gate"
 	"github.com/presenced/presenced/presence"
@@ -57,5 +59,52 @@ func TestCachedMembershipForgetDuringRead(t *testing.T) {
 	}
 	if st.reads != 2 {
 		t.Fatalf("%d store reads, want 2", st.reads)
+	}
+}
+
+// failingMembers answers from memberStore until down is set, then fails.
+type failingMembers struct {
+	memberStore
+	down bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *failingMembers) IsMember(ctx context.Context, conv, user string) (bool, error) {
+	if s.down {
+		return false, errStoreDown
+	}
+	return s.memberStore.IsMember(ctx, conv, user)
+}
+
+// While the store is down an answer it gave, expired, stands in for up to
+// MembershipStaleIfDown: before, every join whose answer was over 5 s old
+// was refused while PostgreSQL was down (a docs audit, 2026-12-07). An
+// answer dropped by Forget, or never given, is not made up.
+func TestCachedMembershipStaleWhileStoreDown(t *testing.T) {
+	st := &failingMembers{memberStore: memberStore{members: map[string]bool{"c/a": true, "d/a": true}}}
+	m := presence.NewCachedMembership(st, 5*time.Second, 0)
+	now := time.Unix(1000, 0)
+	presence.SetMembershipClock(m, func() time.Time { return now })
+	ctx := context.Background()
+	for _, conv := range []string{"c", "d"} {
+		if ok, err := m.IsMember(ctx, conv, "a"); !ok || err != nil {
+			t.Fatalf("%s: %v, %v", conv, ok, err)
+		}
+	}
+	st.down = true
+	m.Forget("d")
+	now = now.Add(time.Minute)
+	if ok, err := m.IsMember(ctx, "c", "a"); !ok || err != nil {
+		t.Fatalf("a minute on, store down: %v, %v; want the answer it gave", ok, err)
+	}
+	for _, q := range [][2]string{{"d", "a"}, {"c", "b"}} {
+		if _, err := m.IsMember(ctx, q[0], q[1]); !errors.Is(err, errStoreDown) {
+			t.Errorf("%v, store down: %v; want its error (no answer to stand in)", q, err)
+		}
+	}
+	now = now.Add(presence.MembershipStaleIfDown)
+	if _, err := m.IsMember(ctx, "c", "a"); !errors.Is(err, errStoreDown) {
+		t.Errorf("past MembershipStaleIfDown: %v; want the store's error", err)
 	}
 }
