@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -473,7 +474,7 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 		}
 		// (the arguments are not shown: they may hold secrets; the
 		// error names the flag)
-		return Config{}, nil, &ConfigError{Setting: "flags", Err: err}
+		return Config{}, nil, &ConfigError{Setting: "flags", Err: flagError(fs, err)}
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -505,6 +506,33 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 	}
 	return c, fs.Args(), nil
 }
+
+// flagError words a flag package error as users type flags: with two
+// dashes (it wrote "-bogus" for --bogus), and with the form a value takes
+// where the package says only "parse error".
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Errorf("unknown flag --%s", strings.TrimPrefix(name, "-"))
+	}
+	m := flagValueError.FindStringSubmatch(msg)
+	if m == nil {
+		return err
+	}
+	out := fmt.Sprintf("invalid value %s for --%s", m[1], m[2])
+	if f := fs.Lookup(m[2]); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				return errors.New(out + ": want a duration such as 90s, 15m or 24h")
+			}
+		}
+	}
+	return fmt.Errorf("%s: %s", out, m[3])
+}
+
+// flagValueError matches the flag package's error for a value it cannot
+// parse.
+var flagValueError = regexp.MustCompile(`^invalid (?:boolean )?value (".*") for (?:flag )?-(\S+): (.*)$`)
 
 // lookup reads an environment variable; an empty one counts as unset,
 // except for the four that choose dev mode (checkPresentButEmpty).
@@ -576,14 +604,26 @@ func (c *Config) finish(verifies bool) error {
 	// ping interval of 1000h every client timed out after 1 ms, and
 	// reconnected, and again.
 	if c.PingInterval+c.PingTimeout > maxClientTimer {
-		return &ConfigError{Setting: "PRESENCE_PING_INTERVAL (--ping-interval)", Value: c.PingInterval.String(),
-			Err: fmt.Errorf("with PRESENCE_PING_TIMEOUT (%s) must be at most %s: clients wait for their sum with a JavaScript timer", c.PingTimeout, maxClientTimer)}
+		return &ConfigError{Setting: "PRESENCE_PING_INTERVAL (--ping-interval)", Value: shortDuration(c.PingInterval),
+			Err: fmt.Errorf("with PRESENCE_PING_TIMEOUT (%s) must be at most %s: clients wait for their sum with a JavaScript timer", shortDuration(c.PingTimeout), shortDuration(maxClientTimer.Truncate(time.Second)))}
 	}
 	if c.HeartbeatInterval+c.HeartbeatJitter > maxClientTimer {
-		return &ConfigError{Setting: "PRESENCE_HEARTBEAT_INTERVAL (--heartbeat-interval)", Value: c.HeartbeatInterval.String(),
-			Err: fmt.Errorf("with PRESENCE_HEARTBEAT_JITTER (%s) must be at most %s: clients wait for the hint with a JavaScript timer", c.HeartbeatJitter, maxClientTimer)}
+		return &ConfigError{Setting: "PRESENCE_HEARTBEAT_INTERVAL (--heartbeat-interval)", Value: shortDuration(c.HeartbeatInterval),
+			Err: fmt.Errorf("with PRESENCE_HEARTBEAT_JITTER (%s) must be at most %s: clients wait for the hint with a JavaScript timer", shortDuration(c.HeartbeatJitter), shortDuration(maxClientTimer.Truncate(time.Second)))}
 	}
 	return nil
+}
+
+// shortDuration writes d as a user writes it: 1000h, not 1000h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // maxClientTimer is the longest delay of a JavaScript timer (2^31-1 ms).
@@ -747,6 +787,6 @@ DATABASE_URL present, the server runs one node in memory with a generated
 secret kept beside PRESENCE_DATA, and prints how to mint a token. One of them
 present but empty is a configuration error (exit 2), never dev mode.
 
-Exit codes: 0 after a clean shutdown, 1 on a runtime error, 2 on bad configuration.
+Exit codes: 0 after a clean shutdown, 1 on a runtime error, 2 on bad configuration or usage.
 `)
 }

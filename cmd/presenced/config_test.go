@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -530,5 +531,42 @@ func TestMigrateStatusMissingFile(t *testing.T) {
 	}
 	if code := exitCode(err, &errOut); code != 1 {
 		t.Fatalf("exit code %d, want 1", code)
+	}
+}
+
+// Errors show what the user typed: flags with two dashes, the form a
+// value takes, and durations as they are written (a docs audit,
+// 2026-12-07: "-bogus", a bare "parse error", "1000h0m0s" and a limit of
+// 596h31m23.647s where the docs say 596h31m23s).
+func TestConfigErrorsWordedAsTyped(t *testing.T) {
+	var validFor time.Duration
+	withToken := func(fs *flag.FlagSet) { fs.DurationVar(&validFor, "valid-for", time.Hour, "") }
+	for _, tc := range []struct {
+		args  []string
+		extra func(*flag.FlagSet)
+		want  string
+	}{
+		{[]string{"--bogus"}, nil, "unknown flag --bogus"},
+		{[]string{"--valid-for", "abc"}, withToken, `invalid value "abc" for --valid-for: want a duration such as 90s, 15m or 24h`},
+		{[]string{"--ping-interval", "1000h"}, nil, `="1000h": with PRESENCE_PING_TIMEOUT (20s) must be at most 596h31m23s:`},
+	} {
+		_, _, err := parseConfig("serve", tc.args, env(), &bytes.Buffer{}, tc.extra)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want it to say %q", tc.args, err, tc.want)
+		}
+	}
+	for d, want := range map[time.Duration]string{1000 * time.Hour: "1000h", 90 * time.Minute: "1h30m", 20 * time.Second: "20s", time.Hour + time.Second: "1h0m1s"} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// healthcheck refuses a stray argument: the flags after it were not read,
+// and it probed the default port (a docs audit, 2026-12-07).
+func TestHealthcheckRefusesStrayArguments(t *testing.T) {
+	err := healthcheck([]string{"bogus", "--addr", ":1"}, env(), &bytes.Buffer{})
+	if !errors.Is(err, errBadUsage) || exitCode(err, &bytes.Buffer{}) != 2 {
+		t.Fatalf("healthcheck bogus --addr :1: %v; want a usage error (exit 2)", err)
 	}
 }

@@ -456,9 +456,13 @@ func token(args []string, lookupEnv func(string) (string, bool), stdout, stderr 
 // healthcheck GETs this node's /healthz on the loopback address of
 // PRESENCE_ADDR (for container health checks: the image has no curl).
 func healthcheck(args []string, lookupEnv func(string) (string, bool), stdout io.Writer) error {
-	cfg, _, err := parseConfig("healthcheck", args, lookupEnv, stdout, nil)
+	cfg, rest, err := parseConfig("healthcheck", args, lookupEnv, stdout, nil)
 	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		// (the flags after it were not read: it probed the default port)
+		return fmt.Errorf("%w: unexpected argument %q", errBadUsage, rest[0])
 	}
 	_, port, err := net.SplitHostPort(cfg.Addr)
 	if err != nil {
