@@ -44,6 +44,10 @@ func classify(err error) *Error {
 	case errors.Is(err, presence.ErrNotJoined):
 		return errorf(CodeForbidden, "join the conversation first")
 	case errors.Is(err, presence.ErrLimit):
+		var le *presence.LimitError
+		if errors.As(err, &le) {
+			return errorf(CodeLimitExceeded, "too many conversations on this connection (at most %d)", le.Max)
+		}
 		return errorf(CodeLimitExceeded, "too many conversations on this connection")
 	case errors.Is(err, presence.ErrUnknown):
 		return errorf(CodeUnavailable, "connection is closing")

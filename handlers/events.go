@@ -813,11 +813,11 @@ func (h *Sockets) clearStates(c *Conn) {
 func (p payload) ids(field string, minLen int, distinct bool) ([]string, error) {
 	v, ok := p.get(field)
 	if !ok || v == nil {
-		return nil, errorf(CodeInvalidArgument, "%s is required (an array of user ids)", field)
+		return nil, errIDListMissing(field)
 	}
 	arr, ok := v.([]any)
 	if !ok {
-		return nil, errorf(CodeInvalidArgument, "%s must be an array of user ids", field)
+		return nil, errIDListType(field)
 	}
 	if !distinct {
 		if err := checkIDCount(field, len(arr), minLen, MaxQueryIDs); err != nil {
@@ -828,7 +828,7 @@ func (p payload) ids(field string, minLen int, distinct bool) ([]string, error) 
 	for i, x := range arr {
 		s, ok := x.(string)
 		if !ok || !ids.Valid(s) {
-			return nil, errorf(CodeInvalidArgument, "%s[%d] is not a valid user id", field, i)
+			return nil, errIDAt(field, i)
 		}
 		out[i] = s
 	}

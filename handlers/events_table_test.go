@@ -595,7 +595,7 @@ func TestEventConversationJoin(t *testing.T) {
 		},
 		{
 			name: "over MaxConversations", setup: []tblStep{join("s1", "c1"), join("s1", "c2"), join("s1", "c3")},
-			event: "conversation:join", payload: conv("c4"), code: CodeLimitExceeded, message: "too many conversations",
+			event: "conversation:join", payload: conv("c4"), code: CodeLimitExceeded, message: "too many conversations on this connection (at most 3)",
 			after: func(t *testing.T, e *tblEnv) { inRoom(t, e, "s1", "c4", false) },
 		},
 		{
@@ -1000,7 +1000,7 @@ func TestEventPresenceQuery(t *testing.T) {
 		{name: "missing", event: "presence:query", payload: map[string]any{}, code: CodeInvalidArgument, message: "userIds is required"},
 		{name: "no payload", event: "presence:query", payload: nil, code: CodeInvalidArgument, message: "userIds is required"},
 		{name: "a string", event: "presence:query", payload: map[string]any{"userIds": "u1"}, code: CodeInvalidArgument, message: "must be an array"},
-		{name: "a number inside", event: "presence:query", payload: map[string]any{"userIds": []any{"u1", 5.0}}, code: CodeInvalidArgument, message: "userIds[1] is not a valid user id"},
+		{name: "a number inside", event: "presence:query", payload: map[string]any{"userIds": []any{"u1", 5.0}}, code: CodeInvalidArgument, message: "userIds[1] must be 1-128 characters"},
 		{name: "an invalid id inside", event: "presence:query", payload: userIDs("u1", "a b"), code: CodeInvalidArgument, message: "userIds[1]"},
 		{name: "null inside", event: "presence:query", payload: map[string]any{"userIds": []any{nil}}, code: CodeInvalidArgument, message: "userIds[0]"},
 		{name: "viewers fail", event: "presence:query", payload: userIDs("broken"), code: CodeUnavailable, message: "retry"},

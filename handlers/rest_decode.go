@@ -88,14 +88,14 @@ func checkIDCount(field string, n, minN, maxN int) error {
 func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]string, error) {
 	raw, ok := obj[field]
 	if !ok {
-		return nil, errorf(CodeInvalidArgument, "%s is required", field)
+		return nil, errIDListMissing(field)
 	}
 	if len(raw) == 0 || raw[0] != '[' {
-		return nil, errorf(CodeInvalidArgument, "%s must be an array of strings", field)
+		return nil, errIDListType(field)
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, errorf(CodeInvalidArgument, "%s must be an array of strings", field)
+		return nil, errIDListType(field)
 	}
 	if err := checkIDCount(field, len(items), minN, maxN); err != nil {
 		return nil, err
@@ -109,8 +109,22 @@ func idList(obj map[string]json.RawMessage, field string, minN, maxN int) ([]str
 			return nil, errorf(CodeInvalidArgument, "%s[%d] must be a string", field, i)
 		}
 		if !ids.Valid(list[i]) {
-			return nil, errorf(CodeInvalidArgument, "%s[%d] must be %s", field, i, ids.Rule)
+			return nil, errIDAt(field, i)
 		}
 	}
 	return list, nil
+}
+
+// The words of a bad list of user ids, the same on the socket and REST
+// (they differed: a docs audit, 2026-12-07).
+func errIDListMissing(field string) error {
+	return errorf(CodeInvalidArgument, "%s is required (an array of user ids)", field)
+}
+
+func errIDListType(field string) error {
+	return errorf(CodeInvalidArgument, "%s must be an array of user ids", field)
+}
+
+func errIDAt(field string, i int) error {
+	return errorf(CodeInvalidArgument, "%s[%d] must be %s", field, i, ids.Rule)
 }

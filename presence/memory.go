@@ -302,7 +302,7 @@ func (e *MemoryEngine) Join(ctx context.Context, socketID, conv string) (JoinRes
 	if _, in := s.convs[conv]; !in {
 		if len(s.convs) >= e.cfg.MaxConversations {
 			m.mu.Unlock()
-			return JoinResult{}, ErrLimit
+			return JoinResult{}, &LimitError{Max: e.cfg.MaxConversations}
 		}
 		c := m.convs[conv]
 		if c == nil {

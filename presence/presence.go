@@ -17,10 +17,22 @@ package presence
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/presenced/presenced/internal/defaults"
 )
+
+// LimitError is a join over Config.MaxConversations (Max): it is
+// ErrLimit, and says the limit.
+type LimitError struct{ Max int }
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v (at most %d)", ErrLimit, e.Max)
+}
+
+// Is makes a LimitError ErrLimit.
+func (e *LimitError) Is(target error) bool { return target == ErrLimit }
 
 // Errors of engine operations. Handlers map them to ack codes.
 var (

@@ -71,7 +71,7 @@ func (e *RedisEngine) Join(ctx context.Context, socketID, conv string) (JoinResu
 	_, already := s.convs[conv]
 	if !already && len(s.convs) >= e.cfg.MaxConversations {
 		e.mu.Unlock()
-		return JoinResult{}, ErrLimit
+		return JoinResult{}, &LimitError{Max: e.cfg.MaxConversations}
 	}
 	s.convs[conv] = struct{}{}
 	reg := registry(s)
