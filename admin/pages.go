@@ -92,7 +92,7 @@ func (p *Panel) attempt(w http.ResponseWriter, r *http.Request, token string) (i
 		if p.fails.add(r.Context(), ip) {
 			// the refusals while it is blocked are counted, not logged
 			// one by one: a flood would flood the log
-			p.log.Warn("admin logins of this IP refused until its window passes", "ip", ip, "wrong_tokens", p.cfg.LoginLimit, "window", p.cfg.LoginWindow)
+			p.log.Warn("admin logins of this IP refused until its window passes", "ip", ip, "wrong_tokens", p.cfg.LoginLimit, "window", p.cfg.LoginWindow.String())
 		}
 		return http.StatusUnauthorized, 0
 	}

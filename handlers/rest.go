@@ -203,9 +203,17 @@ func (a *REST) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		a.notFound(w, r)
 		return
 	}
+	WriteMethodNotAllowed(w, r, a.router, path)
+}
+
+// WriteMethodNotAllowed answers r, whose path (as routes sees it) routes
+// serves with other methods: 405 with an Allow header naming them, and
+// code invalid_argument. The REST API and the server's own routes
+// (/healthz, /readyz) answer alike.
+func WriteMethodNotAllowed(w http.ResponseWriter, r *http.Request, routes chi.Routes, path string) {
 	var allowed []string
 	for _, m := range restMethods {
-		if a.router.Match(chi.NewRouteContext(), m, path) {
+		if routes.Match(chi.NewRouteContext(), m, path) {
 			allowed = append(allowed, m)
 		}
 	}

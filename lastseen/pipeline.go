@@ -679,7 +679,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			if err != nil {
 				failures++
 				next = p.backoff(failures)
-				p.log.Warn("last-seen flush failed; dirty users kept", "err", err, "failures", failures, "retry_in", next)
+				p.log.Warn("last-seen flush failed; dirty users kept", "err", err, "failures", failures, "retry_in", next.String())
 			} else if failures > 0 {
 				p.log.Info("last-seen flush recovered", "failures", failures)
 				failures = 0

@@ -415,8 +415,8 @@ func (s *Server) routes() chi.Router {
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		handlers.WriteError(w, http.StatusNotFound, "not_found", "no such route")
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		handlers.WriteError(w, http.StatusMethodNotAllowed, "invalid_argument", "method not allowed")
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		handlers.WriteMethodNotAllowed(w, req, r, req.URL.Path)
 	})
 
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {

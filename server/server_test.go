@@ -992,3 +992,16 @@ func TestPollingRefusedPostEndsSession(t *testing.T) {
 		t.Fatalf("v3 NOOP: %d %q", resp.StatusCode, body)
 	}
 }
+
+// The server's own routes answer a wrong method as /v1 does: 405 with
+// Allow and the methods named (they gave a bare "method not allowed"
+// without Allow: a docs audit, 2026-12-07).
+func TestRootMethodNotAllowed(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, body := do(t, "POST", ts.URL+path, "", nil)
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET" || !strings.Contains(body, "method POST is not allowed here; allowed: GET") {
+			t.Errorf("POST %s: %d, Allow %q, %q", path, resp.StatusCode, resp.Header.Get("Allow"), body)
+		}
+	}
+}
