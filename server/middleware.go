@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-chi/httprate"
 	eioparser "github.com/zishang520/socket.io/parsers/engine/v3/parser"
+	"github.com/zishang520/socket.io/servers/engine/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
 
 	"github.com/presenced/presenced/handlers"
@@ -190,7 +191,9 @@ func (s *Server) refuseOverlappingPosts(next http.Handler) http.Handler {
 		}
 		sid := r.URL.Query().Get("sid")
 		if _, busy := s.posting.LoadOrStore(sid, struct{}{}); busy {
-			endPollingSession(next, r)
+			// (as the client's close: a close from the server's side
+			// would abort the POST under way)
+			injectPollingClose(next, r)
 			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "a POST of this session is under way")
 			return
 		}
@@ -209,24 +212,29 @@ func (s *Server) refuseOverlappingPosts(next http.Handler) http.Handler {
 // handler (and the data it was given) forever.
 func (s *Server) capPollingBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && s.cfg.MaxUnreadAge > 0 && r.URL.Query().Get("transport") == "polling" {
-			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.PingInterval + s.cfg.MaxUnreadAge))
+		if r.Method == http.MethodGet && r.URL.Query().Get("transport") == "polling" {
+			if s.cfg.MaxUnreadAge > 0 {
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.PingInterval + s.cfg.MaxUnreadAge))
+			}
+			if ae := r.Header.Get("Accept-Encoding"); ae != "" {
+				r.Header.Set("Accept-Encoding", withoutDeflate(ae))
+			}
 		}
 		if r.Method == http.MethodPost {
 			if r.ContentLength > s.cfg.MaxBuffer {
-				endPollingSession(next, r)
+				s.endPollingSession(next, r)
 				handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 				return
 			}
 			if r.ContentLength < 0 {
 				body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBuffer+1))
 				if err != nil {
-					endPollingSession(next, r)
+					s.endPollingSession(next, r)
 					handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 					return
 				}
 				if int64(len(body)) > s.cfg.MaxBuffer {
-					endPollingSession(next, r)
+					s.endPollingSession(next, r)
 					handlers.WriteError(w, http.StatusRequestEntityTooLarge, "limit_exceeded", "payload too large")
 					return
 				}
@@ -261,11 +269,15 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 		}
 		body, err := io.ReadAll(r.Body) // bounded by capPollingBody
 		if err != nil {
-			endPollingSession(next, r)
+			s.endPollingSession(next, r)
 			handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "unreadable body")
 			return
 		}
 		if !validPayload(r.URL.Query().Get("EIO"), body, r.Header.Get("Content-Type")) {
+			if s.closeWithPendingGet(r) {
+				writeOK(w)
+				return
+			}
 			body = []byte(close)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -287,10 +299,7 @@ type closedPostWriter struct {
 func (c *closedPostWriter) WriteHeader(code int) {
 	if code == http.StatusTooManyRequests {
 		c.closed = true
-		c.Header().Set("Content-Type", "text/html")
-		c.Header().Set("Content-Length", "2")
-		c.ResponseWriter.WriteHeader(http.StatusOK)
-		_, _ = c.ResponseWriter.Write([]byte("ok"))
+		writeOK(c.ResponseWriter)
 		return
 	}
 	c.ResponseWriter.WriteHeader(code)
@@ -346,11 +355,21 @@ func validPayload(eio string, body []byte, contentType string) bool {
 }
 
 // endPollingSession ends the session of r, a long-polling POST refused
-// before the engine saw it (its body over MaxBuffer, or unreadable): the
-// engine is handed a CLOSE for the session instead, its answer discarded,
-// and the caller answers r. Engine.IO ends a session on such a POST; the
-// library's transport kept it. Other requests are left alone.
-func endPollingSession(next http.Handler, r *http.Request) {
+// before the engine saw it (its body over MaxBuffer, or unreadable), and
+// the caller answers r: from the server's side if a GET of it waits
+// (closeWithPendingGet), else by handing the engine a CLOSE for the
+// session, its answer discarded. Engine.IO ends a session on such a POST;
+// the library's transport kept it. Other requests are left alone.
+func (s *Server) endPollingSession(next http.Handler, r *http.Request) {
+	if pollingClose(r) == "" || s.closeWithPendingGet(r) {
+		return
+	}
+	injectPollingClose(next, r)
+}
+
+// injectPollingClose ends r's long-polling session as the client's CLOSE
+// would (see endPollingSession).
+func injectPollingClose(next http.Handler, r *http.Request) {
 	close := pollingClose(r)
 	if close == "" {
 		return
@@ -360,6 +379,56 @@ func endPollingSession(next http.Handler, r *http.Request) {
 	cr.ContentLength = int64(len(close))
 	cr.Header.Del("Content-Type")
 	next.ServeHTTP(discardResponse{header: http.Header{}}, cr)
+}
+
+// withoutDeflate is an Accept-Encoding without its "deflate": the
+// library's "deflate" is raw DEFLATE, where HTTP's is zlib's format (RFC
+// 9110 §8.4.1.2; Node's engine sends that), so that strict decoders of a
+// client that offered deflate and not gzip failed (a black-box audit
+// against Node, 2026-12-07). Such a client gets the answer uncompressed,
+// or in another coding it offered.
+func withoutDeflate(ae string) string {
+	if !strings.Contains(strings.ToLower(ae), "deflate") {
+		return ae
+	}
+	var kept []string
+	for _, part := range strings.Split(ae, ",") {
+		coding, _, _ := strings.Cut(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "deflate") {
+			kept = append(kept, strings.TrimSpace(part))
+		}
+	}
+	return strings.Join(kept, ", ")
+}
+
+// closeWithPendingGet closes the long-polling session of r (a POST that
+// ends it, refused or undecodable) from the server's side when a GET of it
+// is waiting: the GET gets CLOSE ("1"), as Node's engine answers it after
+// a parse error or an oversized body, and the client reports "transport
+// close". A CLOSE handed in as the client's (endPollingSession) got it a
+// NOOP, and the client reported the POST's failure instead, "transport
+// error" (a black-box audit against Node, 2026-12-07). false: no GET is
+// waiting (the caller ends the session as the client's close, which does
+// not keep it for 30 s for the next GET), or there is no such session.
+func (s *Server) closeWithPendingGet(r *http.Request) bool {
+	c, ok := s.io.Engine().Clients().Load(r.URL.Query().Get("sid"))
+	if !ok {
+		return false
+	}
+	t := c.Transport()
+	if t == nil || t.Name() != "polling" || !t.Writable() {
+		return false
+	}
+	c.Close(false)
+	return true
+}
+
+// writeOK answers a long-polling POST 200 "ok", as Engine.IO does.
+func writeOK(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/html")
+	w.Header().Set("Content-Length", "2")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("ok"))
 }
 
 // discardResponse is a ResponseWriter that keeps nothing.
@@ -498,3 +567,10 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// The library answers a handshake of an Engine.IO version it does not
+// serve with code 4, which is Forbidden's; Engine.IO's code for it is 5
+// (UNSUPPORTED_PROTOCOL_VERSION), and tools that name the codes by
+// Engine.IO's list read it as a refusal (a black-box audit against Node,
+// 2026-12-07). Set once, before any server answers.
+func init() { engine.UNSUPPORTED_PROTOCOL_VERSION.Code = 5 }

@@ -1005,3 +1005,81 @@ func TestRootMethodNotAllowed(t *testing.T) {
 		}
 	}
 }
+
+// A long-polling POST that ends its session at the Engine.IO level (no
+// Engine.IO payload, or over MaxBuffer) while a GET of the session waits
+// gives that GET the session's CLOSE, as Node's engine does: the client
+// reports "transport close". The GET got a NOOP, and the client reported
+// the POST's failure instead, "transport error" (a black-box audit against
+// Node, 2026-12-07).
+func TestPollingEndedWithAGetWaiting(t *testing.T) {
+	ts := newTestServer(t, server.Config{MaxBuffer: 1024})
+	for _, bad := range []string{"9", "6\x1e", "\x1e", "zzz", `42["x","` + strings.Repeat("a", 2000) + `"]`} {
+		u := pollingSocket(t, ts, "waiter")
+		do(t, "GET", u, "", nil) // the session's first packets
+		poll := make(chan string, 1)
+		go func() {
+			resp, err := http.Get(u)
+			if err != nil {
+				poll <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			poll <- string(b)
+		}()
+		time.Sleep(100 * time.Millisecond)
+		resp, body := do(t, "POST", u, bad, nil)
+		want := http.StatusOK
+		if len(bad) > 1024 {
+			want = http.StatusRequestEntityTooLarge
+		}
+		if resp.StatusCode != want {
+			t.Errorf("POST %.20q: %d %q, want %d", bad, resp.StatusCode, body, want)
+		}
+		if got := <-poll; got != "1" {
+			t.Errorf("after POST %.20q the waiting GET got %q, want the session's CLOSE \"1\"", bad, got)
+		}
+		waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
+		if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "Session ID unknown") {
+			t.Errorf("GET after POST %.20q: %d %q, want the session gone", bad, resp.StatusCode, body)
+		}
+	}
+}
+
+// A handshake of an Engine.IO version not served is answered with
+// Engine.IO's code for it, 5, as Node answers (the library said 4,
+// Forbidden's code: a black-box audit against Node, 2026-12-07).
+func TestUnsupportedProtocolVersionCode(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	for _, q := range []string{"EIO=3&", "", "EIO=abc&"} {
+		resp, body := do(t, "GET", ts.URL+"/socket.io/?"+q+"transport=polling", "", nil)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"code":5`) || !strings.Contains(body, "Unsupported protocol version") {
+			t.Errorf("handshake with %q: %d %q, want 400 with code 5", q, resp.StatusCode, body)
+		}
+	}
+}
+
+// A polling answer over the compression threshold is never "deflate": the
+// library's is raw DEFLATE where HTTP's deflate is zlib's format, and
+// strict decoders failed on it (a black-box audit against Node,
+// 2026-12-07). A client that offers gzip too gets gzip, as before.
+func TestPollingNoRawDeflate(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	u := pollingSocket(t, ts, "deflater")
+	do(t, "GET", u, "", nil) // the session's first packets
+	for _, tc := range []struct{ accept, want string }{{"deflate", ""}, {"gzip, deflate", "gzip"}, {"deflate;q=1.0, identity", ""}} {
+		acks := make([]string, 60) // their answers: over the 1 KB threshold
+		for i := range acks {
+			acks[i] = "42" + strconv.Itoa(100+i) + `["heartbeat",{}]`
+		}
+		if resp, body := do(t, "POST", u, strings.Join(acks, "\x1e"), nil); resp.StatusCode != 200 {
+			t.Fatalf("heartbeats: %d %q", resp.StatusCode, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+		resp, body := do(t, "GET", u, "", map[string]string{"Accept-Encoding": tc.accept})
+		if got := resp.Header.Get("Content-Encoding"); got != tc.want || got == "" && len(body) < 1024 {
+			t.Errorf("Accept-Encoding %q: Content-Encoding %q (%d bytes: %.60q), want %q over 1 KB", tc.accept, got, len(body), body, tc.want)
+		}
+	}
+}
