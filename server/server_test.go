@@ -812,19 +812,7 @@ func TestPollingBadPayloadEndsSession(t *testing.T) {
 	// library's 429 read as a rate limit)
 	for _, bad := range []string{`421[heartbeat`, `421[]`} {
 		u := pollingSocket(t, ts, "garbler")
-		do(t, "GET", u, "", nil) // the session's first packets
-		poll := make(chan string, 1)
-		go func() { // a client always has a GET waiting
-			resp, err := http.Get(u)
-			if err != nil {
-				poll <- err.Error()
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			poll <- string(b)
-		}()
-		time.Sleep(100 * time.Millisecond)
+		poll := waitingGet(t, u) // a client always has a GET waiting
 		if resp, body := do(t, "POST", u, bad, nil); resp.StatusCode != 200 || body != "ok" {
 			t.Errorf("POST %q: %d %q, want 200 ok", bad, resp.StatusCode, body)
 		}
@@ -1016,19 +1004,7 @@ func TestPollingEndedWithAGetWaiting(t *testing.T) {
 	ts := newTestServer(t, server.Config{MaxBuffer: 1024})
 	for _, bad := range []string{"9", "6\x1e", "\x1e", "zzz", `42["x","` + strings.Repeat("a", 2000) + `"]`} {
 		u := pollingSocket(t, ts, "waiter")
-		do(t, "GET", u, "", nil) // the session's first packets
-		poll := make(chan string, 1)
-		go func() {
-			resp, err := http.Get(u)
-			if err != nil {
-				poll <- err.Error()
-				return
-			}
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			poll <- string(b)
-		}()
-		time.Sleep(100 * time.Millisecond)
+		poll := waitingGet(t, u)
 		resp, body := do(t, "POST", u, bad, nil)
 		want := http.StatusOK
 		if len(bad) > 1024 {
@@ -1082,4 +1058,30 @@ func TestPollingNoRawDeflate(t *testing.T) {
 			t.Errorf("Accept-Encoding %q: Content-Encoding %q (%d bytes: %.60q), want %q over 1 KB", tc.accept, got, len(body), body, tc.want)
 		}
 	}
+}
+
+// waitingGet reads the session's first packets at u (up to its session
+// event), then starts a GET that waits for the next ones, as a client
+// always has one: its body (or error) comes on the channel.
+func waitingGet(t *testing.T, u string) chan string {
+	t.Helper()
+	var first string
+	deadline := time.Now().Add(3 * time.Second)
+	for !strings.Contains(first, `"session"`) && time.Now().Before(deadline) {
+		_, body := do(t, "GET", u, "", nil)
+		first += body
+	}
+	poll := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(u)
+		if err != nil {
+			poll <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		poll <- string(b)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	return poll
 }
