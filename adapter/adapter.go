@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -639,6 +640,7 @@ func (a *NamespaceAdapter) ServerSideEmit(packet []any) error {
 			ack(nil, err)
 			return
 		}
+		n = a.answering(ctx, packet, n)
 		if n <= 1 {
 			ack([]any{}, nil)
 			return
@@ -654,6 +656,24 @@ func (a *NamespaceAdapter) ServerSideEmit(packet []any) error {
 		ack(r.responses, err)
 	}()
 	return nil
+}
+
+// answering is how many of the n servers answer the server-side event
+// packet, this one included: n, or for an event of Config.OwnEvents at
+// most what Config.Peers counts.
+func (a *NamespaceAdapter) answering(ctx context.Context, packet []any, n int64) int64 {
+	cfg := a.b.cfg
+	if cfg.OwnEvents == "" || cfg.Peers == nil || len(packet) == 0 {
+		return n
+	}
+	if ev, _ := packet[0].(string); !strings.HasPrefix(ev, cfg.OwnEvents) {
+		return n
+	}
+	peers, err := cfg.Peers(ctx)
+	if err != nil || peers < 1 {
+		return n
+	}
+	return min(n, peers)
 }
 
 func (a *NamespaceAdapter) serverSideEmit(requestID string, packet []any, done func(error)) error {

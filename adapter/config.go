@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,18 @@ type Config struct {
 	// for one asking for acknowledgements), on the subscription's
 	// goroutine: it must not block.
 	Delivered func(*parser.Packet)
+
+	// OwnEvents and Peers: server-side events whose name starts with
+	// OwnEvents (non-empty) are answered by this program's nodes only, not
+	// by the other Socket.IO servers sharing the cluster (a Node server
+	// has no listener for them, and so never acks), and Peers counts those
+	// nodes, this one included. A ServerSideEmit of such an event with an
+	// ack waits for the answers of at most Peers-1 servers (and of no more
+	// than the server count's): before, one Node server in the cluster
+	// made every such call wait out RequestsTimeout. A Peers that fails
+	// leaves the server count alone.
+	OwnEvents string
+	Peers     func(ctx context.Context) (int64, error)
 }
 
 // Observer is told about the adapter's traffic, e.g. to feed metrics. Its

@@ -17,6 +17,13 @@ import (
 // every other node has acted (each acks after its work), so that what a
 // client does after the REST answer, through any node, sees the change.
 
+// OwnEvents starts the name of every server-side event of presenced's own
+// (privacy, contacts, evict, kick, admin-sockets): other Socket.IO servers
+// sharing the cluster (Node ones) have no listener for them and never
+// answer, so the adapter waits for presenced nodes' answers alone
+// (adapter.Config.OwnEvents).
+const OwnEvents = "presenced:"
+
 // privacyEvent tells the other nodes a user's new last-seen setting:
 // (userId, setting).
 const privacyEvent = "presenced:privacy"

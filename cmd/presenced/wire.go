@@ -365,6 +365,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 			Log:                  log,
 			Observer:             metrics.AdapterObserver{M: a.metrics},
 			Delivered:            func(p *parser.Packet) { a.sockets.RemoteBroadcast(p.Data) },
+			// presenced's own events (handlers.tellNodes) are answered by
+			// presenced nodes alone: those holding a lease
+			OwnEvents: handlers.OwnEvents,
+			Peers: func(ctx context.Context) (int64, error) {
+				leases, err := a.engine.(*presence.RedisEngine).Leases(ctx)
+				return int64(len(leases)), err
+			},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("cluster adapter: %w", err)
