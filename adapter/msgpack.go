@@ -588,10 +588,20 @@ func (d *msgpackDecoder) mapOf(n int, depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		m[keyString(k)] = v
+		if key := keyString(k); key != protoKey {
+			m[key] = v
+		}
 	}
 	return m, nil
 }
+
+// protoKey is a map key that notepack.io's decoder in a Node server makes
+// the object's prototype, not a property: it is in no object Node relays.
+// Passed on, it became the prototype of the objects every msgpack client
+// decoded (their properties inherited, not their own): so it is dropped,
+// as Node drops it (a black-box audit of the msgpack parser, 2026-12-07).
+const protoKey = "__proto__"
+
 
 // keyString renders a map key the way a JavaScript object key would be
 // (String(key)): an array joins its elements with commas (null as

@@ -548,3 +548,19 @@ func isNaN(v any) bool {
 	f, ok := v.(float64)
 	return ok && math.IsNaN(f)
 }
+
+// A map key "__proto__" is dropped, as notepack.io's decoder in a Node
+// server drops it (it sets the object's prototype): relayed, it became the
+// prototype of what every msgpack client decoded (a black-box audit,
+// 2026-12-07).
+func TestMsgpackProtoKeyDropped(t *testing.T) {
+	// {"__proto__": {"isAdmin": true}, "a": 1}
+	in := []byte{0x82, 0xa9, '_', '_', 'p', 'r', 'o', 't', 'o', '_', '_', 0x81, 0xa7, 'i', 's', 'A', 'd', 'm', 'i', 'n', 0xc3, 0xa1, 'a', 0x01}
+	got, err := decodeMsgpack(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := got.(map[string]any); !ok || len(m) != 1 || m["a"] != 1.0 {
+		t.Fatalf("decoded %#v, want {a: 1} alone", got)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
@@ -537,7 +539,17 @@ func jsonSize(v any) (int, error) {
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		return 0, err
+		var bad *json.UnsupportedValueError
+		if !errors.As(err, &bad) {
+			return 0, err
+		}
+		// NaN or ±Infinity, which a msgpack client can send: counted as
+		// JSON.stringify writes them, null (they were refused as "not
+		// JSON", where Node relays them: a black-box audit, 2026-12-07)
+		b.Reset()
+		if err := enc.Encode(nonFiniteAsNull(v)); err != nil {
+			return 0, err
+		}
 	}
 	out := b.Bytes()
 	n := len(out) - 1 // (Encode ends with a newline)
@@ -556,6 +568,30 @@ func jsonSize(v any) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// nonFiniteAsNull is v with its NaN and ±Infinity numbers nil (a copy of
+// its maps and arrays).
+func nonFiniteAsNull(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = nonFiniteAsNull(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = nonFiniteAsNull(e)
+		}
+		return a
+	}
+	return v
 }
 
 // maxStateDepth bounds how deeply a state's objects and arrays nest.

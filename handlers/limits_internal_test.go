@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -263,5 +264,11 @@ func TestJSONSizeAsClientsWriteIt(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("jsonSize of %q: %d, %v; want %d", tc.s, got, err, tc.want)
 		}
+	}
+	// NaN and ±Infinity (a msgpack client's) count as JSON.stringify
+	// writes them, null; they were refused as "not JSON"
+	nonFinite := map[string]any{"n": math.NaN(), "a": []any{math.Inf(1), 1.0}, "o": map[string]any{"i": math.Inf(-1)}}
+	if got, err := jsonSize(nonFinite); err != nil || got != len(`{"a":[null,1],"n":null,"o":{"i":null}}`) {
+		t.Errorf("jsonSize with NaN and infinities: %d, %v", got, err)
 	}
 }

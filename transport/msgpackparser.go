@@ -264,11 +264,16 @@ func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
 	data, hasData := m["data"]
 	switch p.Type {
 	case parser.CONNECT:
-		if _, obj := data.(map[string]any); hasData && !obj {
+		// data is an object, or none: a client without auth sends
+		// notepack's undefined (read as nil), which Node takes as no auth.
+		// Refused, the connection closed before the "missing token"
+		// connect_error, and the client reconnected without end (a
+		// black-box audit of the msgpack parser, 2026-12-07)
+		if _, obj := data.(map[string]any); hasData && data != nil && !obj {
 			return nil, errMsgpackData
 		}
 	case parser.DISCONNECT:
-		if hasData {
+		if hasData && data != nil {
 			return nil, errMsgpackData
 		}
 	case parser.CONNECT_ERROR:
@@ -379,8 +384,12 @@ func (s *msgpackScanner) decode() (any, error) {
 			if !ok {
 				return nil, errMsgpackKey
 			}
-			if m[k], err = s.decode(); err != nil {
+			v, err := s.decode()
+			if err != nil {
 				return nil, err
+			}
+			if k != "__proto__" { // (as adapter's protoKey: Node drops it)
+				m[k] = v
 			}
 		}
 		return m, nil

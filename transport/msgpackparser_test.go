@@ -452,3 +452,25 @@ func FuzzMsgpackParser(f *testing.F) {
 		}
 	})
 }
+
+// A CONNECT whose data is notepack's undefined (a client without auth) is
+// a CONNECT without auth, as in Node: the handshake then refuses it with a
+// connect_error. It closed the connection, and the client reconnected
+// without end (a black-box audit, 2026-12-07). A map key "__proto__" is
+// dropped, as Node's decoder drops it (it sets the object's prototype):
+// relayed, it became the prototype of what every msgpack client decoded.
+func TestMsgpackParserUndefinedAuthAndProto(t *testing.T) {
+	// notepack.encode({type: 0, nsp: "/", data: undefined}): undefined is fixext 1 of type 0
+	got, err := decodeOne(t, mpHex(t, "83a47479706500a36e7370a12fa464617461d40000"))
+	if err != nil || got.Type != parser.CONNECT || got.Data != nil {
+		t.Fatalf("CONNECT with undefined data: %+v, %v; want a CONNECT without data", got, err)
+	}
+	// {type: 2, nsp: "/", data: ["x", {"__proto__": {"isAdmin": true}, "a": 1}]}
+	got, err = decodeOne(t, mpHex(t, "83a47479706502a36e7370a12fa464617461"+"92a178"+"82a95f5f70726f746f5f5f81a7697341646d696ec3a16101"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []any{"x", map[string]any{"a": 1.0}}; !reflect.DeepEqual(got.Data, want) {
+		t.Fatalf("got %#v, want %#v (no __proto__)", got.Data, want)
+	}
+}
