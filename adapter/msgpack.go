@@ -602,7 +602,6 @@ func (d *msgpackDecoder) mapOf(n int, depth int) (any, error) {
 // as Node drops it (a black-box audit of the msgpack parser, 2026-12-07).
 const protoKey = "__proto__"
 
-
 // keyString renders a map key the way a JavaScript object key would be
 // (String(key)): an array joins its elements with commas (null as
 // nothing), binary is its bytes as text, and a map is "[object Object]".
