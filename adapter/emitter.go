@@ -124,7 +124,8 @@ type Operator struct {
 	flags  obj
 }
 
-// reservedEvents cannot be emitted (as in Socket.IO).
+// reservedEvents cannot be emitted (as in Socket.IO), and a packet of
+// one from elsewhere is dropped (clientValid): socket.io-client refuses it.
 var reservedEvents = map[string]bool{
 	"connect": true, "connect_error": true, "disconnect": true,
 	"disconnecting": true, "newListener": true, "removeListener": true,

@@ -324,7 +324,37 @@ func decodePacket(v any) (*parser.Packet, error) {
 		u := uint64(id)
 		p.Id = &u
 	}
+	if !clientValid(p) {
+		return nil, fmt.Errorf("%w: packet data %.100v of a type %d packet", errMalformed, p.Data, p.Type)
+	}
 	return p, nil
+}
+
+// clientValid reports whether socket.io-client's parser takes p's data
+// (its isPayloadValid): an event is a list whose first element is a
+// number or a name other than the reserved ones, an ack a list. A
+// broadcast it refuses makes every client it reaches close its connection
+// ("parse error"), on every node: a Node server passes such a message on,
+// presenced drops it (a black-box interop audit, 2026-12-07).
+func clientValid(p *parser.Packet) bool {
+	switch p.Type {
+	case parser.EVENT:
+		a, ok := p.Data.([]any)
+		if !ok || len(a) == 0 {
+			return false
+		}
+		switch name := a[0].(type) {
+		case float64:
+			return true
+		case string:
+			return !reservedEvents[name]
+		}
+		return false
+	case parser.ACK:
+		_, ok := p.Data.([]any)
+		return ok
+	}
+	return true
 }
 
 // jsonNumbers replaces, in place, the numbers JSON has no form for (NaN,

@@ -39,6 +39,15 @@ func TestDecodeOptsAndPacket(t *testing.T) {
 		map[string]any{"type": -1.0, "data": []any{"x"}},
 		map[string]any{"type": 7.0, "data": []any{"x"}},
 		map[string]any{"type": 2.0, "data": []any{"x"}, "nsp": 5.0},
+		// data socket.io-client refuses: every client reached would
+		// close its connection (an interop audit, 2026-12-07)
+		map[string]any{"type": 2.0, "data": "x"},
+		map[string]any{"type": 2.0, "data": []any{}},
+		map[string]any{"type": 2.0, "data": []any{nil, 1.0}},
+		map[string]any{"type": 2.0, "data": []any{map[string]any{}}},
+		map[string]any{"type": 2.0, "data": []any{"disconnect"}},
+		map[string]any{"type": 2.0},
+		map[string]any{"type": 3.0, "data": "x"},
 		"packet",
 	} {
 		if p, err := decodePacket(v); err == nil {
