@@ -573,25 +573,12 @@ func jsonSize(v any) (int, error) {
 // nonFiniteAsNull is v with its NaN and ±Infinity numbers nil (a copy of
 // its maps and arrays).
 func nonFiniteAsNull(v any) any {
-	switch x := v.(type) {
-	case float64:
-		if math.IsNaN(x) || math.IsInf(x, 0) {
+	return jsontext.MapLeaves(v, func(leaf any) any {
+		if x, ok := leaf.(float64); ok && (math.IsNaN(x) || math.IsInf(x, 0)) {
 			return nil
 		}
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[k] = nonFiniteAsNull(e)
-		}
-		return m
-	case []any:
-		a := make([]any, len(x))
-		for i, e := range x {
-			a[i] = nonFiniteAsNull(e)
-		}
-		return a
-	}
-	return v
+		return leaf
+	})
 }
 
 // maxStateDepth bounds how deeply a state's objects and arrays nest.

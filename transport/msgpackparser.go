@@ -15,6 +15,8 @@ import (
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/internal/jsontext"
 )
 
 // MsgpackParser is the Socket.IO parser of `socket.io-msgpack-parser`
@@ -135,26 +137,15 @@ func encodeField(enc *msgpack.Encoder, key string, v any) error {
 // the handlers and the adapter hold them) by []byte, which MessagePack
 // encodes as bin, and a time.Time by a Date.
 func binaryAsBytes(v any) any {
-	switch t := v.(type) {
-	case types.BufferInterface:
-		return t.Bytes()
-	case time.Time:
-		return Date(t)
-	case []any:
-		out := make([]any, len(t))
-		for i, e := range t {
-			out[i] = binaryAsBytes(e)
+	return jsontext.MapLeaves(v, func(leaf any) any {
+		switch t := leaf.(type) {
+		case types.BufferInterface:
+			return t.Bytes()
+		case time.Time:
+			return Date(t)
 		}
-		return out
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, e := range t {
-			out[k] = binaryAsBytes(e)
-		}
-		return out
-	default:
-		return v
-	}
+		return leaf
+	})
 }
 
 // Date is a JavaScript Date in a payload: a time.Time that encodes as

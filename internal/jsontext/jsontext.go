@@ -77,3 +77,24 @@ func SameAsMarshal(appendJSON func(dst []byte) []byte, plain, typed any) error {
 	}
 	return nil
 }
+
+// MapLeaves is a copy of v, a tree of the values encoding/json decodes
+// into ([]any and map[string]any of anything), with f applied to every
+// value that is neither (the leaves); v is not changed.
+func MapLeaves(v any, f func(any) any) any {
+	switch t := v.(type) {
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = MapLeaves(e, f)
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			out[k] = MapLeaves(e, f)
+		}
+		return out
+	}
+	return f(v)
+}

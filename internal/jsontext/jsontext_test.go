@@ -2,6 +2,7 @@ package jsontext
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -22,4 +23,21 @@ func FuzzString(f *testing.F) {
 			t.Fatalf("StringPtr(nil) = %s", got)
 		}
 	})
+}
+
+func TestMapLeaves(t *testing.T) {
+	in := map[string]any{"a": []any{1.0, "x", map[string]any{"b": 2.0}}, "c": nil}
+	got := MapLeaves(in, func(v any) any {
+		if f, ok := v.(float64); ok {
+			return f * 10
+		}
+		return v
+	})
+	want := map[string]any{"a": []any{10.0, "x", map[string]any{"b": 20.0}}, "c": nil}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+	if in["a"].([]any)[0] != 1.0 {
+		t.Fatal("the input changed")
+	}
 }
