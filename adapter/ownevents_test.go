@@ -42,7 +42,7 @@ func TestOwnEventsAnsweredByPeersOnly(t *testing.T) {
 		c, err := n1.adapter().ServerCountContext(context.Background())
 		return err == nil && c == 3
 	})
-	call := func(ev string) ([]any, error, time.Duration) {
+	call := func(ev string) ([]any, time.Duration, error) {
 		type result struct {
 			args []any
 			err  error
@@ -51,12 +51,12 @@ func TestOwnEventsAnsweredByPeersOnly(t *testing.T) {
 		start := time.Now()
 		_ = n1.io.ServerSideEmitWithAck(ev)(func(args []any, err error) { res <- result{args, err} })
 		r := <-res
-		return r.args, r.err, time.Since(start)
+		return r.args, time.Since(start), r.err
 	}
-	if args, err, took := call("own:ping"); err != nil || len(args) != 1 || args[0] != "pong" || took > time.Second {
+	if args, took, err := call("own:ping"); err != nil || len(args) != 1 || args[0] != "pong" || took > time.Second {
 		t.Errorf("own event: %v, %v after %v; want n2's answer alone, at once", args, err, took)
 	}
-	if _, err, took := call("ping-sse"); err == nil || !strings.Contains(err.Error(), "out of 2") {
+	if _, took, err := call("ping-sse"); err == nil || !strings.Contains(err.Error(), "out of 2") {
 		t.Errorf("another event: %v after %v; want a timeout waiting for both other servers", err, took)
 	}
 }
