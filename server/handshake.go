@@ -67,17 +67,22 @@ var (
 	internedStrings interned[string]         // URLs and times
 )
 
-// compactHandshake drops handshakeDropped from h's headers and has h share
-// its headers, query, URL and time with alike handshakes. Maps whose
-// values are not all lists of strings (not the library's), and values
-// over handshakeInternBytes, are left alone.
-func compactHandshake(h *socket.Handshake) {
+// compactHandshake drops handshakeDropped from h's headers, adds the
+// request's Host (net/http keeps it out of the headers; a Node server's
+// handshake.headers.host, which fetchSockets answers carry, has it), and
+// has h share its headers, query, URL and time with alike handshakes.
+// Maps whose values are not all lists of strings (not the library's), and
+// values over handshakeInternBytes, are left alone.
+func compactHandshake(h *socket.Handshake, host string) {
 	if h == nil {
 		return
 	}
 	if h.Headers != nil {
 		for _, k := range handshakeDropped {
 			delete(h.Headers, k)
+		}
+		if _, ok := h.Headers["Host"]; !ok && host != "" {
+			h.Headers["Host"] = []string{host}
 		}
 		h.Headers = internValues(h.Headers)
 	}

@@ -32,7 +32,7 @@ func sameMap(a, b map[string]any) bool {
 func TestCompactHandshakeShares(t *testing.T) {
 	a, b, c := handshakeOf("k1", "https://a.example"), handshakeOf("k2", "https://a.example"), handshakeOf("k3", "https://b.example")
 	for _, h := range []*socket.Handshake{a, b, c} {
-		compactHandshake(h)
+		compactHandshake(h, "")
 	}
 	if _, kept := a.Headers["Sec-Websocket-Key"]; kept {
 		t.Fatalf("Sec-Websocket-Key kept: %v", a.Headers)
@@ -60,7 +60,7 @@ func TestCompactHandshakeLeavesOddValues(t *testing.T) {
 	h := handshakeOf("k", "o")
 	h.Query["x"] = 1
 	q := h.Query
-	compactHandshake(h)
+	compactHandshake(h, "")
 	if !sameMap(h.Query, q) {
 		t.Fatal("a query with a non-list value was replaced")
 	}

@@ -82,6 +82,10 @@ func TestUpgradeKeepsWhatTheEngineReads(t *testing.T) {
 			t.Errorf("the handshake kept header %s: %s", gone, headers)
 		}
 	}
+	// the Host, as a Node server's handshake.headers.host (fetchSockets)
+	if got, want := hs.Headers["Host"], strings.TrimPrefix(ts.URL, "http://"); fmt.Sprint(got) != fmt.Sprint([]string{want}) {
+		t.Errorf("the handshake's Host %v, want %s", got, want)
+	}
 	for _, kept := range []string{"origin", "sec-websocket-version"} {
 		if !strings.Contains(headers, kept) {
 			t.Errorf("the handshake lost header %s: %s", kept, headers)

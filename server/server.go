@@ -368,7 +368,11 @@ func (s *Server) authenticate(sock *socket.Socket, next func(*socket.ExtendedErr
 		if inURL {
 			dropURLToken(h)
 		}
-		compactHandshake(h)
+		var host string
+		if hc := sock.Request(); hc != nil && hc.Request() != nil {
+			host = hc.Request().Host
+		}
+		compactHandshake(h, host)
 	}
 	conn, user := sock.Conn(), claims.UserID
 	transport.WatchConn(conn, s.cfg.MaxUnread, s.cfg.MaxUnreadAge, func(why string, pending int64) {
