@@ -197,7 +197,19 @@ func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 	a.log = b.log.With("nsp", a.name, "adapter_uid", a.uid)
 	a.ctx, a.cancel = context.WithCancel(b.ctx)
 	a.sse = newSerialQueue(a.ctx, &a.wg)
-	a.sub = newSubscriber(a.ctx, b.client, prefix+"-probe#"+a.name+"#"+a.uid+"#", a.onRedisMessage, a.log, b.cfg.Observer)
+	var regained func(string)
+	if b.cfg.Regained != nil {
+		requests := a.requestChannel // where server-side emits come
+		if a.sharded {
+			requests = a.channel
+		}
+		regained = func(ch string) {
+			if ch == requests {
+				b.cfg.Regained(a.name)
+			}
+		}
+	}
+	a.sub = newSubscriber(a.ctx, b.client, prefix+"-probe#"+a.name+"#"+a.uid+"#", a.onRedisMessage, regained, a.log, b.cfg.Observer)
 
 	if a.sharded {
 		a.sub.add(kindShard, a.channel, a.responseChannel)
@@ -221,6 +233,9 @@ func newNamespaceAdapter(b *Builder, nsp socket.Namespace) *NamespaceAdapter {
 	}
 	return a
 }
+
+// RoomNames returns the names of this node's rooms (transport.RoomNames).
+func (a *NamespaceAdapter) RoomNames() []socket.Room { return a.local.RoomNames() }
 
 func roomArg(args []any) (socket.Room, bool) {
 	if len(args) == 0 {
@@ -640,18 +655,22 @@ func (a *NamespaceAdapter) ServerSideEmit(packet []any) error {
 			ack(nil, err)
 			return
 		}
-		n = a.answering(ctx, packet, n)
-		if n <= 1 {
-			ack([]any{}, nil)
-			return
+		n, unsubscribed := a.answering(ctx, packet, n)
+		var r *request
+		if n > 1 {
+			r = &request{kind: reqServerSideEmit, expected: int(n - 1), responses: []any{}}
+			requestID := a.newRequestID()
+			err = a.awaitFn(ctx, requestID, r, func(done func(error)) error {
+				return a.serverSideEmit(requestID, packet, done)
+			})
+			if errors.Is(err, ErrTimeout) {
+				err = fmt.Errorf("%w: only %d responses received out of %d", ErrTimeout, len(r.responses), r.expected)
+			}
+		} else {
+			r = &request{responses: []any{}}
 		}
-		r := &request{kind: reqServerSideEmit, expected: int(n - 1), responses: []any{}}
-		requestID := a.newRequestID()
-		err = a.awaitFn(ctx, requestID, r, func(done func(error)) error {
-			return a.serverSideEmit(requestID, packet, done)
-		})
-		if errors.Is(err, ErrTimeout) {
-			err = fmt.Errorf("%w: only %d responses received out of %d", ErrTimeout, len(r.responses), r.expected)
+		if err == nil && unsubscribed > 0 {
+			err = fmt.Errorf("%w: %d of them not subscribed", ErrPeersUnreachable, unsubscribed)
 		}
 		ack(r.responses, err)
 	}()
@@ -660,20 +679,22 @@ func (a *NamespaceAdapter) ServerSideEmit(packet []any) error {
 
 // answering is how many of the n servers answer the server-side event
 // packet, this one included: n, or for an event of Config.OwnEvents at
-// most what Config.Peers counts.
-func (a *NamespaceAdapter) answering(ctx context.Context, packet []any, n int64) int64 {
+// most what Config.Peers counts; and how many of the peers that Peers
+// counts are not among the n subscribers (their subscription is lost:
+// the event will not reach them).
+func (a *NamespaceAdapter) answering(ctx context.Context, packet []any, n int64) (answer, unsubscribed int64) {
 	cfg := a.b.cfg
 	if cfg.OwnEvents == "" || cfg.Peers == nil || len(packet) == 0 {
-		return n
+		return n, 0
 	}
 	if ev, _ := packet[0].(string); !strings.HasPrefix(ev, cfg.OwnEvents) {
-		return n
+		return n, 0
 	}
 	peers, err := cfg.Peers(ctx)
 	if err != nil || peers < 1 {
-		return n
+		return n, 0
 	}
-	return min(n, peers)
+	return min(n, peers), max(peers-n, 0)
 }
 
 func (a *NamespaceAdapter) serverSideEmit(requestID string, packet []any, done func(error)) error {

@@ -76,6 +76,15 @@ type Config struct {
 	// leaves the server count alone.
 	OwnEvents string
 	Peers     func(ctx context.Context) (int64, error)
+
+	// Regained, if set, is called with a namespace's name, on a goroutine
+	// of its own, when this node's subscription to the channel its
+	// server-side emits come on (classic: the request channel; sharded:
+	// the main channel) is confirmed again after its connection was lost
+	// (or after a first subscription failed): what the other nodes sent
+	// meanwhile never reached this node, and Redis keeps nothing of it.
+	// Pub/Sub delivers at most once.
+	Regained func(nsp string)
 }
 
 // Observer is told about the adapter's traffic, e.g. to feed metrics. Its
@@ -102,6 +111,11 @@ var (
 	ErrRedisUnavailable = errors.New("adapter: redis unavailable")
 	// ErrClosed: the adapter or builder was closed.
 	ErrClosed = errors.New("adapter: closed")
+	// ErrPeersUnreachable: a server-side emit of one of Config.OwnEvents
+	// was answered by every node subscribed, but Config.Peers counts more
+	// nodes than Redis has subscribers: some node's subscription is lost
+	// (its link to Redis), and the event did not reach it.
+	ErrPeersUnreachable = errors.New("adapter: not every node is subscribed")
 	// ErrTimeout: not every node answered a request within RequestsTimeout.
 	ErrTimeout = errors.New("adapter: timeout reached while waiting for responses")
 )

@@ -65,6 +65,10 @@ type subscriber struct {
 	handle  func(*redis.Message)
 	log     *slog.Logger
 	obs     Observer
+	// regained, if set, is called on a goroutine of its own with a wanted
+	// channel whose subscription is confirmed again after it was lost:
+	// what was published to it meanwhile never reached this subscriber.
+	regained func(ch string)
 
 	// probe is a channel of this subscriber's own (not on a Redis
 	// Cluster): every health check publishes to it through the command
@@ -105,10 +109,11 @@ type subscriber struct {
 	wg     sync.WaitGroup
 }
 
-func newSubscriber(ctx context.Context, client redis.UniversalClient, probe string, handle func(*redis.Message), log *slog.Logger, obs Observer) *subscriber {
+func newSubscriber(ctx context.Context, client redis.UniversalClient, probe string, handle func(*redis.Message), regained func(string), log *slog.Logger, obs Observer) *subscriber {
 	s := &subscriber{
 		client:    client,
 		handle:    handle,
+		regained:  regained,
 		log:       log,
 		obs:       obs,
 		want:      map[string]subKind{},
@@ -550,13 +555,18 @@ func (s *subscriber) newConn(ctx context.Context, g subGroup) *subConn {
 
 func (s *subscriber) setConfirmed(ch string, ok bool) {
 	s.mu.Lock()
+	regained := false
 	if ok {
 		s.confirmed[ch] = true
+		regained = s.lost[ch]
 		delete(s.lost, ch)
 	} else {
 		delete(s.confirmed, ch)
 	}
 	s.mu.Unlock()
+	if regained && s.regained != nil {
+		go s.regained(ch)
+	}
 }
 
 func (c *subConn) subscribe(ctx context.Context, kind subKind, chans []string) error {

@@ -59,7 +59,7 @@ type Check struct {
 type Sockets interface {
 	Open() int64
 	ClusterSockets(ctx context.Context, userID string) ([]handlers.LocalSocket, error)
-	DisconnectUser(ctx context.Context, userID string)
+	DisconnectUser(ctx context.Context, userID string) error
 }
 
 // Deps are what the panel reads.

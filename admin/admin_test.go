@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,19 +32,21 @@ const token = "admin-token-0123456789"
 
 // fakeSockets stands for the socket handlers.
 type fakeSockets struct {
-	mu           sync.Mutex
-	disconnected []string
-	local        map[string][]handlers.LocalSocket
+	mu            sync.Mutex
+	disconnected  []string
+	disconnectErr error
+	local         map[string][]handlers.LocalSocket
 }
 
 func (f *fakeSockets) Open() int64 { return 3 }
 func (f *fakeSockets) ClusterSockets(_ context.Context, user string) ([]handlers.LocalSocket, error) {
 	return f.local[user], nil
 }
-func (f *fakeSockets) DisconnectUser(_ context.Context, user string) {
+func (f *fakeSockets) DisconnectUser(_ context.Context, user string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.disconnected = append(f.disconnected, user)
+	return f.disconnectErr
 }
 
 type fixture struct {
@@ -471,6 +474,13 @@ func TestDisconnectNeedsCSRF(t *testing.T) {
 	}
 	if got := f.counter(t, "presenced_admin_disconnects_total"); got != 1 {
 		t.Fatalf("presenced_admin_disconnects_total %v", got)
+	}
+	// a node that did not confirm it: the operator is told to try again
+	f.sockets.mu.Lock()
+	f.sockets.disconnectErr = errors.New("adapter: not every node is subscribed: 1 of them not subscribed")
+	f.sockets.mu.Unlock()
+	if code := post(s.CSRF, `{"userId":"alice","reason":"abuse report 42"}`); code != http.StatusServiceUnavailable {
+		t.Fatalf("a disconnect not every node confirmed: %d, want 503", code)
 	}
 }
 

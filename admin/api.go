@@ -454,9 +454,14 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 	socks, _ := p.d.View.UserSockets(ctx, body.UserID)
 	kctx, kcancel := context.WithTimeout(r.Context(), viewTimeout) // a time of its own: the count may have used up ctx's
 	defer kcancel()
-	p.d.Sockets.DisconnectUser(kctx, body.UserID)
+	err := p.d.Sockets.DisconnectUser(kctx, body.UserID)
 	p.disconnects.Inc()
-	p.log.Warn("admin disconnected a user", "user_id", body.UserID, "reason", body.Reason, "sockets", len(socks), "ip", handlers.ClientIP(r))
+	p.log.Warn("admin disconnected a user", "user_id", body.UserID, "reason", body.Reason, "sockets", len(socks), "ip", handlers.ClientIP(r), "confirmed", err == nil)
+	if err != nil {
+		handlers.WriteError(w, http.StatusServiceUnavailable, handlers.CodeUnavailable,
+			"not every node confirmed the disconnect (a node out of reach of Redis may still hold the user's sockets): try again; "+err.Error())
+		return
+	}
 	handlers.WriteJSON(w, http.StatusOK, map[string]any{"userId": body.UserID, "sockets": len(socks)})
 }
 

@@ -136,14 +136,20 @@ const kickEvent = "presenced:kick"
 // Then it asks every node to disconnect the user's sockets the library's
 // way too: a node of an earlier release, which knows no kickEvent, does
 // that (with the grace); the others have none left by then.
-func (h *Sockets) DisconnectUser(ctx context.Context, userID string) {
+// It returns an error if not every node confirmed the disconnect (a node
+// whose link to Redis is down did not get it): unlike the notices of
+// changes in the store, a disconnect is not told again later, where it
+// would end the user's next connection; the operator is told to try again.
+func (h *Sockets) DisconnectUser(ctx context.Context, userID string) error {
 	h.kick(userID)
-	if err := h.tellNodes(ctx, kickEvent, userID); err != nil {
+	err := h.tellNodes(ctx, kickEvent, userID)
+	if err != nil {
 		h.log.Warn("disconnect not confirmed by every node", "user_id", userID, "err", err)
 	}
 	if io := h.rooms.io.Load(); io != nil {
 		io.In(UserRoom(userID)).DisconnectSockets(false)
 	}
+	return err
 }
 
 // kick is this node's part of DisconnectUser.

@@ -27,6 +27,8 @@ type Settings interface {
 	Lookup(ctx context.Context, userIDs []string) map[string]store.Visibility
 	// Set records a user's new setting.
 	Set(userID string, v store.Visibility)
+	// Reload forgets every setting known (changes may have been missed).
+	Reload()
 }
 
 var _ Settings = (*lastseen.Settings)(nil)

@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zishang520/socket.io/servers/socket/v3"
 
+	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store"
 	"github.com/presenced/presenced/transport"
 )
@@ -16,6 +21,23 @@ import (
 // through server-side emits of the cluster adapter. The sender waits until
 // every other node has acted (each acks after its work), so that what a
 // client does after the REST answer, through any node, sees the change.
+//
+// Redis Pub/Sub delivers at most once, and keeps nothing. The changes
+// (membership, privacy, contacts) are in the store before they are told,
+// and a notice that may not have reached every node is made up for:
+//   - when the sender could not publish it, or not every node answered in
+//     time, the sender tells it again in the background (redeliver), until
+//     every node answers or noticeRetryFor has passed;
+//   - a node whose subscription was lost while it was sent (its link to
+//     Redis dropped) never gets it, and no node answers for it; when its
+//     subscription is back (adapter.Config.Regained), it checks what such
+//     notices change against the store (ResyncAfterGap).
+//
+// Before 2026-12-07 neither was done: a member removed while their node's
+// link to Redis was down for two seconds kept their place in the room
+// (its typing, states, and typing and states of their own) until they
+// left, and a privacy change showed a hidden user's room times there for
+// a minute (a privacy audit).
 
 // OwnEvents starts the name of every server-side event of presenced's own
 // (privacy, contacts, evict, kick, admin-sockets): other Socket.IO servers
@@ -74,10 +96,69 @@ func ackOf(args []any) ([]any, socket.Ack) {
 // learn it (this node's REST handler has updated its own).
 func (h *Sockets) PrivacyChanged(ctx context.Context, userID string, v store.Visibility) {
 	h.privacyChanged(userID)
-	if err := h.tellNodes(ctx, privacyEvent, userID, string(v)); err != nil {
-		h.log.Warn("privacy change not confirmed by every node", "user_id", userID, "err", err)
+	if err := h.notify(ctx, privacyEvent, userID, string(v)); err != nil {
+		h.log.Warn("privacy change not confirmed by every node: told again in the background", "user_id", userID, "err", err)
 	}
 }
+
+// noticeRetryFor bounds how long a notice is told again (redeliver);
+// maxRedeliveries bounds the notices being told again at once.
+const (
+	noticeRetryFor  = 10 * time.Minute
+	maxRedeliveries = 10_000
+)
+
+// notify tells the other nodes of a change (tellNodes), and tells them
+// again in the background if not every node confirmed it.
+func (h *Sockets) notify(ctx context.Context, event string, args ...any) error {
+	err := h.tellNodes(ctx, event, args...)
+	if err != nil {
+		h.redeliver(event, args)
+	}
+	return err
+}
+
+// redeliver tells the other nodes of a change again, after 1 s, then at
+// doubling intervals up to 30 s, until every node confirms it, the node
+// stops (Close), or noticeRetryFor passes. Telling a node twice is
+// harmless: each acts on the store's state (membershipChanged removes only
+// users who are no longer members; a privacy change reads the setting
+// again).
+func (h *Sockets) redeliver(event string, args []any) {
+	if h.redelivering.Add(1) > maxRedeliveries {
+		h.redelivering.Add(-1)
+		h.log.Error("notice dropped: too many waiting to be told again", "event", event)
+		return
+	}
+	go func() {
+		defer h.redelivering.Add(-1)
+		give := time.Now().Add(noticeRetryFor)
+		for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-h.stop:
+				t.Stop()
+				h.log.Warn("notice not confirmed by every node when the node stopped", "event", event)
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*h.cfg.OpTimeout)
+			err := h.tellNodes(ctx, event, args...)
+			cancel()
+			if err == nil {
+				h.log.Info("notice confirmed by every node on a retry", "event", event)
+				return
+			}
+			if time.Now().After(give) {
+				h.log.Error("notice not confirmed by every node: given up", "event", event, "err", err)
+				return
+			}
+		}
+	}()
+}
+
+// Close stops telling notices again.
+func (h *Sockets) Close() { h.stopOnce.Do(func() { close(h.stop) }) }
 
 // privacyChanged is this node's part of PrivacyChanged.
 func (h *Sockets) privacyChanged(userID string) {
@@ -107,8 +188,8 @@ func (h *Sockets) ContactsChanged(ctx context.Context, userID string) {
 	if h.subs != nil {
 		h.subs.Refresh(userID)
 	}
-	if err := h.tellNodes(ctx, contactsEvent, userID); err != nil {
-		h.log.Warn("contacts change not confirmed by every node", "user_id", userID, "err", err)
+	if err := h.notify(ctx, contactsEvent, userID); err != nil {
+		h.log.Warn("contacts change not confirmed by every node: told again in the background", "user_id", userID, "err", err)
 	}
 }
 
@@ -174,8 +255,8 @@ func (h *Sockets) Evict(ctx context.Context, conv string, users []string) error 
 	for i, u := range users {
 		list[i] = u
 	}
-	if err := h.tellNodes(ctx, evictEvent, conv, list); err != nil {
-		return fmt.Errorf("membership change not confirmed by every node: %w", err)
+	if err := h.notify(ctx, evictEvent, conv, list); err != nil {
+		return fmt.Errorf("membership change not confirmed by every node (told again in the background): %w", err)
 	}
 	return nil
 }
@@ -215,20 +296,139 @@ func (h *Sockets) membershipChanged(ctx context.Context, conv string, users []st
 	h.evictLocal(ctx, conv, users)
 }
 
+// evictLocal removes this node's sockets of users from conv, unless the
+// user is a member again (a notice told again after the user was added
+// back; if that cannot be told, the user is removed).
 func (h *Sockets) evictLocal(ctx context.Context, conv string, users []string) {
-	if len(users) == 0 {
-		return
-	}
 	room := ConversationRoom(conv)
 	for _, u := range users {
-		for _, c := range h.localConns(u, room) {
-			h.clearState(c, conv)
-			c.sock.Leave(room)
-			if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
-				h.log.Warn("eviction failed", "sid", c.sid, "conversation_id", conv, "err", err)
+		conns := h.localConns(u, room)
+		if len(conns) == 0 {
+			continue
+		}
+		if member, err := h.membership.IsMember(ctx, conv, u); err == nil && member {
+			continue
+		}
+		for _, c := range conns {
+			h.evictConn(ctx, c, conv)
+		}
+	}
+}
+
+// evictConn takes a socket out of a conversation whose member list no
+// longer has its user.
+func (h *Sockets) evictConn(ctx context.Context, c *Conn, conv string) {
+	h.clearState(c, conv)
+	c.sock.Leave(ConversationRoom(conv))
+	if err := h.engine.Leave(ctx, c.sid, conv); err != nil {
+		h.log.Warn("eviction failed", "sid", c.sid, "conversation_id", conv, "err", err)
+	}
+}
+
+// resyncWorkers bounds the membership checks ResyncAfterGap runs at once.
+const resyncWorkers = 4
+
+// ResyncAfterGap runs when this node's subscription to the other nodes'
+// notices is back after it was lost (adapter.Config.Regained): the notices
+// sent meanwhile never reached it. It forgets its cached member lists and
+// settings, takes its sockets out of the conversations whose member lists
+// no longer have their users, and shows each subscription as its viewer
+// may see it now. Operators' disconnects sent meanwhile are not redone
+// (DisconnectUser told the operator). Calls that come while one runs make
+// it run once more after it.
+func (h *Sockets) ResyncAfterGap() {
+	if h.resyncing.Add(1) > 1 {
+		return
+	}
+	for {
+		h.resyncOnce()
+		if h.resyncing.Add(-1) == 0 {
+			return
+		}
+		h.resyncing.Store(1)
+	}
+}
+
+func (h *Sockets) resyncOnce() {
+	start := time.Now()
+	if f, ok := h.membership.(interface{ ForgetAll() }); ok {
+		f.ForgetAll()
+	}
+	for i := range h.epochs {
+		h.epochs[i].Add(1) // joins under way check again (recheckMember)
+	}
+	if s := h.rooms.settings; s != nil {
+		s.Reload()
+	}
+	io := h.rooms.io.Load()
+	if io == nil {
+		return
+	}
+	nsp := io.Sockets()
+	type check struct {
+		c    *Conn
+		conv string
+	}
+	var checks []check
+	var viewers []*Conn
+	if _, open := h.membership.(presence.Open); !open {
+		for _, room := range transport.RoomNames(nsp.Adapter()) {
+			conv, ok := strings.CutPrefix(string(room), "conversation:")
+			if !ok {
+				continue
+			}
+			for _, sid := range transport.RoomSockets(nsp.Adapter(), room) {
+				if s, ok := nsp.Sockets().Load(sid); ok {
+					if c, ok := s.Data().(*Conn); ok {
+						checks = append(checks, check{c, conv})
+					}
+				}
 			}
 		}
 	}
+	if h.subs != nil {
+		nsp.Sockets().Range(func(_ socket.SocketId, s *socket.Socket) bool {
+			if c, ok := s.Data().(*Conn); ok {
+				viewers = append(viewers, c)
+			}
+			return true
+		})
+	}
+	var evicted, failed atomic.Int64
+	work := make(chan func(context.Context))
+	var wg sync.WaitGroup
+	for range resyncWorkers {
+		wg.Go(func() {
+			for f := range work {
+				ctx, cancel := context.WithTimeout(context.Background(), h.cfg.OpTimeout)
+				f(ctx)
+				cancel()
+			}
+		})
+	}
+	for _, k := range checks {
+		work <- func(ctx context.Context) {
+			member, err := h.membership.IsMember(ctx, k.conv, k.c.UserID)
+			switch {
+			case err != nil:
+				failed.Add(1)
+			case !member && transport.InRoom(k.c.sock, ConversationRoom(k.conv)):
+				h.evictConn(ctx, k.c, k.conv)
+				evicted.Add(1)
+			}
+		}
+	}
+	for _, c := range viewers {
+		work <- func(ctx context.Context) { h.subs.RefreshViewer(ctx, c) }
+	}
+	close(work)
+	wg.Wait()
+	level := slog.LevelInfo
+	if failed.Load() > 0 {
+		level = slog.LevelWarn
+	}
+	h.log.Log(context.Background(), level, "checked this node's sockets after a gap in the cluster's notices",
+		"memberships", len(checks), "evicted", evicted.Load(), "unchecked", failed.Load(), "viewers", len(viewers), "took", time.Since(start).String())
 }
 
 // localConns returns this node's sockets of user that are in room (all

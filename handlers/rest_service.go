@@ -61,11 +61,13 @@ func (a *REST) writeMembers(ctx context.Context, conv string, members []string) 
 	}
 	removed = ids.Sorted(removed)
 	if a.d.Evict != nil {
-		// The member list is saved either way; a failed eviction leaves
-		// the removed users' sockets in the room until they leave, and a
-		// retry of this request would find nothing to remove.
+		// The member list is saved either way. A node that did not
+		// confirm the eviction is told again in the background, and a node
+		// whose subscription was lost checks its sockets when it is back
+		// (cluster.go); a retry of this request would find nothing to
+		// remove.
 		if err := a.d.Evict(ctx, conv, removed); err != nil {
-			a.log.Error("membership change not applied on every node", "conversation_id", conv, "removed", len(removed), "err", err)
+			a.log.Warn("membership change not applied on every node yet", "conversation_id", conv, "removed", len(removed), "err", err)
 		}
 	}
 	return map[string]any{

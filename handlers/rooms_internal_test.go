@@ -61,6 +61,7 @@ func (f fixedSettings) Lookup(ctx context.Context, ids []string) map[string]stor
 }
 
 func (fixedSettings) Set(string, store.Visibility) {}
+func (fixedSettings) Reload()                      {}
 
 // Room events carry `at` rounded down to the minute, and null for a user
 // whose setting is not everyone (or not known): CONTRACT §1.

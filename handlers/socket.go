@@ -97,6 +97,11 @@ type Sockets struct {
 	clock    timestamp.Cache      // the heartbeat ack's server time
 
 	unavailable unavailableLog // events failed with a backend down (events.go)
+
+	redelivering atomic.Int64  // notices being told again (cluster.go)
+	resyncing    atomic.Int32  // ResyncAfterGap calls running or due
+	stop         chan struct{} // closed by Close
+	stopOnce     sync.Once
 }
 
 // eventInfo is what serve needs of an event besides its handler: its
@@ -119,7 +124,7 @@ func NewSockets(cfg SessionConfig, d SocketDeps) *Sockets {
 	h := &Sockets{
 		cfg: cfg.withDefaults(), log: d.Log, metrics: d.Metrics, engine: d.Engine,
 		membership: d.Membership, rooms: d.Rooms, activity: d.Activity,
-		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now,
+		viewers: d.Viewers, subs: d.Subscriptions, now: time.Now, stop: make(chan struct{}),
 	}
 	h.opCtx.timeout = h.cfg.OpTimeout
 	h.handlers = h.events()

@@ -69,6 +69,9 @@ type Settings struct {
 	// longer (p99 173–276 ms).
 	pre         *prefetchBatch
 	prefetching int
+	// floor is s.seq at the last Reload: a read that began before it does
+	// not fill the cache.
+	floor uint64
 }
 
 // prefetchBatch is the ids of the next prefetch read, done closed when it
@@ -262,7 +265,7 @@ func (s *Settings) load(ids []string, done chan struct{}, startSeq uint64) {
 		if !ok {
 			v = store.DefaultVisibility
 		}
-		if e, ok := s.entries[id]; ok && e.seq > startSeq {
+		if e, ok := s.entries[id]; (ok && e.seq > startSeq) || startSeq < s.floor {
 			continue
 		}
 		s.putLocked(id, v, now)
@@ -293,6 +296,18 @@ func (s *Settings) putLocked(id string, v store.Visibility, now time.Time) {
 	}
 	s.seq++
 	s.entries[id] = settingEntry{v: v, at: now, seq: s.seq}
+}
+
+// Reload forgets every setting known: this node may have missed changes
+// made through other nodes (their Set). Lookups read them again, and
+// until a read is back within Wait they count as not known (hidden);
+// reads already under way do not fill the cache.
+func (s *Settings) Reload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	s.floor = s.seq
+	clear(s.entries)
 }
 
 // RoomTime is the contract's `at` / `since` of a room event or roster

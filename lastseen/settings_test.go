@@ -319,3 +319,53 @@ func TestSettingsBatchesLookupsWhileReading(t *testing.T) {
 		}
 	}
 }
+
+// A node that may have missed changes made through other nodes (Reload)
+// reads every setting again: one it had cached is not used after it, nor
+// is what a read that began before it found.
+func TestSettingsReload(t *testing.T) {
+	st := &settingStore{v: map[string]store.Visibility{"u": store.Everyone, "w": store.Everyone}}
+	s := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: time.Second})
+	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Everyone {
+		t.Fatalf("first lookup: %v", got)
+	}
+	st.mu.Lock()
+	st.v["u"] = store.Nobody // changed through another node; its Set lost
+	st.mu.Unlock()
+	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Everyone {
+		t.Fatalf("cached: %v", got) // (within MaxAge)
+	}
+	s.Reload()
+	if got := s.Lookup(context.Background(), []string{"u"}); got["u"] != store.Nobody {
+		t.Fatalf("after Reload: %v, want nobody", got)
+	}
+
+	// a read under way when Reload comes does not fill the cache
+	hold := make(chan struct{})
+	st.mu.Lock()
+	st.hold, st.snapshot = hold, true
+	st.mu.Unlock()
+	s2 := lastseen.NewSettings(st, lastseen.SettingsConfig{Wait: time.Millisecond})
+	s2.Lookup(context.Background(), []string{"w"}) // its read says everyone
+	st.mu.Lock()
+	st.v["w"] = store.Nobody
+	st.hold, st.snapshot = nil, false
+	st.mu.Unlock()
+	s2.Reload()
+	close(hold)
+	time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		got := s2.Lookup(context.Background(), []string{"w"})
+		if v, ok := got["w"]; ok {
+			if v != store.Nobody {
+				t.Fatalf("a read older than Reload filled the cache: %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("w never read again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -110,3 +110,12 @@ func (c *CachedMembership) Forget(conv string) {
 	}
 	c.mu.Unlock()
 }
+
+// ForgetAll drops every cached answer: this node may have missed changes
+// of member lists made through other nodes (handlers.ResyncAfterGap).
+func (c *CachedMembership) ForgetAll() {
+	c.mu.Lock()
+	c.forgets++
+	clear(c.entries)
+	c.mu.Unlock()
+}

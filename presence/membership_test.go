@@ -108,3 +108,27 @@ func TestCachedMembershipStaleWhileStoreDown(t *testing.T) {
 		t.Errorf("past MembershipStaleIfDown: %v; want the store's error", err)
 	}
 }
+
+// ForgetAll drops the answers of every conversation (a node that may have
+// missed changes made through other nodes).
+func TestCachedMembershipForgetAll(t *testing.T) {
+	s := &memberStore{members: map[string]bool{"c1/u": true, "c2/u": true}}
+	c := presence.NewCachedMembership(s, time.Hour, 0)
+	ctx := context.Background()
+	for _, conv := range []string{"c1", "c2"} {
+		if ok, err := c.IsMember(ctx, conv, "u"); !ok || err != nil {
+			t.Fatalf("%s: %v %v", conv, ok, err)
+		}
+	}
+	s.set("c1/u", false)
+	s.set("c2/u", false)
+	if ok, _ := c.IsMember(ctx, "c1", "u"); !ok {
+		t.Fatal("not cached")
+	}
+	c.ForgetAll()
+	for _, conv := range []string{"c1", "c2"} {
+		if ok, err := c.IsMember(ctx, conv, "u"); ok || err != nil {
+			t.Errorf("%s after ForgetAll: %v %v, want false", conv, ok, err)
+		}
+	}
+}

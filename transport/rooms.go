@@ -310,6 +310,14 @@ func RoomSockets(a socket.Adapter, room socket.Room) []socket.SocketId {
 	return nil
 }
 
+// RoomNames returns the names of this node's rooms, from any adapter.
+func RoomNames(a socket.Adapter) []socket.Room {
+	if r, ok := a.(interface{ RoomNames() []socket.Room }); ok {
+		return r.RoomNames()
+	}
+	return a.Rooms().Keys()
+}
+
 // InRoom reports whether s is in room, without the copy of its rooms that
 // s.Rooms() makes with a LocalAdapter.
 func InRoom(s *socket.Socket, room socket.Room) bool {

@@ -354,6 +354,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		Subscriptions: a.subs,
 		Activity:      func(ctx context.Context, user string, at time.Time) { _ = a.pipeline.Record(ctx, user, at) },
 	})
+	a.closers = append(a.closers, func() error { a.sockets.Close(); return nil })
 	var ioAdapter socket.AdapterConstructor
 	if a.rdb != nil {
 		// The adapter outlives the signal: the shutdown's disconnect work
@@ -371,6 +372,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 			Peers: func(ctx context.Context) (int64, error) {
 				leases, err := a.engine.(*presence.RedisEngine).Leases(ctx)
 				return int64(len(leases)), err
+			},
+			// the notices sent while this node's subscription was lost
+			// never come: check what they change against the store
+			Regained: func(nsp string) {
+				if nsp == "/" {
+					a.sockets.ResyncAfterGap()
+				}
 			},
 		})
 		if err != nil {

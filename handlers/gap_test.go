@@ -1,0 +1,56 @@
+package handlers_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// A member removed while this node's subscription to the other nodes'
+// notices was lost (the removal's notice never came) is taken out of the
+// conversation when the subscription is back (ResyncAfterGap): before, they
+// kept their place in the room, its typing and states, for good (a privacy
+// audit, 2026-12-07).
+func TestResyncAfterGapEvictsRemovedMembers(t *testing.T) {
+	n := startNode(t, nil)
+	token := func(user string) string { return signToken(t, n.secret, user) }
+	bob := dialSocket(t, n.hs.URL, token("bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice := dialSocket(t, n.hs.URL, token("alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+
+	n.membership.set("c1/alice", false) // through another node, not told here
+	n.sockets.ResyncAfterGap()
+
+	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
+	alice.emit(3, "typing:start", map[string]string{"conversationId": "c1"})
+	if got := alice.read("433["); !strings.Contains(got, `"code":"forbidden"`) {
+		t.Fatalf("typing after the resync: %s", got)
+	}
+	// bob, still a member, keeps his place
+	bob.emit(4, "typing:start", map[string]string{"conversationId": "c1"})
+	if got := bob.read("434["); !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("a member's typing after the resync: %s", got)
+	}
+}
+
+// A removal told again (the sender retries a notice not every node
+// confirmed) after the user was added back leaves the user in place.
+func TestEvictToldAgainSparesAMemberAgain(t *testing.T) {
+	n := startNode(t, nil)
+	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
+	alice.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("431[")
+	// a removal whose notice comes again after the user was added back
+	// (the members list has her)
+	if err := n.sockets.Evict(context.Background(), "c1", []string{"alice"}); err != nil {
+		t.Fatal(err)
+	}
+	alice.emit(2, "typing:start", map[string]string{"conversationId": "c1"})
+	if got := alice.read("432["); !strings.Contains(got, `"ok":true`) {
+		t.Fatalf("typing of a member the removal's notice named: %s", got)
+	}
+}
