@@ -215,6 +215,15 @@ func (p *Panel) Handler() http.Handler {
 	r.Post("/login", p.loginForm)
 	r.Post("/logout", p.logout)
 	r.Get("/static/*", p.static)
+	// (without its own, the server's answered with the methods of the
+	// whole /admin mount: every one, PUT for a PUT too)
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		path := req.URL.Path // not mounted (the tests)
+		if rctx := chi.RouteContext(req.Context()); rctx != nil && rctx.RoutePath != "" {
+			path = rctx.RoutePath
+		}
+		handlers.WriteMethodNotAllowed(w, req, r, path)
+	})
 	r.Route("/api", func(r chi.Router) {
 		r.Post("/login", p.loginJSON)
 		r.Group(func(r chi.Router) {

@@ -537,3 +537,20 @@ func TestRedisDown(t *testing.T) {
 		t.Fatalf("lastseen %d %v", code, ls)
 	}
 }
+
+// A wrong method on a page answers with the page's methods, not every
+// method of the /admin mount (an audit: PUT /admin/ listed PUT itself).
+func TestPageMethodNotAllowed(t *testing.T) {
+	f := newFixture(t)
+	for path, want := range map[string]string{"/admin/": "GET", "/admin/login": "GET, POST"} {
+		req, _ := http.NewRequest("PUT", f.srv.URL+path, nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != want {
+			t.Errorf("PUT %s: %d, Allow %q; want 405, %q", path, res.StatusCode, res.Header.Get("Allow"), want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/ids"
@@ -437,16 +439,19 @@ func (p *Panel) disconnect(w http.ResponseWriter, r *http.Request) {
 		UserID string `json:"userId"`
 		Reason string `json:"reason"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8192)).Decode(&body); err != nil {
-		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "body must be {\"userId\": string, \"reason\": string}")
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8192))
+	if err := dec.Decode(&body); err != nil || dec.Decode(&struct{}{}) != io.EOF {
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "body must be one JSON object {\"userId\": string, \"reason\": string}")
 		return
 	}
 	if !ids.Valid(body.UserID) {
 		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "userId must be a valid user id")
 		return
 	}
-	if body.Reason == "" || len(body.Reason) > 500 {
-		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "reason is required (at most 500 bytes)")
+	// characters, as the page's field counts them (at most: it counts
+	// UTF-16 units); bytes refused a reason the field took
+	if body.Reason == "" || utf8.RuneCountInString(body.Reason) > 500 {
+		handlers.WriteError(w, http.StatusBadRequest, handlers.CodeInvalidArgument, "reason is required, of at most 500 characters")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), viewTimeout)
@@ -505,11 +510,14 @@ func (p *Panel) stream(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		var b []byte
 		event := "update"
+		if err == nil {
+			if b, err = json.Marshal(out); err != nil {
+				p.log.Error("admin view not written", "view", q.Get("view"), "err", err)
+			}
+		}
 		if err != nil {
 			event = "problem"
 			b, _ = json.Marshal(map[string]string{"message": err.Error()})
-		} else {
-			b, _ = json.Marshal(out)
 		}
 		if string(b) != string(last) {
 			if _, err := w.Write([]byte("event: " + event + "\ndata: " + string(b) + "\n\n")); err != nil {

@@ -107,6 +107,21 @@ func TestClusterStatsRedis(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, prefix+":admin:node:n1").Val(); ttl <= 0 || ttl > 10*time.Second {
 		t.Fatalf("stats hash TTL %v", ttl)
 	}
+	// a figure JSON cannot write (a foreign writer's NaN) is left out; it
+	// made the view answer 500, and the page stay blank (an audit)
+	now := time.Now().UnixMilli()
+	rdb.HSet(ctx, prefix+":admin:node:n9", "node", "n9", "at", now, "eps", "NaN")
+	rdb.ZAdd(ctx, prefix+":admin:nodes", redis.Z{Score: float64(now), Member: "n9"})
+	var withNaN struct {
+		Nodes []struct {
+			Node string `json:"node"`
+		} `json:"nodes"`
+	}
+	getJSON(t, sessionAt(t, urls[0]), urls[0]+"/admin/api/cluster", &withNaN)
+	if len(withNaN.Nodes) != 3 {
+		t.Fatalf("cluster view with a node's NaN: %+v", withNaN)
+	}
+	rdb.ZRem(ctx, prefix+":admin:nodes", "n9")
 
 	// n1's lease goes (it stopped): n2 still shows its last figures, but
 	// its sockets are out of the total (3 each: fakeSockets); once n1's

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ type convIndex struct {
 	at         time.Time                    // when all was read; zero: never
 	used       time.Time                    // the last request
 	refreshing bool
+	failed     error // the last background refresh's error; nil once one succeeds
 }
 
 // idleAfter: with no request for this long the snapshot is no longer kept
@@ -44,8 +46,13 @@ func (x *convIndex) page(ctx context.Context, prefix string, offset, limit int) 
 	now := time.Now()
 	x.used = now
 	have := !x.at.IsZero() // a stale snapshot is answered at once (maybeRefresh renews it)
-	all := x.all
+	all, at, failed := x.all, x.at, x.failed
 	x.mu.Unlock()
+	if have && failed != nil {
+		// the list shown would be older with each update, and look live
+		// (an audit, 2026-12-07: nothing said so, nothing was logged)
+		return 0, nil, fmt.Errorf("the conversation list could not be read again (the last one is %s old): %w", now.Sub(at).Round(time.Second), failed)
+	}
 	if !have {
 		x.scanMu.Lock()
 		x.mu.Lock()
@@ -112,6 +119,9 @@ func (x *convIndex) maybeRefresh(ctx context.Context) {
 		}()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_ = x.refresh(rctx) // the next request sees the error if it persists
+		err := x.refresh(rctx)
+		x.mu.Lock()
+		x.failed = err // the next request sees it (page)
+		x.mu.Unlock()
 	}()
 }

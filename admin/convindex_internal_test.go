@@ -2,6 +2,8 @@ package admin
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +20,7 @@ type slowView struct {
 	delay time.Duration
 	mu    sync.Mutex
 	convs []presence.ConversationCount
+	fail  error
 }
 
 func (v *slowView) ConversationCounts(ctx context.Context, _ string, _, _ int) (int, []presence.ConversationCount, error) {
@@ -25,6 +28,9 @@ func (v *slowView) ConversationCounts(ctx context.Context, _ string, _, _ int) (
 	time.Sleep(v.delay)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.fail != nil {
+		return 0, nil, v.fail
+	}
 	return len(v.convs), append([]presence.ConversationCount(nil), v.convs...), nil
 }
 
@@ -81,5 +87,48 @@ func TestConvIndexWarmAndStale(t *testing.T) {
 			t.Fatal("the snapshot was not renewed after the request")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A snapshot that could not be read again is not answered as if it were
+// live: the request gets the error (the page shows it, with the old list
+// marked stale), until a refresh succeeds.
+func TestConvIndexRefreshFailureShown(t *testing.T) {
+	v := &slowView{convs: []presence.ConversationCount{{ID: "a", Online: 2}}}
+	x := &convIndex{view: v, every: time.Millisecond}
+	ctx := context.Background()
+	if total, _, err := x.page(ctx, "", 0, 100); err != nil || total != 1 {
+		t.Fatalf("first page: %d %v", total, err)
+	}
+	v.mu.Lock()
+	v.fail = errors.New("NOPERM SCAN")
+	v.mu.Unlock()
+	refreshed := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			x.maybeRefresh(ctx)
+			time.Sleep(5 * time.Millisecond)
+			x.mu.Lock()
+			failed := x.failed != nil
+			x.mu.Unlock()
+			if failed == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("refresh failed %v, want %v", failed, want)
+			}
+		}
+	}
+	refreshed(true)
+	if _, _, err := x.page(ctx, "", 0, 100); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a page after a failed refresh: %v, want the error", err)
+	}
+	v.mu.Lock()
+	v.fail = nil
+	v.mu.Unlock()
+	refreshed(false)
+	if total, _, err := x.page(ctx, "", 0, 100); err != nil || total != 1 {
+		t.Fatalf("after a refresh that succeeded: %d %v", total, err)
 	}
 }

@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -206,7 +207,11 @@ func (p *Panel) clusterStats(ctx context.Context) ([]NodeStats, error) {
 		st.RSSBytes, _ = strconv.ParseUint(h["rss"], 10, 64)
 		st.HeapBytes, _ = strconv.ParseUint(h["heap"], 10, 64)
 		st.Goroutines, _ = strconv.Atoi(h["goroutines"])
-		st.EventsPerSec, _ = strconv.ParseFloat(h["eps"], 64)
+		// (a NaN or an infinity, which ParseFloat takes and JSON cannot
+		// write, made the whole view fail: only a foreign writer puts one)
+		if eps, err := strconv.ParseFloat(h["eps"], 64); err == nil && !math.IsNaN(eps) && !math.IsInf(eps, 0) {
+			st.EventsPerSec = eps
+		}
 		_ = json.Unmarshal([]byte(h["history"]), &st.History)
 		_ = json.Unmarshal([]byte(h["flush"]), &st.Flush)
 		out = append(out, st)

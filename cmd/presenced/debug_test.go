@@ -23,6 +23,20 @@ func TestDebugListenerServesProfiles(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
 		t.Fatalf("goroutine profile: %d %.200s", resp.StatusCode, body)
 	}
+	// a name of an attacker's that resolves here (DNS rebinding) is refused
+	req, _ := http.NewRequest("GET", url+"cmdline", nil)
+	req.Host = "rebind.example:80"
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("Host rebind.example: %d, want 403", resp.StatusCode)
+	}
+	req.Host = "localhost:6060"
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("Host localhost: %d, want 200", resp.StatusCode)
+	}
 	stop()
 	if resp, err := http.Get(url); err == nil {
 		resp.Body.Close()

@@ -131,4 +131,37 @@ describe('admin panel in a browser (single node)', { timeout: 120000 }, () => {
     await page.waitForSelector('#nodes tr[data-node]');
     await page.screenshot({ path: path.join(out, 'cluster-360px.png'), fullPage: true });
   });
+
+  // A stream answered with an error status (a balancer's 503 while the node
+  // restarts) is not retried by the browser: the page reopens it, with the
+  // figures dimmed meanwhile; a hidden tab closes its stream (six tabs'
+  // streams took the browser's six connections to the host).
+  it('reopens a stream refused with an error status, and pauses it while hidden', async (t) => {
+    const topo = await startTopology('single', { t, tag: 'admin-stream', args: ['--admin-token', ADMIN_TOKEN] });
+    const page = await adminPage(t);
+    await logIn(page, topo.url1);
+    await page.waitForSelector('#nodes tr[data-node]');
+    let refused = 0;
+    await page.route('**/admin/api/stream*', (route) => { refused++; return route.fulfill({ status: 503, contentType: 'application/json', body: '{"error":{"code":"unavailable","message":"no server is available"}}' }); });
+    await page.click('nav a[data-page=health]');
+    await page.waitForFunction(() => /stale: reconnecting in/.test(document.querySelector('#live').textContent), null, { timeout: 10000 });
+    assert.equal(await page.evaluate(() => document.querySelector('main').classList.contains('stale')), true);
+    await new Promise((r) => setTimeout(r, 2500));
+    assert.ok(refused >= 2, `the refused stream was tried ${refused} time(s) in 2.5 s, want it reopened`);
+    await page.unroute('**/admin/api/stream*');
+    await page.waitForFunction(() => /live · updated/.test(document.querySelector('#live').textContent), null, { timeout: 15000 });
+    await page.waitForSelector('#health tr[data-check=store]');
+    assert.equal(await page.evaluate(() => document.querySelector('main').classList.contains('stale')), false);
+
+    // hidden: the stream closes; shown again: it reopens
+    const setHidden = (h) => page.evaluate((hidden) => {
+      Object.defineProperty(document, 'hidden', { value: hidden, configurable: true });
+      document.dispatchEvent(new Event('visibilitychange'));
+    }, h);
+    await setHidden(true);
+    assert.match(await page.textContent('#live'), /paused while this tab is hidden/);
+    await setHidden(false);
+    await page.waitForFunction(() => /live · updated/.test(document.querySelector('#live').textContent), null, { timeout: 10000 });
+    assert.deepEqual(page.problems.filter((p) => !/503/.test(p)), []);
+  });
 });

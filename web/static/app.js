@@ -114,25 +114,66 @@
     });
   }
 
-  function stream(view, params, render) {
-    if (source) source.close();
-    var q = new URLSearchParams(params || {});
-    q.set('view', view);
-    source = new EventSource('/admin/api/stream?' + q.toString());
+  // The page's live view. The browser retries a stream that failed on the
+  // network, but not one answered with an HTTP error status (a balancer's
+  // 502/503 while the node restarts, the node's "too many live admin pages"):
+  // that one is reopened here, after 1 s, then doubling up to 30 s; until
+  // then the figures shown are marked stale. A hidden tab closes its stream
+  // and reopens it when shown again: over HTTP/1.1 each open stream holds one
+  // of the browser's six connections to the host, and six tabs left a
+  // seventh none (an audit, 2026-12-07).
+  var view = null, retryTimer = 0, retryWait = 1000;
+  function stream(name, params, render) {
+    view = { name: name, params: params, render: render };
+    retryWait = 1000;
+    openStream();
+  }
+  function closeStream() {
+    clearTimeout(retryTimer);
+    if (source) { source.close(); source = null; }
+  }
+  function stale(on) { main.classList.toggle('stale', on); }
+  function openStream() {
+    closeStream();
+    if (!view) return;
+    if (document.hidden) { live.textContent = 'live · paused while this tab is hidden'; return; }
+    var v = view;
+    var q = new URLSearchParams(v.params || {});
+    q.set('view', v.name);
+    var s = new EventSource('/admin/api/stream?' + q.toString());
+    source = s;
     live.textContent = 'live · connecting…';
-    source.addEventListener('update', function (ev) {
+    s.addEventListener('update', function (ev) {
+      retryWait = 1000;
+      stale(false);
       live.textContent = 'live · updated ' + new Date().toLocaleTimeString();
-      render(JSON.parse(ev.data));
+      v.render(JSON.parse(ev.data));
     });
-    source.addEventListener('problem', function (ev) {
+    s.addEventListener('problem', function (ev) {
       live.textContent = 'live · ' + JSON.parse(ev.data).message;
     });
-    source.onerror = function () {
-      live.textContent = 'live · reconnecting…';
+    s.onerror = function () {
+      stale(true);
+      if (s.readyState === EventSource.CLOSED && source === s) {
+        source = null;
+        live.textContent = 'live · stale: reconnecting in ' + Math.round(retryWait / 1000) + ' s…';
+        retryTimer = setTimeout(openStream, retryWait);
+        retryWait = Math.min(retryWait * 2, 30000);
+      } else {
+        live.textContent = 'live · stale: reconnecting…';
+      }
       // a 401 ends the stream for good: find out whether we are logged out
       api('session').catch(function () {});
     };
   }
+  document.addEventListener('visibilitychange', function () {
+    if (document.hidden) {
+      if (view) { closeStream(); live.textContent = 'live · paused while this tab is hidden'; }
+    } else if (view && !source) {
+      retryWait = 1000;
+      openStream();
+    }
+  });
 
   // --- pages ---------------------------------------------------------------
   var pages = {};
@@ -364,8 +405,10 @@
     } catch (e) { // a malformed address: the page, without its argument
       live.textContent = 'that address is malformed';
     }
-    if (!pages[name]) name = 'cluster';
-    if (source) { source.close(); source = null; }
+    if (!Object.prototype.hasOwnProperty.call(pages, name)) name = 'cluster';
+    view = null;
+    closeStream();
+    stale(false);
     clearTimeout(pending);
     clear(main);
     document.querySelectorAll('nav a').forEach(function (a) {
