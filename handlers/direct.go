@@ -45,21 +45,20 @@ func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack
 	if !ok {
 		return false
 	}
-	c, _ := (*slot).(*Conn)
-	if c == nil || !c.sock.Connected() {
-		v, ok := h.direct.Load(engineID())
-		if !ok {
-			return false
-		}
-		c = v.(*Conn)
-		*slot = c
+	c := h.connOf(slot, engineID)
+	if c == nil {
+		return false
 	}
 	select {
 	case <-c.ready:
 	default:
 		return false
 	}
-	if c.pending.Load() != 0 || !c.sock.Connected() {
+	// (marked: a message the library has not taken off the queue yet,
+	// whose event would come after this one: before 2026-12-07 only the
+	// events it had were counted, and one behind a busy queue was
+	// overtaken)
+	if c.pending.Load() != 0 || c.marked.Load() != 0 || !c.sock.Connected() {
 		return false
 	}
 	start := time.Now()
@@ -71,4 +70,41 @@ func (h *Sockets) DirectEvent(slot *any, engineID func() string, args []any, ack
 		c.slowUntil.Store(start.Add(d + slowBackoff).UnixNano())
 	}
 	return true
+}
+
+// connOf is the connection engineID's socket, through slot (DirectEvent),
+// or nil if it has none.
+func (h *Sockets) connOf(slot *any, engineID func() string) *Conn {
+	c, _ := (*slot).(*Conn)
+	if c == nil || !c.sock.Connected() {
+		v, ok := h.direct.Load(engineID())
+		if !ok {
+			return nil
+		}
+		c = v.(*Conn)
+		*slot = c
+	}
+	return c
+}
+
+// Backlog implements transport.Backlogger: the socket's known events
+// waiting for their handlers, and the messages handed to the library
+// whose packets are not off its queue yet (Mark).
+func (h *Sockets) Backlog(slot *any, engineID func() string) (int, bool) {
+	c := h.connOf(slot, engineID)
+	if c == nil || !c.sock.Connected() {
+		return 0, false
+	}
+	return int(c.pending.Load() + c.marked.Load()), true
+}
+
+// Mark implements transport.Backlogger: the message just handed to the
+// library counts until a task queued behind its packets runs.
+func (h *Sockets) Mark(slot *any, engineID func() string) {
+	c := h.connOf(slot, engineID)
+	if c == nil || !c.sock.Connected() {
+		return
+	}
+	c.marked.Add(1)
+	c.sock.Enqueue(func() { c.marked.Add(-1) })
 }

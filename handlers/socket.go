@@ -174,6 +174,9 @@ type Conn struct {
 	// pending counts known events the library has queued and not handled
 	// yet: while any is, events take the library's path too (in order).
 	pending atomic.Int32
+	// marked counts messages handed to the library whose packets it has
+	// not taken off the socket's queue yet (Mark; transport.Backlogger).
+	marked atomic.Int32
 	// slowUntil (unix ns): until then events take the library's path,
 	// after a direct event held the reader too long (direct.go).
 	slowUntil atomic.Int64

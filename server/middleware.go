@@ -21,6 +21,7 @@ import (
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/internal/stack"
 	"github.com/presenced/presenced/metrics"
+	"github.com/presenced/presenced/transport"
 )
 
 // isHandshake reports whether r opens a new Engine.IO session: the first
@@ -198,7 +199,16 @@ func (s *Server) refuseOverlappingPosts(next http.Handler) http.Handler {
 			return
 		}
 		defer s.posting.Delete(sid)
+		// The bound on what waits in the socket's queue, as on the
+		// websocket (transport.Backlogger): the POST is read once it is
+		// below, and its packets count until the library has taken them
+		// off the queue. A client sends its next POST once this one is
+		// answered.
+		var slot any
+		id := func() string { return sid }
+		transport.AwaitBacklog(s.deps.Sockets, &slot, id)
 		next.ServeHTTP(w, r)
+		s.deps.Sockets.Mark(&slot, id)
 	})
 }
 
@@ -350,8 +360,18 @@ func validPayload(eio string, body []byte, contentType string) bool {
 	if body[0] == 0x1e || body[len(body)-1] == 0x1e || bytes.Contains(body, []byte{0x1e, 0x1e}) {
 		return false // an empty packet
 	}
+	if bytes.Count(body, []byte("\x1e40/"))+boolInt(bytes.HasPrefix(body, []byte("40/"))) > transport.MaxOtherNspConnects {
+		return false // CONNECTs to namespaces not served, as on the websocket
+	}
 	_, err := eioparser.Parserv4().DecodePayload(types.NewStringBuffer(body))
 	return err == nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // endPollingSession ends the session of r, a long-polling POST refused

@@ -492,6 +492,15 @@ func (s *Server) logReadiness(name string, err error) {
 	}
 }
 
+// MaxHeaderBytes bounds a request's line and headers (net/http answers
+// 431 past it, with its 4 KiB of slack). net/http's default, 1 MiB, let an
+// abandoned long-polling handshake keep a megabyte (its request is kept
+// until the session times out, 45 s) and a websocket that never connects
+// keep a megabyte of a header it hands the engine: 2,000 of either from
+// 20 addresses held 2 GB (a resource audit, 2026-12-07). A browser's
+// cookies and a token in the query fit.
+const MaxHeaderBytes = 64 << 10
+
 // Serve serves on ln until ctx ends, then shuts down gracefully: new
 // handshakes are refused, every socket is disconnected (its disconnect work
 // runs once), and in-flight HTTP requests finish, all within half of
@@ -501,6 +510,7 @@ func (s *Server) logReadiness(name string, err error) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.router,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -695,6 +696,19 @@ func TestHTTPTimeouts(t *testing.T) {
 	_, _ = slow.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n")) // never ends its headers
 	if !closedWithin(slow, 3*time.Second) {
 		t.Error("a client with unfinished headers was not disconnected")
+	}
+
+	// headers over MaxHeaderBytes: refused (431), kept nowhere
+	big, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	_, _ = big.Write([]byte("GET /socket.io/?EIO=4&transport=polling HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("p", server.MaxHeaderBytes+8192) + "\r\n\r\n"))
+	_ = big.SetReadDeadline(time.Now().Add(3 * time.Second))
+	line, _ := bufio.NewReader(big).ReadString('\n')
+	if !strings.Contains(line, "431") {
+		t.Errorf("headers over %d bytes: %q, want 431", server.MaxHeaderBytes, line)
 	}
 
 	idle, err := net.Dial("tcp", ln.Addr().String())

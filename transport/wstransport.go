@@ -62,6 +62,57 @@ type Dispatcher interface {
 	DirectEvent(slot *any, engineID func() string, args []any, ack Replier) bool
 }
 
+// Backlogger, when the Dispatcher is one too, bounds what a connection's
+// reader hands the library's path (events a direct event could not take:
+// their socket has events queued already, its handlers were slow a moment
+// ago, a binary or msgpack event). The library decodes each such message at
+// once and queues it on its socket, however many wait there: without a
+// bound, one user's 20 sockets sending 1,000-id subscribes without waiting
+// for their acks took a node from 24 MB to 4 GB in 30 s (a resource audit,
+// 2026-12-07). With it, the reader waits (and reads nothing: the client's
+// writes wait in TCP) while MaxQueued of the connection's messages are
+// queued and not handled.
+//
+// Mark, called after each message handed to the library, counts it as
+// queued until the library has taken what it queued for it off the
+// socket's queue; Backlog reports how many messages and events of the
+// socket wait so (ok false: no socket is connected on the connection).
+// slot and engineID are as for DirectEvent.
+type Backlogger interface {
+	Backlog(slot *any, engineID func() string) (queued int, ok bool)
+	Mark(slot *any, engineID func() string)
+}
+
+// AwaitBacklog waits while MaxQueued of the messages and events of the
+// connection engineID's socket are queued, or until it has no socket.
+func AwaitBacklog(bl Backlogger, slot *any, engineID func() string) {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		if n, ok := bl.Backlog(slot, engineID); !ok || n < MaxQueued {
+			return
+		}
+		time.Sleep(wait)
+	}
+}
+
+// MaxOtherNspConnects bounds a connection's CONNECTs to namespaces other
+// than the main one (Socket.IO "40/name,"): the server serves none of
+// them, and the library answers each with a refusal, uncounted. One more
+// closes the connection. Before, four connections without a token sent
+// 4.85 million in 45 s and kept 0.9 cores busy answering them (a
+// resource audit, 2026-12-07); the main namespace's refused CONNECTs are
+// bounded by the server (PRESENCE_HANDSHAKE_LIMIT).
+const MaxOtherNspConnects = 10
+
+var (
+	otherNspConnect     = []byte("40/")
+	errOtherNspConnects = errors.New("too many CONNECTs to namespaces the server does not serve")
+)
+
+// MaxQueued bounds a connection's messages queued on the library's path
+// and not handled (Backlogger). A client's burst of events after it
+// connects (joins, a subscribe, a query) fits.
+const MaxQueued = 16
+
 // Replier answers a direct event: Reply writes the ACK packet whose one
 // argument is body, in the socket's order (wsout.go). Only the first reply
 // is written.
@@ -163,6 +214,7 @@ type wsTransport struct {
 	job       []byte      // the message a pool worker is handling (wspool.go)
 	jobDone   chan bool
 	slot      any           // the reader's cache for the dispatcher
+	otherNsp  int           // CONNECTs to other namespaces read (MaxOtherNspConnects)
 	idFn      func() string // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
@@ -329,7 +381,19 @@ func (w *wsTransport) readMessages() (parked bool) {
 			grown = true
 			stack.Grow()
 		}
+		if mt == ws.TextMessage && bytes.HasPrefix(msg, otherNspConnect) {
+			if w.otherNsp++; w.otherNsp > MaxOtherNspConnects {
+				w.fail(errOtherNspConnects)
+				return false
+			}
+		}
 		data := append([]byte(nil), msg...)
+		bl, _ := w.direct.(Backlogger)
+		if bl != nil && (mt != ws.TextMessage || len(msg) > 0 && msg[0] == '4') {
+			AwaitBacklog(bl, &w.slot, w.idFn)
+		} else {
+			bl = nil
+		}
 		if mt == ws.TextMessage {
 			w.OnData(types.NewStringBuffer(data))
 			if !w.settled.Load() && len(data) == 1 && data[0] == '5' {
@@ -339,6 +403,9 @@ func (w *wsTransport) readMessages() (parked bool) {
 			}
 		} else {
 			w.OnData(types.NewBytesBuffer(data))
+		}
+		if bl != nil {
+			bl.Mark(&w.slot, w.idFn)
 		}
 	}
 }
