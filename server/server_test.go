@@ -784,7 +784,7 @@ func pollingSocket(t *testing.T, ts *testServer, user string) string {
 func TestPollingOutOfRangeNumbers(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	u := pollingSocket(t, ts, "numbers")
-	do(t, "GET", u, "", nil) // the session's first packets
+	readSession(t, u)
 	for i, tc := range []struct{ event, arg, want string }{
 		{"conversation:join", `{"conversationId":1e999}`, `"code":"invalid_argument"`},
 		{"conversation:join", `{"conversationId":` + strings.Repeat("9", 400) + `}`, `"code":"invalid_argument"`},
@@ -1057,7 +1057,7 @@ func TestUnsupportedProtocolVersionCode(t *testing.T) {
 func TestPollingNoRawDeflate(t *testing.T) {
 	ts := newTestServer(t, server.Config{})
 	u := pollingSocket(t, ts, "deflater")
-	do(t, "GET", u, "", nil) // the session's first packets
+	readSession(t, u)
 	for _, tc := range []struct{ accept, want string }{{"deflate", ""}, {"gzip, deflate", "gzip"}, {"deflate;q=1.0, identity", ""}} {
 		acks := make([]string, 60) // their answers: over the 1 KB threshold
 		for i := range acks {
@@ -1074,10 +1074,9 @@ func TestPollingNoRawDeflate(t *testing.T) {
 	}
 }
 
-// waitingGet reads the session's first packets at u (up to its session
-// event), then starts a GET that waits for the next ones, as a client
-// always has one: its body (or error) comes on the channel.
-func waitingGet(t *testing.T, u string) chan string {
+// readSession reads the session's first packets at u, up to its session
+// event (which may come in a GET of its own, after the CONNECT's answer).
+func readSession(t *testing.T, u string) {
 	t.Helper()
 	var first string
 	deadline := time.Now().Add(3 * time.Second)
@@ -1085,6 +1084,14 @@ func waitingGet(t *testing.T, u string) chan string {
 		_, body := do(t, "GET", u, "", nil)
 		first += body
 	}
+}
+
+// waitingGet reads the session's first packets at u (up to its session
+// event), then starts a GET that waits for the next ones, as a client
+// always has one: its body (or error) comes on the channel.
+func waitingGet(t *testing.T, u string) chan string {
+	t.Helper()
+	readSession(t, u)
 	poll := make(chan string, 1)
 	go func() {
 		resp, err := http.Get(u)
