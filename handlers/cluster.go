@@ -429,7 +429,26 @@ func (h *Sockets) resyncOnce() {
 	}
 	h.log.Log(context.Background(), level, "checked this node's sockets after a gap in the cluster's notices",
 		"memberships", len(checks), "evicted", evicted.Load(), "unchecked", failed.Load(), "viewers", len(viewers), "took", time.Since(start).String())
+	if failed.Load() > 0 {
+		// the store did not answer for some (PostgreSQL down as well):
+		// all are checked again later, until every one is
+		go func() {
+			t := time.NewTimer(time.Duration(resyncRetry.Load()))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				h.ResyncAfterGap()
+			case <-h.stop:
+			}
+		}()
+	}
 }
+
+// resyncRetry is how long (ns; tests shorten it) after a ResyncAfterGap
+// that could not check every membership it runs again.
+var resyncRetry atomic.Int64
+
+func init() { resyncRetry.Store(int64(30 * time.Second)) }
 
 // localConns returns this node's sockets of user that are in room (all
 // of them if room is "").

@@ -9,3 +9,11 @@ func SetLateConnectFirst(d time.Duration) (restore func()) {
 	old := lateConnectFirst.Swap(int64(d))
 	return func() { lateConnectFirst.Store(old) }
 }
+
+// SetResyncRetry sets the wait before a ResyncAfterGap that could not
+// check every membership runs again, and returns the function that
+// restores it.
+func SetResyncRetry(d time.Duration) (restore func()) {
+	old := resyncRetry.Swap(int64(d))
+	return func() { resyncRetry.Store(old) }
+}

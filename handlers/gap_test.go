@@ -2,8 +2,12 @@ package handlers_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/presenced/presenced/handlers"
 )
 
 // A member removed while this node's subscription to the other nodes'
@@ -53,4 +57,25 @@ func TestEvictToldAgainSparesAMemberAgain(t *testing.T) {
 	if got := alice.read("432["); !strings.Contains(got, `"ok":true`) {
 		t.Fatalf("typing of a member the removal's notice named: %s", got)
 	}
+}
+
+// A resync after a gap that the store could not answer (PostgreSQL down
+// as well) runs again until it can: the removed member is taken out then.
+func TestResyncAfterGapRetriedWhileTheStoreFails(t *testing.T) {
+	defer handlers.SetResyncRetry(100 * time.Millisecond)()
+	n := startNode(t, nil)
+	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+
+	n.membership.set("c1/alice", false)
+	n.membership.setDown(errors.New("store down"))
+	n.sockets.ResyncAfterGap() // checks nothing: the store fails
+	time.Sleep(250 * time.Millisecond)
+	n.membership.setDown(nil) // back: the next run takes alice out
+	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
 }

@@ -32,17 +32,23 @@ func (g *gatedEngine) Join(ctx context.Context, sid, conv string) (presence.Join
 	return g.Engine.Join(ctx, sid, conv)
 }
 
-// members is a Membership the test changes.
+// members is a Membership the test changes; while down is set, it fails.
 type members struct {
-	mu sync.Mutex
-	m  map[string]bool
+	mu   sync.Mutex
+	m    map[string]bool
+	down error
 }
 
 func (m *members) IsMember(_ context.Context, conv, user string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.down != nil {
+		return false, m.down
+	}
 	return m.m[conv+"/"+user], nil
 }
+
+func (m *members) setDown(err error) { m.mu.Lock(); m.down = err; m.mu.Unlock() }
 
 func (m *members) set(key string, v bool) { m.mu.Lock(); m.m[key] = v; m.mu.Unlock() }
 
