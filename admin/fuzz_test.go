@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/presenced/presenced/ids"
 )
@@ -14,7 +15,8 @@ import (
 // disconnects nobody; an accepted one disconnects exactly its valid user.
 func FuzzAdminDisconnect(f *testing.F) {
 	for _, s := range []string{`{"userId":"alice","reason":"abuse"}`, `{"userId":"alice"}`, `{"userId":"","reason":"x"}`,
-		`{"userId":"a b","reason":"x"}`, `{"userId":1,"reason":"x"}`, `[]`, `null`, `{`, `{"userId":"alice","reason":"` + strings.Repeat("r", 501) + `"}`} {
+		`{"userId":"a b","reason":"x"}`, `{"userId":1,"reason":"x"}`, `[]`, `null`, `{`, `{"userId":"alice","reason":"` + strings.Repeat("r", 501) + `"}`,
+		`{"userId":"alice","reason":"` + strings.Repeat("理", 500) + `"}`, `{"userId":"alice","reason":"x"} trailing`} {
 		f.Add(s)
 	}
 	fx := newFixture(f)
@@ -43,7 +45,7 @@ func FuzzAdminDisconnect(f *testing.F) {
 				UserID string `json:"userId"`
 				Reason string `json:"reason"`
 			}
-			if err := json.Unmarshal([]byte(body), &b); err != nil || !ids.Valid(b.UserID) || b.Reason == "" {
+			if err := json.Unmarshal([]byte(body), &b); err != nil || !ids.Valid(b.UserID) || b.Reason == "" || utf8.RuneCountInString(b.Reason) > 500 {
 				t.Fatalf("accepted %q", body)
 			}
 			if len(got) != 1 || got[0] != b.UserID {
