@@ -249,8 +249,16 @@ func (h *Sockets) ListenEvictions() {
 // presence:leave with reason "left". It returns once every node has done
 // so (or ctx ended), so that a join through any node after it is checked
 // against the new list.
+//
+// A removed user within a flap grace there (disconnected, not back yet)
+// leaves at once too: else the roster listed them until the grace ended.
 func (h *Sockets) Evict(ctx context.Context, conv string, users []string) error {
 	h.membershipChanged(ctx, conv, users)
+	for _, u := range users {
+		if err := h.engine.EndGrace(ctx, conv, u); err != nil {
+			h.log.Warn("flap grace of a removed member left to run out", "conversation_id", conv, "user_id", u, "err", err)
+		}
+	}
 	list := make([]any, len(users))
 	for i, u := range users {
 		list[i] = u

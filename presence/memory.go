@@ -390,6 +390,30 @@ func (e *MemoryEngine) Leave(ctx context.Context, socketID, conv string) error {
 	})
 }
 
+// EndGrace implements Engine.
+func (e *MemoryEngine) EndGrace(ctx context.Context, conv, user string) error {
+	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
+		c := m.convs[conv]
+		if c == nil {
+			return nil, nil
+		}
+		mem := c.members[user]
+		if mem == nil || len(mem.socks) > 0 || mem.graceUntil.IsZero() {
+			return nil, nil
+		}
+		b := m.endGrace(conv, c, user, mem, nil)
+		m.dropIfEmpty(conv, c)
+		return b, nil
+	})
+}
+
+// endGrace ends user's flap grace in conv (the user has no socket
+// there): the user leaves, at the disconnect.
+func (m *Memory) endGrace(conv string, c *mConv, user string, mem *mMember, b batch) batch {
+	delete(c.members, user)
+	return append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: mem.leftAt, Reason: ReasonDisconnected})
+}
+
 // update runs fn under the backend's lock and delivers its events once
 // the lock is released.
 func (e *MemoryEngine) update(ctx context.Context, fn func(m *Memory, now time.Time) (batch, error)) error {
@@ -608,8 +632,7 @@ func (m *Memory) expire(now time.Time, cfg Config, b batch) batch {
 				pending = true
 				continue
 			}
-			delete(c.members, user)
-			b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: mem.leftAt, Reason: ReasonDisconnected})
+			b = m.endGrace(conv, c, user, mem, b)
 		}
 		if !pending {
 			delete(m.graceConvs, conv)

@@ -334,8 +334,9 @@ return {stopped, 1, at, 0, removed}
 
 // convGrace ends a user's flap grace in a conversation if it is due; if it
 // is not due yet (the timer's clock, another Redis server's, ran ahead),
-// it says how long to wait.
-// KEYS on m ty tyo; ARGV user clock → {left(0|1), leftAt, typingStopped, waitMs}
+// it says how long to wait. With early "1" it ends a grace that runs,
+// due or not (EndGrace).
+// KEYS on m ty tyo; ARGV user clock [early] → {left(0|1), leftAt, typingStopped, waitMs}
 var convGrace = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user, now = ARGV[1], clock(ARGV[2])
@@ -343,7 +344,7 @@ local r = mget(m, user)
 if not r then return {0, 0, 0, 0} end
 local deadline = tonumber(r.grace)
 if r.n > 0 or deadline == 0 then return {0, 0, 0, 0} end
-if deadline > now then return {0, 0, 0, deadline - now} end
+if deadline > now and ARGV[3] ~= '1' then return {0, 0, 0, deadline - now} end
 local stopped = 0
 if userLeft(on, m, ty, tyo, user) then stopped = 1 end
 return {1, tonumber(r.left), stopped, 0}

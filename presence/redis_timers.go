@@ -152,6 +152,37 @@ func (d *duePoll) scheduled() {
 	d.at = 0
 }
 
+// endConvGrace runs convGrace: user's flap grace in conv ends if it is
+// due (or, early, if it runs).
+func (e *RedisEngine) endConvGrace(ctx context.Context, conv, user string, early bool, now time.Time) (b batch, wait int64, err error) {
+	k := e.conv(conv)
+	args := []any{user, e.clk()}
+	if early {
+		args = append(args, "1")
+	}
+	v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, args...).Int64Slice()
+	if err != nil || len(v) != 4 {
+		return nil, 0, unavailable("grace", err)
+	}
+	if v[2] == 1 {
+		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: user, At: now, Typing: false})
+	}
+	if v[0] == 1 {
+		b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: timestamp.FromMillis(v[1]), Reason: ReasonDisconnected})
+	}
+	return b, v[3], nil
+}
+
+// EndGrace implements Engine.
+func (e *RedisEngine) EndGrace(ctx context.Context, conv, user string) error {
+	b, _, err := e.endConvGrace(ctx, conv, user, true, e.cfg.Now())
+	if err != nil {
+		return err
+	}
+	e.emit(ctx, b)
+	return nil
+}
+
 // fire runs one timer and returns its events, and how long until it must
 // run again (0: done). A timer that finds its moment not come yet (the
 // timer's clock and the data's are different Redis servers, or a failover
@@ -170,18 +201,7 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 		}
 		return b, toInt(raw[1]), nil
 	case f[0] == "g" && len(f) == 3:
-		k := e.conv(f[1])
-		v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, f[2], e.clk()).Int64Slice()
-		if err != nil || len(v) != 4 {
-			return nil, 0, unavailable("grace", err)
-		}
-		if v[2] == 1 {
-			b = append(b, Event{Kind: EventTyping, ConversationID: f[1], UserID: f[2], At: now, Typing: false})
-		}
-		if v[0] == 1 {
-			b = append(b, Event{Kind: EventLeave, ConversationID: f[1], UserID: f[2], At: timestamp.FromMillis(v[1]), Reason: ReasonDisconnected})
-		}
-		return b, v[3], nil
+		return e.endConvGrace(ctx, f[1], f[2], false, now)
 	case f[0] == "u" && len(f) == 2:
 		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue, e.offlineToldKey(f[1])}, f[1], e.clk(), e.offlineToldFor().Milliseconds()).Int64Slice()
 		if err != nil || len(v) != 3 {

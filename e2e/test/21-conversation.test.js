@@ -195,5 +195,41 @@ for (const kind of WITH_SHARDED) {
       const after = await ack(a.socket, 'conversation:join', { conversationId: c });
       assert.deepEqual(after.online.map((m) => m.userId), [A], `B is gone from the roster: ${show(after)}`);
     });
+
+    it('membership store: a member removed while disconnected, within the reconnect grace, leaves the roster at once', { timeout: 30000 }, async (t) => {
+      const serviceToken = 'e2e-service-token-0123456789';
+      const topo = await startTopology(kind, { t, db: store.db, tag: '21g', args: ['--membership', 'store', '--service-token', serviceToken, '--flap-grace', '20s'] });
+      const c = uid('c');
+      const A = uid('A');
+      const B = uid('B');
+      const put = (userIds) => request(`${topo.url1}/v1/service/conversations/${c}/members`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${serviceToken}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ userIds }),
+      });
+      const res = await put([A, B]);
+      assert.equal(res.status, 200, `PUT members: ${res.status} ${res.body}`);
+      const a = await connectUser(topo.url1, A, { t });
+      const b = await connectUser(topo.url2, B, { t });
+      assert.equal((await ack(a.socket, 'conversation:join', { conversationId: c }))?.ok, true);
+      assert.equal((await ack(b.socket, 'conversation:join', { conversationId: c }))?.ok, true);
+
+      // B's connection ends: within the grace (20 s) B stays listed.
+      const markA = a.rec.mark();
+      b.socket.disconnect();
+      await new Promise((r) => setTimeout(r, QUIET_MS));
+      const during = await ack(a.socket, 'conversation:join', { conversationId: c });
+      assert.ok(during.online.some((m) => m.userId === B), `B listed within the grace: ${show(during)}`);
+      assert.deepEqual(a.rec.list('presence:leave', { since: markA }), [], a.rec.dump(markA));
+
+      // B is removed from the members: B leaves now (reason disconnected,
+      // at the disconnect), not when the grace ends.
+      const removed = await put([A]);
+      assert.equal(removed.status, 200, `PUT members without B: ${removed.status} ${removed.body}`);
+      const left = await a.rec.wait('presence:leave', { since: markA, pred: (p) => p.userId === B, timeoutMs: 5000 });
+      assert.equal(left.payload.reason, 'disconnected', show(left.payload));
+      const after = await ack(a.socket, 'conversation:join', { conversationId: c });
+      assert.deepEqual(after.online.map((m) => m.userId), [A], `B is gone from the roster: ${show(after)}`);
+    });
   });
 }

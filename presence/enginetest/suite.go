@@ -235,6 +235,7 @@ func Run(t *testing.T, f Factory) {
 		{"MultiDevice", testMultiDevice},
 		{"FlapGrace", testFlapGrace},
 		{"DisconnectNow", testDisconnectNow},
+		{"EndGrace", testEndGrace},
 		{"Typing", testTyping},
 		{"Errors", testErrors},
 		{"AwayAndBack", testAway},
@@ -366,6 +367,54 @@ func testFlapGrace(e *env) {
 	_, err = n.Join(e.ctx, "s3", "c1")
 	e.must(err)
 	e.expect("status alice online", "join c1 alice")
+}
+
+// testEndGrace: a user within a flap grace, removed from one of the
+// conversations, leaves it at once when another node ends the grace there
+// (at the disconnect, reason disconnected); the user's other conversation
+// and status keep their grace. Ending it again, or for a user with a
+// socket there, does nothing.
+func testEndGrace(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.place(map[presence.Socket]presence.Engine{
+		{ID: "a1", UserID: "alice"}: n1, {ID: "b1", UserID: "bob"}: n2,
+	}, "a1 c1", "a1 c2", "b1 c1")
+	e.rec.Take()
+
+	e.clock.Advance(time.Second)
+	at := e.clock.Now()
+	e.must(n1.Disconnect(e.ctx, "a1"))
+	e.clock.Advance(time.Second)
+	e.must(n2.EndGrace(e.ctx, "c1", "alice"))
+	e.settle()
+	ev := e.rec.TakeEvents()
+	var got []string
+	for _, x := range ev {
+		got = append(got, Render(x))
+		if x.Kind == presence.EventLeave && !x.At.Equal(at) {
+			e.t.Errorf("leave at %v, want the disconnect %v", x.At, at)
+		}
+	}
+	if want := []string{"leave c1 alice disconnected"}; !slices.Equal(got, want) {
+		e.t.Fatalf("events %q, want %q", got, want)
+	}
+	if got, want := e.roster(n1, "c1"), "bob/online typing:"; got != want {
+		e.t.Fatalf("roster c1 %q, want %q", got, want)
+	}
+	if got := e.roster(n2, "c2"); !strings.Contains(got, "alice") {
+		e.t.Fatalf("roster c2 %q: alice's grace there ended too", got)
+	}
+	e.must(n2.EndGrace(e.ctx, "c1", "alice"))
+	e.must(n1.EndGrace(e.ctx, "c1", "bob"))
+	e.must(n1.EndGrace(e.ctx, "c9", "alice"))
+	e.settle()
+	e.expect()
+
+	e.elapse(3*time.Second, n1, n2)
+	e.settle()
+	if got, want := e.rec.Take(), []string{"leave c2 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
+		e.t.Fatalf("at the grace's end: %q, want %q", got, want)
+	}
 }
 
 // testDisconnectNow: an operator's disconnect of a user's sockets on two
