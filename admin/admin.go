@@ -85,6 +85,7 @@ type Panel struct {
 	d        Deps
 	log      *slog.Logger
 	sessions *sessions
+	revoked  *revocations
 	fails    *failures
 	stats    *sampler
 	streams  chan struct{}
@@ -117,11 +118,13 @@ func New(cfg Config, d Deps) (*Panel, error) {
 	p := &Panel{
 		cfg: cfg, d: d, log: d.Log,
 		sessions: newSessions(cfg.Token, cfg.SessionTTL),
+		revoked:  newRevocations(),
 		fails:    newFailures(cfg.LoginLimit, cfg.LoginWindow),
 		streams:  make(chan struct{}, cfg.MaxStreams),
 		ending:   make(chan struct{}),
 	}
 	p.fails.rdb, p.fails.prefix = d.Redis, cfg.Prefix
+	p.revoked.rdb, p.revoked.prefix = d.Redis, cfg.Prefix
 	p.logins = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "presenced_admin_logins_total",
 		Help: "Admin panel logins by outcome: ok, wrong_token, rate_limited, forbidden (cross-origin).",

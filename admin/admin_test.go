@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -552,5 +553,108 @@ func TestPageMethodNotAllowed(t *testing.T) {
 		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != want {
 			t.Errorf("PUT %s: %d, Allow %q; want 405, %q", path, res.StatusCode, res.Header.Get("Allow"), want)
 		}
+	}
+}
+
+// sessionCookie returns the session cookie value the client c holds for
+// the panel at base.
+func sessionCookie(tb testing.TB, c *http.Client, base string) string {
+	tb.Helper()
+	u, _ := url.Parse(base + "/admin/")
+	for _, k := range c.Jar.Cookies(u) {
+		if k.Name == "presenced_admin" {
+			return k.Value
+		}
+	}
+	tb.Fatal("no session cookie")
+	return ""
+}
+
+// withCookie requests method path at base with the session cookie v (a
+// copy, outside the browser that logged out) and returns the status.
+func withCookie(tb testing.TB, base, method, path, v string) int {
+	tb.Helper()
+	req, _ := http.NewRequest(method, base+path, nil)
+	req.AddCookie(&http.Cookie{Name: "presenced_admin", Value: v})
+	c := client(tb)
+	c.Timeout = 10 * time.Second
+	res, err := c.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res.Body.Close() // (a stream that was let in would not end)
+	return res.StatusCode
+}
+
+func logout(tb testing.TB, c *http.Client, base string) {
+	tb.Helper()
+	res, err := c.Post(base+"/admin/logout", "", nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther {
+		tb.Fatalf("logout: %d", res.StatusCode)
+	}
+}
+
+// A logout ends the session itself, not only the browser's cookie: a copy
+// taken before no longer opens the API, the page or a stream (an audit:
+// it stayed valid for its 12 h). Another session stays.
+func TestLogoutEndsTheSession(t *testing.T) {
+	f := newFixture(t)
+	c, other := f.session(t), f.session(t)
+	v := sessionCookie(t, c, f.srv.URL)
+	if code := withCookie(t, f.srv.URL, "GET", "/admin/api/cluster", v); code != http.StatusOK {
+		t.Fatalf("the copy before the logout: %d", code)
+	}
+	logout(t, c, f.srv.URL)
+	for _, path := range []string{"/admin/api/cluster", "/admin/api/session", "/admin/api/stream?view=cluster"} {
+		if code := withCookie(t, f.srv.URL, "GET", path, v); code != http.StatusUnauthorized {
+			t.Errorf("%s with the copy after the logout: %d, want 401", path, code)
+		}
+	}
+	if code := withCookie(t, f.srv.URL, "GET", "/admin/", v); code != http.StatusSeeOther {
+		t.Errorf("the page with the copy after the logout: %d, want 303 to the login", code)
+	}
+	if code := getJSON(t, other, f.srv.URL+"/admin/api/cluster", nil); code != http.StatusOK {
+		t.Errorf("another session after the logout: %d", code)
+	}
+}
+
+// In a cluster a logout through one node ends the session on the others
+// (within revokedRecheck), and with Redis down it still ends it on the
+// node that served it.
+func TestLogoutEndsTheSessionOnEveryNode(t *testing.T) {
+	rdb, prefix := testRedis(t)
+	newNode := func() *fixture {
+		return newFixtureWith(t, presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"}), rdb, prefix)
+	}
+	f1, f2 := newNode(), newNode()
+	c := f1.session(t)
+	v := sessionCookie(t, c, f1.srv.URL)
+	if code := withCookie(t, f2.srv.URL, "GET", "/admin/api/cluster", v); code != http.StatusOK {
+		t.Fatalf("the session on the other node: %d", code)
+	}
+	logout(t, c, f1.srv.URL)
+	deadline := time.Now().Add(5 * time.Second)
+	for withCookie(t, f2.srv.URL, "GET", "/admin/api/cluster", v) != http.StatusUnauthorized {
+		if time.Now().After(deadline) {
+			t.Fatal("the session still opens the other node 5 s after the logout")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = down.Close() })
+	f := newFixtureWith(t, presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1"}), down, "down")
+	c = f.session(t)
+	v = sessionCookie(t, c, f.srv.URL)
+	logout(t, c, f.srv.URL)
+	if code := withCookie(t, f.srv.URL, "GET", "/admin/api/cluster", v); code != http.StatusUnauthorized {
+		t.Errorf("with Redis down, the copy on the node that logged out: %d", code)
+	}
+	if n := f.logs.Count("admin logout not recorded in Redis"); n != 1 {
+		t.Errorf("%d log lines of the logout Redis did not take, want 1", n)
 	}
 }

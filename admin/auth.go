@@ -22,7 +22,7 @@ import (
 // key derived from the admin token. Every node of a cluster shares the
 // token, so a session opened on one node is valid on all (a load balancer
 // may send each request elsewhere), and changing the token ends every
-// session.
+// session. A logout is recorded until the session's expiry (revocations).
 
 const cookieName = "presenced_admin"
 
@@ -53,21 +53,21 @@ func (s *sessions) issue() string {
 	return exp + "." + nonce + "." + s.mac("session", exp, nonce)
 }
 
-// check returns the session's nonce when the value is a valid, unexpired
-// session.
-func (s *sessions) check(v string) (string, bool) {
+// check returns the session's nonce and expiry when the value is a valid,
+// unexpired session (logged out or not: revocations).
+func (s *sessions) check(v string) (string, time.Time, bool) {
 	f := strings.Split(v, ".")
 	if len(f) != 3 {
-		return "", false
+		return "", time.Time{}, false
 	}
 	if !hmac.Equal([]byte(f[2]), []byte(s.mac("session", f[0], f[1]))) {
-		return "", false
+		return "", time.Time{}, false
 	}
 	exp, err := strconv.ParseInt(f[0], 10, 64)
 	if err != nil || s.now().Unix() >= exp {
-		return "", false
+		return "", time.Time{}, false
 	}
-	return f[1], true
+	return f[1], time.Unix(exp, 0), true
 }
 
 // csrf is the token a page must send back (X-CSRF-Token) with each action;

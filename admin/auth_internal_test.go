@@ -16,7 +16,7 @@ func TestSessions(t *testing.T) {
 	s := newSessions("token-0123456789abcdef", time.Hour)
 	s.now = func() time.Time { return now }
 	v := s.issue()
-	nonce, ok := s.check(v)
+	nonce, _, ok := s.check(v)
 	if !ok || nonce == "" {
 		t.Fatalf("a fresh session %q refused", v)
 	}
@@ -30,12 +30,12 @@ func TestSessions(t *testing.T) {
 		"other token's":    newSessions("another-token-0123456789", time.Hour).issue(),
 		"non-numeric time": "x." + f[1] + "." + s.mac("session", "x", f[1]),
 	} {
-		if _, ok := s.check(bad); ok {
+		if _, _, ok := s.check(bad); ok {
 			t.Errorf("%s: %q accepted", name, bad)
 		}
 	}
 	now = now.Add(time.Hour)
-	if _, ok := s.check(v); ok {
+	if _, _, ok := s.check(v); ok {
 		t.Error("an expired session accepted")
 	}
 }

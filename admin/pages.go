@@ -13,11 +13,21 @@ import (
 	"github.com/presenced/presenced/web"
 )
 
-// sessionNonce returns the request's valid session, if any.
+// sessionNonce returns the request's valid session, if any: MACed,
+// unexpired and not logged out.
 func (p *Panel) sessionNonce(r *http.Request) (string, bool) {
+	nonce, exp, ok := p.cookieSession(r)
+	if !ok || p.revoked.revoked(r.Context(), nonce, exp) {
+		return "", false
+	}
+	return nonce, true
+}
+
+// cookieSession returns the request cookie's session, logged out or not.
+func (p *Panel) cookieSession(r *http.Request) (string, time.Time, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
-		return "", false
+		return "", time.Time{}, false
 	}
 	return p.sessions.check(c.Value)
 }
@@ -150,6 +160,11 @@ func (p *Panel) logout(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		handlers.WriteError(w, http.StatusForbidden, "forbidden", "cross-origin request refused")
 		return
+	}
+	if nonce, exp, ok := p.cookieSession(r); ok {
+		if err := p.revoked.revoke(r.Context(), nonce, exp); err != nil {
+			p.log.Warn("admin logout not recorded in Redis: the session ends on this node only until Redis answers", "err", err)
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/admin", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/admin/login", http.StatusSeeOther)
