@@ -128,6 +128,18 @@ func (e *env) connectJoin(n presence.Engine, sid, user, conv string) {
 	e.must(err)
 }
 
+// takeChecked takes the events recorded so far, rendered, after check has
+// seen each.
+func (e *env) takeChecked(check func(x presence.Event)) []string {
+	e.t.Helper()
+	var got []string
+	for _, x := range e.rec.TakeEvents() {
+		got = append(got, Render(x))
+		check(x)
+	}
+	return got
+}
+
 func (e *env) must(err error) {
 	e.t.Helper()
 	if err != nil {
@@ -352,14 +364,11 @@ func testFlapGrace(e *env) {
 	e.expect()
 	e.clock.Advance(3 * time.Second)
 	e.tick(n)
-	ev := e.rec.TakeEvents()
-	var got []string
-	for _, x := range ev {
-		got = append(got, Render(x))
+	got := e.takeChecked(func(x presence.Event) {
 		if x.Kind == presence.EventLeave && !x.At.Equal(e.clock.Now().Add(-3*time.Second)) {
 			e.t.Errorf("leave at %v, want the disconnect time", x.At)
 		}
-	}
+	})
 	if want := []string{"leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
 		e.t.Fatalf("events %q, want %q", got, want)
 	}
@@ -387,14 +396,11 @@ func testEndGrace(e *env) {
 	e.clock.Advance(time.Second)
 	e.must(n2.EndGrace(e.ctx, "c1", "alice"))
 	e.settle()
-	ev := e.rec.TakeEvents()
-	var got []string
-	for _, x := range ev {
-		got = append(got, Render(x))
+	got := e.takeChecked(func(x presence.Event) {
 		if x.Kind == presence.EventLeave && !x.At.Equal(at) {
 			e.t.Errorf("leave at %v, want the disconnect %v", x.At, at)
 		}
-	}
+	})
 	if want := []string{"leave c1 alice disconnected"}; !slices.Equal(got, want) {
 		e.t.Fatalf("events %q, want %q", got, want)
 	}
@@ -440,10 +446,7 @@ func testDisconnectNow(e *env) {
 	at := e.clock.Now()
 	e.must(n2.DisconnectNow(e.ctx, "laptop"))
 	e.settle()
-	ev := e.rec.TakeEvents()
-	var got []string
-	for _, x := range ev {
-		got = append(got, Render(x))
+	got := e.takeChecked(func(x presence.Event) {
 		switch x.Kind {
 		case presence.EventLeave:
 			if !x.At.Equal(at) {
@@ -454,7 +457,7 @@ func testDisconnectNow(e *env) {
 				e.t.Errorf("lastSeen %v, want the disconnect %v", x.LastSeen, at)
 			}
 		}
-	}
+	})
 	if want := []string{"typing c1 alice false", "leave c1 alice disconnected", "status alice offline"}; !slices.Equal(got, want) {
 		e.t.Fatalf("events %q, want %q", got, want)
 	}
@@ -652,14 +655,11 @@ func testDeadNode(e *env) {
 		e.clock.Advance(time.Second)
 		e.tick(n1)
 	}
-	ev := e.rec.TakeEvents()
-	var got []string
-	for _, x := range ev {
-		got = append(got, Render(x))
+	got := e.takeChecked(func(x presence.Event) {
 		if x.Kind == presence.EventStatus && x.Status == presence.Offline && x.LastSeen.After(lastProof.Add(time.Second)) {
 			e.t.Errorf("lastSeen %v after the dead node's last proof of life %v", x.LastSeen, lastProof)
 		}
-	}
+	})
 	slices.Sort(got)
 	if want := []string{"leave c1 bob timeout", "leave c2 bob timeout", "status bob offline"}; !slices.Equal(got, want) {
 		e.t.Fatalf("events %q, want %q", got, want)
@@ -700,14 +700,11 @@ func testDeadNodeLastClose(e *env) {
 		e.tick(n1)
 	}
 	e.settle()
-	ev := e.rec.TakeEvents()
-	var got []string
-	for _, x := range ev {
-		got = append(got, Render(x))
+	got := e.takeChecked(func(x presence.Event) {
 		if x.Kind == presence.EventStatus && !x.LastSeen.Equal(closed) {
 			e.t.Errorf("lastSeen %v, want the close on the live node %v", x.LastSeen, closed)
 		}
-	}
+	})
 	if want := []string{"leave c1 alice timeout", "status alice offline"}; !slices.Equal(got, want) {
 		e.t.Fatalf("events %q, want %q", got, want)
 	}
