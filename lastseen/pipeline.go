@@ -128,7 +128,10 @@ type Pipeline struct {
 	// was last written, by a flush or by writeArrivals, which adds them
 	// to it between flushes (a user who came after the last flush, or
 	// came and went since, is then listed at a crash)
-	arrived   map[string]struct{}
+	arrived map[string]struct{}
+	// gone (Config.Online): users who went offline since writeArrivals
+	// last ran, with their exact last-seen (ms), which it stores
+	gone      map[string]int64
 	recovered bool // RecoverOnline ran (under flushMu)
 	// born is when the pipeline was made; alive, whether a flush of its
 	// has written the alive moment (under flushMu)
@@ -158,6 +161,7 @@ func NewPipeline(buf Buffer, st store.Store, cfg Config) *Pipeline {
 		exact:   map[string]int64{},
 		online:  map[string]bool{},
 		arrived: map[string]struct{}{},
+		gone:    map[string]int64{},
 		lastGC:  cfg.Now(),
 		born:    cfg.Now(),
 	}
@@ -231,25 +235,29 @@ func (p *Pipeline) HandleEvents(ctx context.Context, events []presence.Event) {
 		if ev.Kind != presence.EventStatus || ev.UserID == "" {
 			continue
 		}
+		at := ev.At
+		if ev.Status == presence.Offline && !ev.LastSeen.IsZero() {
+			at = ev.LastSeen
+		}
 		if p.cfg.Online != nil {
 			p.mu.Lock()
 			p.online[ev.UserID] = ev.Status != presence.Offline
 			p.arrived[ev.UserID] = struct{}{}
+			if ev.Status == presence.Offline && !at.IsZero() {
+				p.gone[ev.UserID] = timestamp.Millis(at)
+			} else {
+				delete(p.gone, ev.UserID)
+			}
 			p.mu.Unlock()
 		}
 		var err error
 		switch ev.Status {
 		case presence.Offline:
-			at := ev.LastSeen
-			if at.IsZero() {
-				at = ev.At
-			}
 			if at.IsZero() {
 				continue
 			}
 			err = p.RecordExact(ctx, ev.UserID, at)
 		case presence.Online:
-			at := ev.At
 			if at.IsZero() {
 				at = p.cfg.Now()
 			}
@@ -420,14 +428,17 @@ func (p *Pipeline) takeOnline() map[string]bool {
 	return changed
 }
 
-// writeArrivals (Config.Online) adds the users whose status changed since
-// the list was last written to it (Run, every PushInterval), without
-// moving the alive moment (before this run's first flush: the moment it
-// began). Without it a user who came after the last flush was not listed
-// at a crash, and had no last-seen after it, or an older one (the flush
-// moment is what the others listed get). A user who went since is listed
-// too, and taken off by the next flush once their time is stored. One
-// statement when any changed.
+// writeArrivals (Config.Online) adds the users who came online since the
+// list was last written to it (Run, every PushInterval), without moving
+// the alive moment (before this run's first flush: the moment it began).
+// Without it a user who came after the last flush was not listed at a
+// crash, and had no last-seen after it, or an older one (the flush moment
+// is what the others listed get). The users who went offline since have
+// their exact last-seen stored first, and come off the list: listed, a
+// crash before the next flush gave them the last alive moment instead,
+// up to a flush interval before their exact time or, if that flush fell
+// in their flap grace, a few seconds after it (a black-box audit,
+// 2026-12-07). One statement when any came (two when any went).
 func (p *Pipeline) writeArrivals(ctx context.Context) error {
 	if p.cfg.Online == nil {
 		return nil
@@ -437,11 +448,14 @@ func (p *Pipeline) writeArrivals(ctx context.Context) error {
 	p.mu.Lock()
 	users := slices.Collect(maps.Keys(p.arrived))
 	clear(p.arrived)
+	gone := p.gone
+	p.gone = make(map[string]int64, len(gone))
 	p.mu.Unlock()
-	if len(users) == 0 {
+	if len(users) == 0 && len(gone) == 0 {
 		return nil
 	}
 	put := func() {
+		p.keepPending(&p.gone, gone)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, u := range users {
@@ -452,20 +466,39 @@ func (p *Pipeline) writeArrivals(ctx context.Context) error {
 		put()
 		return err
 	}
+	var on, off []string
+	for _, u := range users {
+		if _, went := gone[u]; !went {
+			on = append(on, u)
+		}
+	}
+	rows := make([]store.LastSeen, 0, len(gone))
+	for u, ms := range gone {
+		rows = append(rows, store.LastSeen{UserID: u, At: timestamp.FromMillis(ms)})
+		off = append(off, u)
+	}
+	for rest := rows; len(rest) > 0; {
+		n := min(len(rest), p.cfg.FlushBatch)
+		if err := p.storeRows(ctx, rest[:n]); err != nil {
+			put()
+			return fmt.Errorf("lastseen: store the times of the users who went offline: %w", err)
+		}
+		rest = rest[n:]
+	}
 	var alive time.Time // the last flush's stays
 	if !p.alive {
 		// no flush of this run has written one: the moment left is an
 		// earlier run's, and everyone listed now came after this one began
 		alive = p.born
 	}
-	for len(users) > 0 {
-		n := min(len(users), p.cfg.FlushBatch)
-		if err := p.cfg.Online.KeepOnline(ctx, alive, users[:n], nil); err != nil {
+	for len(on) > 0 || len(off) > 0 {
+		n, m := min(len(on), p.cfg.FlushBatch), min(len(off), p.cfg.FlushBatch)
+		if err := p.cfg.Online.KeepOnline(ctx, alive, on[:n], off[:m]); err != nil {
 			put()
 			return fmt.Errorf("lastseen: list the users who came online: %w", err)
 		}
 		p.statements.Add(1)
-		users = users[n:]
+		on, off = on[n:], off[m:]
 	}
 	return nil
 }

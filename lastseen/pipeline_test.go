@@ -930,32 +930,44 @@ func TestOnlineListArrivals(t *testing.T) {
 	if got, err := lite.LastSeen(ctx, []string{"early"}); err != nil || !got["early"].Equal(born) {
 		t.Fatalf("before the first flush: last-seen %v (%v), want the run's start %v, not an earlier run's moment", got, err, born)
 	}
-	p.HandleEvents(ctx, []presence.Event{{Kind: presence.EventStatus, UserID: "old", Status: presence.Online, At: now}})
-	must(t, p.Flush(ctx)) // listed: old; alive: now
+	p.HandleEvents(ctx, []presence.Event{
+		{Kind: presence.EventStatus, UserID: "old", Status: presence.Online, At: now},
+		{Kind: presence.EventStatus, UserID: "graced", Status: presence.Online, At: now.Add(-5 * time.Second)},
+	})
+	must(t, p.Flush(ctx)) // listed: old, graced; alive: now
 	flushed := now
 	now = now.Add(10 * time.Second)
 	p.HandleEvents(ctx, []presence.Event{
 		{Kind: presence.EventStatus, UserID: "new", Status: presence.Online, At: now},
 		{Kind: presence.EventStatus, UserID: "back", Status: presence.Online, At: now},
 		{Kind: presence.EventStatus, UserID: "brief", Status: presence.Online, At: now},
-		{Kind: presence.EventStatus, UserID: "brief", Status: presence.Offline, At: now, LastSeen: now},
+		{Kind: presence.EventStatus, UserID: "brief", Status: presence.Offline, At: now, LastSeen: now.Add(-time.Second)},
+		// its connection closed before the flush, which fell in its flap grace
+		{Kind: presence.EventStatus, UserID: "graced", Status: presence.Offline, At: now, LastSeen: flushed.Add(-2 * time.Second)},
 	})
 	before := p.Stats().Statements
 	must(t, p.WriteArrivals(ctx))
 	must(t, p.WriteArrivals(ctx)) // nothing new: no statement
-	if s := p.Stats().Statements - before; s != 1 {
-		t.Fatalf("%d statements for the arrivals, want 1", s)
+	if s := p.Stats().Statements - before; s != 2 {
+		t.Fatalf("%d statements for the arrivals, want 2 (the times of those who went, the list)", s)
 	}
-	// a crash now, before the next flush
+	// a crash now, before the next flush: those online get the last
+	// flush's moment; those who went keep their exact time (before
+	// 2026-12-07 they were listed, and got the flush's moment too)
 	n, err := lite.RecoverOnline(ctx)
-	if err != nil || n != 5 {
-		t.Fatalf("%d users listed (%v), want 5", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("%d users listed (%v), want 4", n, err)
 	}
-	got, err := lite.LastSeen(ctx, []string{"early", "old", "new", "back", "brief"})
+	got, err := lite.LastSeen(ctx, []string{"early", "old", "new", "back", "brief", "graced"})
 	must(t, err)
-	for _, u := range []string{"early", "old", "new", "back", "brief"} {
+	for _, u := range []string{"early", "old", "new", "back"} {
 		if !got[u].Equal(flushed) {
 			t.Errorf("%s: last-seen %v after the crash, want the last flush's moment %v", u, got[u], flushed)
+		}
+	}
+	for u, want := range map[string]time.Time{"brief": now.Add(-time.Second), "graced": flushed.Add(-2 * time.Second)} {
+		if !got[u].Equal(want) {
+			t.Errorf("%s: last-seen %v after the crash, want the exact time %v", u, got[u], want)
 		}
 	}
 }
