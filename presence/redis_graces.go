@@ -111,7 +111,10 @@ func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) 
 	var b batch
 	for i, c := range n.convs {
 		item := "g\t" + c + "\t" + n.user
-		ev, wait, err := e.fire(ctx, item, now)
+		ev, wait, noRecord, err := e.endConvGrace(ctx, c, n.user, false, now)
+		if err == nil && noRecord {
+			ev = append(ev, e.graceRecordLost(ctx, c, n, now)...)
+		}
 		if err == nil && wait > 0 {
 			err = dueIn.Run(ctx, e.rdb, []string{e.kDue}, item, wait, 0, e.clk()).Err()
 			e.duePoll.scheduled()
@@ -141,6 +144,28 @@ func (e *RedisEngine) endGrace(ctx context.Context, n graceNote, now time.Time) 
 		b = append(b, Event{Kind: EventStatus, UserID: n.user, At: now, Status: Offline, LastSeen: n.at})
 	}
 	return b, nil, nil
+}
+
+// graceRecordLost is the leave of an orphaned grace in conv whose member
+// record is gone: Redis lost it with the grace's timers (a restart
+// without persistence), and nobody else will announce it. Until
+// 2026-12-07 nobody did, and the room's members kept the user for good
+// (a black-box audit: the users who disconnected in the 3 s before a
+// restart; their subscribers were told offline). Dated at the
+// disconnect, now, unless a live socket of the user here is in conv (its
+// removal says it), or Redis knows sockets of the user (on another node,
+// whose reconciliation brings the record back if one is in conv): then it
+// is held back and asked again (oweLeave). If the user came back and
+// left since, the leave is told twice.
+func (e *RedisEngine) graceRecordLost(ctx context.Context, conv string, n graceNote, now time.Time) batch {
+	if isIn(e.userHere(n.user).convs, conv) {
+		return nil
+	}
+	if has, err := e.rdb.HExists(ctx, e.kUsers, n.user).Result(); err != nil || has {
+		e.oweLeave(conv, n.user, n.at, ReasonDisconnected, now)
+		return nil
+	}
+	return batch{{Kind: EventLeave, ConversationID: conv, UserID: n.user, At: n.at, Reason: ReasonDisconnected}}
 }
 
 // offlineToldKey is P:{g}:off:U (userGrace).

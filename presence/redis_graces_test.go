@@ -99,6 +99,45 @@ func TestRedisGraceEndsAfterItsTimersLost(t *testing.T) {
 	}
 }
 
+// The same when Redis lost everything (a restart without persistence):
+// the conversation's member record went with the timers, and the node
+// that started the grace announces the leave itself, dated at the
+// disconnect. Before, only the offline status was told: the room's
+// members kept bob for good (a black-box audit, 2026-12-07: 9 of 9 users
+// who disconnected in the 3 s before a restart).
+func TestRedisGraceEndsAfterAllDataLost(t *testing.T) {
+	f, n1, gone := graceUnderWay(t)
+	ctx := context.Background()
+	n := 0
+	iter := f.rdb.Scan(ctx, 0, f.prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n += int(f.rdb.Del(ctx, iter.Val()).Val())
+	}
+	if n == 0 {
+		t.Fatal("no key to lose")
+	}
+	evs := f.tickEvents(t, n1, 8)
+	got := render(evs)
+	var leaves []presence.Event
+	for _, ev := range evs {
+		if ev.Kind == presence.EventLeave && ev.UserID == "bob" {
+			leaves = append(leaves, ev)
+		}
+	}
+	if len(leaves) != 1 || !leaves[0].At.Equal(gone) || leaves[0].Reason != presence.ReasonDisconnected {
+		t.Errorf("events %q: bob's leaves %+v, want one, disconnected, at the disconnect (%v)", got, leaves, gone)
+	}
+	if off := offlineOf(evs, "bob"); len(off) != 1 || !off[0].LastSeen.Equal(gone) {
+		t.Errorf("bob's offline statuses %+v, want one, last seen at the disconnect (%v)", off, gone)
+	}
+	if n := countOf(got, "leave c1 alice"); n != 0 {
+		t.Errorf("events %q: alice (connected) told gone", got)
+	}
+	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice"}) {
+		t.Errorf("roster %v, want alice", got)
+	}
+}
+
 // A grace that ended normally (its timers in {g} fired: leave and offline
 // told) is not ended again when the node's next renewal finds its lease
 // gone while {g} is intact (the lease lapsed in a stall and another node

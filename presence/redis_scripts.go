@@ -336,12 +336,14 @@ return {stopped, 1, at, 0, removed}
 // is not due yet (the timer's clock, another Redis server's, ran ahead),
 // it says how long to wait. With early "1" it ends a grace that runs,
 // due or not (EndGrace).
-// KEYS on m ty tyo; ARGV user clock [early] → {left(0|1), leftAt, typingStopped, waitMs}
+// KEYS on m ty tyo; ARGV user clock [early] → {left(0|1), leftAt,
+// typingStopped, waitMs, noRecord(0|1): the user has no member record
+// there (runGraces)}
 var convGrace = redis.NewScript(clockLib + memberLib + userLeftLib + `
 local on, m, ty, tyo = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user, now = ARGV[1], clock(ARGV[2])
 local r = mget(m, user)
-if not r then return {0, 0, 0, 0} end
+if not r then return {0, 0, 0, 0, 1} end
 local deadline = tonumber(r.grace)
 if r.n > 0 or deadline == 0 then return {0, 0, 0, 0} end
 if deadline > now and ARGV[3] ~= '1' then return {0, 0, 0, deadline - now} end

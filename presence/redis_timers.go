@@ -153,29 +153,31 @@ func (d *duePoll) scheduled() {
 }
 
 // endConvGrace runs convGrace: user's flap grace in conv ends if it is
-// due (or, early, if it runs).
-func (e *RedisEngine) endConvGrace(ctx context.Context, conv, user string, early bool, now time.Time) (b batch, wait int64, err error) {
+// due (or, early, if it runs). noRecord: the user has no member record
+// there.
+func (e *RedisEngine) endConvGrace(ctx context.Context, conv, user string, early bool, now time.Time) (b batch, wait int64, noRecord bool, err error) {
 	k := e.conv(conv)
 	args := []any{user, e.clk()}
 	if early {
 		args = append(args, "1")
 	}
 	v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, args...).Int64Slice()
-	if err != nil || len(v) != 4 {
-		return nil, 0, unavailable("grace", err)
+	if err != nil || len(v) < 4 {
+		return nil, 0, false, unavailable("grace", err)
 	}
+	noRecord = len(v) >= 5 && v[4] == 1
 	if v[2] == 1 {
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: user, At: now, Typing: false})
 	}
 	if v[0] == 1 {
 		b = append(b, Event{Kind: EventLeave, ConversationID: conv, UserID: user, At: timestamp.FromMillis(v[1]), Reason: ReasonDisconnected})
 	}
-	return b, v[3], nil
+	return b, v[3], noRecord, nil
 }
 
 // EndGrace implements Engine.
 func (e *RedisEngine) EndGrace(ctx context.Context, conv, user string) error {
-	b, _, err := e.endConvGrace(ctx, conv, user, true, e.cfg.Now())
+	b, _, _, err := e.endConvGrace(ctx, conv, user, true, e.cfg.Now())
 	if err != nil {
 		return err
 	}
@@ -201,7 +203,8 @@ func (e *RedisEngine) fire(ctx context.Context, item string, now time.Time) (b b
 		}
 		return b, toInt(raw[1]), nil
 	case f[0] == "g" && len(f) == 3:
-		return e.endConvGrace(ctx, f[1], f[2], false, now)
+		b, wait, _, err := e.endConvGrace(ctx, f[1], f[2], false, now)
+		return b, wait, err
 	case f[0] == "u" && len(f) == 2:
 		v, err := userGrace.Run(ctx, e.rdb, []string{e.kUsers, e.kDue, e.offlineToldKey(f[1])}, f[1], e.clk(), e.offlineToldFor().Milliseconds()).Int64Slice()
 		if err != nil || len(v) != 3 {
