@@ -53,9 +53,9 @@ type RedisConfig struct {
 // Cluster master without replica that came back empty), and with them the
 // times not yet flushed: a user's last seen went back to an older one from
 // the store, or to none (a black-box audit, 2026-12-07). So each process
-// keeps the times it recorded for Keep, and reads the epoch at each
-// Requeue (a flush): if it changed, the keys were lost, and those times
-// are recorded again.
+// keeps the times it recorded for Keep, and reads the epoch before its
+// first record and at each Requeue (a flush): if it changed, the keys
+// were lost, and those times are recorded again.
 type Redis struct {
 	c                     redis.UniversalClient
 	times, dirty, claimed string
@@ -132,6 +132,7 @@ func redisErr(op string, err error) error {
 
 // Record implements Buffer: one script call per chunk of users.
 func (r *Redis) Record(ctx context.Context, entries []store.LastSeen) error {
+	r.firstEpoch(ctx)
 	for len(entries) > 0 {
 		n := min(len(entries), r.chunk)
 		args := make([]any, 0, 2*n)
@@ -181,6 +182,31 @@ func (r *Redis) forgetLocked(now time.Time) {
 		}
 	}
 	r.order = append(r.order[:0], r.order[i:]...)
+}
+
+// firstEpoch reads the epoch before this process's first record, so that
+// a loss before its first flush is found too. Until 2026-12-07 the first
+// read was the first flush's (PRESENCE_LASTSEEN_FLUSH_INTERVAL in), which
+// took the epoch of a Redis that had lost the times recorded before it
+// for the first, and they stayed lost: a user's last seen went back to
+// their connect (a black-box audit: a restart 10 s after the nodes
+// started). A read that fails is made again at the next record.
+func (r *Redis) firstEpoch(ctx context.Context) {
+	r.mu.Lock()
+	read := r.epoch != ""
+	r.mu.Unlock()
+	if read {
+		return
+	}
+	epoch, err := redisepoch.Read(ctx, r.c, r.epochKey)
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	if r.epoch == "" {
+		r.epoch = epoch
+	}
+	r.mu.Unlock()
 }
 
 // checkEpoch reads the buffer's epoch (setting this process's if there is

@@ -33,3 +33,18 @@ func TestRedisBufferLossReRecordRetried(t *testing.T) {
 	must(t, err)
 	wantGet(t, b, []string{"a"}, []time.Time{t0})
 }
+
+// A loss before the node's first flush is found at that flush: the epoch
+// was read before the first record. Before, the first read was the
+// flush's, which took the new epoch for the first, and the time recorded
+// before the loss stayed lost (a black-box audit, 2026-12-07).
+func TestRedisBufferLossBeforeTheFirstFlush(t *testing.T) {
+	ctx := t.Context()
+	b, c := redisBuffer(t, redistest.FailHook{Fail: func(redis.Cmder) bool { return false }})
+	must(t, b.Record(ctx, []store.LastSeen{{UserID: "a", At: t0}}))
+	times, dirty, claimed := b.Keys()
+	must(t, c.Del(ctx, times, dirty, claimed, b.EpochKey()).Err())
+	_, err := b.Requeue(ctx, t0) // the first flush
+	must(t, err)
+	wantGet(t, b, []string{"a"}, []time.Time{t0})
+}
