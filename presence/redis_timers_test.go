@@ -615,6 +615,26 @@ func TestRedisDisconnectDuringDataLossAnnounced(t *testing.T) {
 	}
 }
 
+// The same with bob typing: the resync writes his entry again though his
+// socket is gone (its disconnect failed), and its expiry announces the
+// stop. Before, nobody did: the others showed bob typing for good (a
+// black-box audit, 2026-12-07).
+func TestRedisTypingOfADisconnectDuringDataLossStopped(t *testing.T) {
+	f, n1 := aliceAndBob(t)
+	if err := n1.TypingStart(context.Background(), "b1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.Take()
+	f.failDisconnect(t, n1, "b1", "fail", false)
+	loseData(f.rdb, f.prefix)
+	got := f.ticks(t, n1, 8) // the typing TTL is 5 s
+	for _, want := range []string{"typing c1 bob false", "leave c1 bob disconnected", "status bob offline"} {
+		if n := countOf(got, want); n != 1 {
+			t.Errorf("events %q: %q %d times, want once", got, want, n)
+		}
+	}
+}
+
 // A disconnect without grace (DisconnectNow) whose reply was lost ran in
 // Redis: the user left and went offline there, and nobody announced it.
 // Its retry finds the records gone and announces both, once.

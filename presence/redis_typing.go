@@ -459,6 +459,15 @@ func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
 	e.mu.Lock()
 	starts = slices.DeleteFunc(starts, func(o ownStart) bool {
 		s := e.local[o.sid]
+		if s == nil {
+			// A socket whose disconnect failed (Redis was down): its
+			// entry is written again too, for its expiry check to remove
+			// and announce the stop. Its removal's retry finds no member
+			// record and leaves the entry; until 2026-12-07 nobody
+			// announced that stop, and the others showed the user typing
+			// for good (a black-box audit, 3 of 3).
+			s = e.pending[o.sid]
+		}
 		if s == nil || s.user != o.user {
 			return true
 		}
