@@ -47,7 +47,10 @@ type mMember struct {
 
 type mTyping struct {
 	until time.Time
-	sid   string
+	sid   string // the typist: the socket of the last start
+	// told: the socket the start's announcement left out (its own); a
+	// refresh of another socket of the user's keeps it
+	told string
 }
 
 type mUser struct {
@@ -463,7 +466,7 @@ func (e *MemoryEngine) TypingStart(ctx context.Context, socketID, conv string) e
 			// expiry would have announced it
 			b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 		}
-		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID}
+		c.typing[s.user] = &mTyping{until: now.Add(e.cfg.TypingTTL), sid: socketID, told: socketID}
 		m.typingConvs[conv] = struct{}{}
 		return append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: true, ExceptSocket: socketID})
 	})
@@ -477,7 +480,12 @@ func (e *MemoryEngine) TypingStop(ctx context.Context, socketID, conv string) er
 			return nil
 		}
 		delete(c.typing, s.user) // expired or not: its stop was not announced yet
-		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: socketID}}
+		// to every socket told of the start: all but the one that made
+		// it, which may not be this one (another socket of the user's
+		// refreshed it, and stops it now: it was told). Until 2026-12-07
+		// this one was left out, and showed its own user typing for good
+		// (a black-box audit).
+		return batch{{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false, ExceptSocket: t.told}}
 	})
 }
 

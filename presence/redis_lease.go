@@ -216,7 +216,11 @@ func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.T
 		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
-				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now, ExceptSocket: s.id})
+				// to the socket too: it did not ask (no roster in an ack),
+				// and was told the user's leave if another node reaped
+				// this one. Until 2026-12-07 it was left out, and showed
+				// its own user gone for good (a black-box audit).
+				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
 				back = append(back, owedKey{c, s.user})
 			}
 		}

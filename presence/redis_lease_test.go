@@ -321,9 +321,24 @@ func TestRedisResyncAfterDataLoss(t *testing.T) {
 	}
 	loseData(f.rdb, f.prefix)
 	tick() // the lease is found gone: the node registers its sockets again
-	got := f.rec.Take()
+	evs := f.rec.TakeEvents()
+	got := render(evs)
 	if slices.Contains(got, "status bob online") {
 		t.Fatalf("events of the resync %q: bob, idle for 5 s, shown online", got)
+	}
+	// the joins go to the users' own sockets too, which asked for nothing
+	// (and were told the leave if a reap made it)
+	joins := 0
+	for _, ev := range evs {
+		if ev.Kind == presence.EventJoin {
+			joins++
+			if ev.ExceptSocket != "" {
+				t.Errorf("the resync's join of %s leaves out %s", ev.UserID, ev.ExceptSocket)
+			}
+		}
+	}
+	if joins != 2 {
+		t.Errorf("events of the resync %q: %d joins, want alice's and bob's", got, joins)
 	}
 	ups, err := n1.Users(ctx, []string{"alice", "bob"})
 	if err != nil {

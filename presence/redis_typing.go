@@ -84,6 +84,16 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	var rec *redis.StringCmd
 	var changed *redis.IntCmd
 	mark := e.typing.mark() // a stop forgets only the starts noted before it was sent
+	// A stop goes to every socket told of the start: all but the one the
+	// announcement left out, which is this one unless another socket of
+	// the user's made the start (this one refreshed it, was told, and
+	// stops it now), and unknown here if another node announced it (to
+	// all then). Until 2026-12-07 the stopping socket was left out, and
+	// showed its own user typing for good (a black-box audit).
+	except := socketID
+	if !start {
+		except = e.typing.toldOf(conv, s.user)
+	}
 	var expired bool
 	if start {
 		expired = e.typing.sendStart(conv, s.user, socketID, exp, rnow)
@@ -139,6 +149,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	switch {
 	case changed.Val() == 1:
 		if start {
+			e.typing.announced(conv, s.user, socketID)
 			e.typing.waitCheck(ctx, conv)
 		}
 	case start && expired: // this node's last start there had expired
@@ -146,7 +157,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 	default:
 		return nil
 	}
-	e.emit(ctx, append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: socketID}))
+	e.emit(ctx, append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: start, ExceptSocket: except}))
 	return nil
 }
 
@@ -293,6 +304,9 @@ type ownTyping struct {
 	claimed bool
 	// untold: its write failed (startFailed), so nobody was told
 	untold bool
+	// told: the socket this node's announcement of the start left out
+	// (announced); a refresh by another socket of the user's keeps it
+	told string
 }
 
 // typingDue is a conversation due for a check, with the users whose
@@ -322,8 +336,27 @@ func (t *typingTimers) startedLocked(conv, user, sid string, exp time.Time, scor
 		t.own[conv] = users
 	}
 	t.seq++
-	users[user] = ownTyping{sid: sid, exp: exp, score: score, seq: t.seq}
+	users[user] = ownTyping{sid: sid, exp: exp, score: score, seq: t.seq, told: users[user].told}
 	t.setLocked(conv, exp)
+}
+
+// announced notes that user's start in conv through socket sid was
+// announced, to all of the room's sockets but sid.
+func (t *typingTimers) announced(conv, user, sid string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o, ok := t.own[conv][user]; ok {
+		o.told = sid
+		t.own[conv][user] = o
+	}
+}
+
+// toldOf is the socket that the announcement of user's start in conv
+// left out, if this node made it ("" if not).
+func (t *typingTimers) toldOf(conv, user string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.own[conv][user].told
 }
 
 // startFailed notes a start whose write failed: its client was answered
@@ -491,6 +524,7 @@ func (e *RedisEngine) resyncTyping(ctx context.Context, now time.Time) error {
 	var b batch
 	for i, o := range starts {
 		if added[i].Val() == 1 {
+			e.typing.announced(o.conv, o.user, o.sid)
 			b = append(b, Event{Kind: EventTyping, ConversationID: o.conv, UserID: o.user, At: now, Typing: true, ExceptSocket: o.sid})
 		}
 	}

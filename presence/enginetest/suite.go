@@ -249,6 +249,7 @@ func Run(t *testing.T, f Factory) {
 		{"DisconnectNow", testDisconnectNow},
 		{"EndGrace", testEndGrace},
 		{"Typing", testTyping},
+		{"TypingStopOfASibling", testTypingStopOfASibling},
 		{"Errors", testErrors},
 		{"AwayAndBack", testAway},
 		{"AwayAcrossNodes", testAwayAcrossNodes},
@@ -474,6 +475,37 @@ func testDisconnectNow(e *env) {
 	e.settle()
 	if got, want := e.rec.Take(), []string{"leave c1 bob disconnected", "status bob offline"}; !slices.Equal(got, want) {
 		e.t.Fatalf("after the repeats: %q, want only bob's grace to end, %q", got, want)
+	}
+}
+
+// testTypingStopOfASibling: a start of one socket of alice's (a1) is
+// announced to all but a1; another of hers (a2) refreshes it and stops
+// it: the stop goes to all but a1 again (a2 was told of the start), not
+// to all but a2. On another node, which does not know who made the start,
+// to all.
+func testTypingStopOfASibling(e *env) {
+	n1, n2 := e.node("n1"), e.node("n2")
+	e.place(map[presence.Socket]presence.Engine{
+		{ID: "a1", UserID: "alice"}: n1, {ID: "a2", UserID: "alice"}: n1, {ID: "a3", UserID: "alice"}: n2, {ID: "b1", UserID: "bob"}: n2,
+	}, "a1 c1", "a2 c1", "a3 c1", "b1 c1")
+	e.rec.Take()
+	for round, stopper := range []string{"a2", "a3"} {
+		stop := n1
+		if stopper == "a3" {
+			stop = n2
+		}
+		e.must(n1.TypingStart(e.ctx, "a1", "c1"))
+		e.must(stop.TypingStart(e.ctx, stopper, "c1")) // a refresh: nothing to announce
+		e.must(stop.TypingStop(e.ctx, stopper, "c1"))
+		e.settle()
+		var except []string
+		got := e.takeChecked(func(x presence.Event) { except = append(except, x.ExceptSocket) })
+		if want := []string{"typing c1 alice true", "typing c1 alice false"}; !slices.Equal(got, want) {
+			e.t.Fatalf("round %d: events %q, want %q", round, got, want)
+		}
+		if except[0] != "a1" || except[1] == stopper || (stopper == "a2" && except[1] != "a1") {
+			e.t.Errorf("round %d (%s stops): the start left out %q, the stop %q; want a1, and a1 (or none) for the stop, never %s", round, stopper, except[0], except[1], stopper)
+		}
 	}
 }
 
