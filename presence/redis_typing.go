@@ -153,6 +153,7 @@ func (e *RedisEngine) typingChange(ctx context.Context, socketID, conv string, s
 			e.typing.waitCheck(ctx, conv)
 		}
 	case start && expired: // this node's last start there had expired
+		e.typing.announced(conv, s.user, socketID)
 		b = append(b, Event{Kind: EventTyping, ConversationID: conv, UserID: s.user, At: now, Typing: false})
 	default:
 		return nil
