@@ -162,7 +162,17 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 			return unavailable("resync", err)
 		}
 	}
-	if err := e.register(ctx, socks, now); err != nil {
+	// Reaped ({g}'s epoch unchanged), this node's users were told gone
+	// to every socket of their rooms, this node's too: the joins that
+	// bring them back go to those sockets as well. After a loss nobody
+	// told them anything: a join leaves out its own socket, as ever.
+	reaped := false
+	if e.gEpoch != "" {
+		if epoch, err := redisepoch.Read(ctx, e.rdb, e.kEpoch); err == nil {
+			reaped = epoch == e.gEpoch
+		}
+	}
+	if err := e.register(ctx, socks, now, reaped); err != nil {
 		return err
 	}
 	e.epochDue = true // (readGEpoch: was {g} lost, or this node reaped?)
@@ -172,8 +182,9 @@ func (e *RedisEngine) resync(ctx context.Context) error {
 // register writes local sockets into Redis again, as their connects and
 // joins did: their registry lines, their users' records and their
 // conversations' entries (idempotent: what is still there stays), and
-// announces what was missing (a status, a join to the others).
-func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.Time) error {
+// announces what was missing (a status, a join to the others, and with
+// toSelf to the socket too).
+func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.Time, toSelf bool) error {
 	e.mu.Lock()
 	regs := make(map[string]string, len(socks))
 	convs := make(map[string][]string, len(socks))
@@ -216,11 +227,14 @@ func (e *RedisEngine) register(ctx context.Context, socks []*rSocket, now time.T
 		e.away.arm(s.user, last.Add(e.cfg.AwayAfter))
 		for i, c := range convs[s.id] {
 			if raw, _ := joins[i].Slice(); len(raw) == 3 && toInt(raw[0]) == 1 {
-				// to the socket too: it did not ask (no roster in an ack),
-				// and was told the user's leave if another node reaped
-				// this one. Until 2026-12-07 it was left out, and showed
-				// its own user gone for good (a black-box audit).
-				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now})
+				// toSelf (a reap told the socket its user's leave): to
+				// the socket too. Until 2026-12-07 it was left out, and
+				// showed its own user gone for good (a black-box audit).
+				except := s.id
+				if toSelf {
+					except = ""
+				}
+				b = append(b, Event{Kind: EventJoin, ConversationID: c, UserID: s.user, At: now, ExceptSocket: except})
 				back = append(back, owedKey{c, s.user})
 			}
 		}

@@ -254,10 +254,19 @@ func TestRedisResyncAfterReap(t *testing.T) {
 	if got := rosterUsers(t, n1, "c1"); !slices.Equal(got, []string{"alice", "bob"}) {
 		t.Fatalf("roster %v after n2's resync, want alice and bob", got)
 	}
-	got := rec.Take()
+	evs := rec.TakeEvents()
+	got := render(evs)
 	slices.Sort(got)
 	if want := []string{"join c1 bob", "status bob online"}; !slices.Equal(got, want) {
 		t.Fatalf("events %q, want %q", got, want)
+	}
+	// the reap told bob's leave to every socket of c1, b1 too: the join
+	// that brings him back goes to b1 as well (before 2026-12-07 it left
+	// b1 out, which showed its own user gone for good: a black-box audit)
+	for _, ev := range evs {
+		if ev.Kind == presence.EventJoin && ev.ExceptSocket != "" {
+			t.Errorf("the join after the reap leaves out %s", ev.ExceptSocket)
+		}
 	}
 
 	// While a reap of n2 is under way (claimed by a reaper that is still
@@ -326,14 +335,14 @@ func TestRedisResyncAfterDataLoss(t *testing.T) {
 	if slices.Contains(got, "status bob online") {
 		t.Fatalf("events of the resync %q: bob, idle for 5 s, shown online", got)
 	}
-	// the joins go to the users' own sockets too, which asked for nothing
-	// (and were told the leave if a reap made it)
+	// after a loss (no reap: nobody told the sockets a leave) a join
+	// leaves out its own socket, as ever
 	joins := 0
 	for _, ev := range evs {
 		if ev.Kind == presence.EventJoin {
 			joins++
-			if ev.ExceptSocket != "" {
-				t.Errorf("the resync's join of %s leaves out %s", ev.UserID, ev.ExceptSocket)
+			if want := map[string]string{"alice": "a1", "bob": "b1"}[ev.UserID]; ev.ExceptSocket != want {
+				t.Errorf("the resync's join of %s leaves out %q, want %q", ev.UserID, ev.ExceptSocket, want)
 			}
 		}
 	}

@@ -171,7 +171,7 @@ func (e *RedisEngine) registerMissing(ctx context.Context, before map[string]*rS
 		return nil
 	}
 	e.log.Warn("registering again sockets whose entries Redis lost", "sockets", len(lost))
-	return e.register(ctx, lost, now)
+	return e.register(ctx, lost, now, false)
 }
 
 // memberCheckEvery: one reconciliation in this many (and the one after)
