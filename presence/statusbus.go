@@ -95,7 +95,16 @@ type RedisBus struct {
 	// through Sentinel: the master moved (Run subscribes again)
 	follow *redisfollow.Follower
 	moved  chan struct{}
+
+	retryMu sync.Mutex
+	retry   map[string]Event // user → the latest change whose publish failed (Run retries it)
 }
+
+const (
+	retryEvery   = time.Second     // how often Run publishes the failed changes again
+	retryFor     = 2 * time.Minute // a failed change older than this is dropped
+	retryMaxKept = 100000          // failed changes kept at most (users)
+)
 
 var _ StatusBus = (*RedisBus)(nil)
 
@@ -107,7 +116,8 @@ func NewRedisBus(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Re
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &RedisBus{rdb: rdb, prefix: prefix, log: log, watched: map[string]bool{}, changes: make(chan struct{}, 1), moved: make(chan struct{}, 1)}
+	b := &RedisBus{rdb: rdb, prefix: prefix, log: log, watched: map[string]bool{}, changes: make(chan struct{}, 1), moved: make(chan struct{}, 1),
+		retry: map[string]Event{}}
 	b.follow = redisfollow.New(rdb, func() {
 		select {
 		case b.moved <- struct{}{}:
@@ -127,8 +137,53 @@ type statusMsg struct {
 	LastSeen int64  `json:"ls,omitempty"`
 }
 
-// Publish implements StatusBus.
+// Publish implements StatusBus. A change whose publish fails is published
+// again by Run, every retryEvery for up to retryFor, unless a later change
+// of the user's goes out first: until 2026-12-07 it was lost, and the
+// user's subscribers showed the status before it for good (a black-box
+// audit: a user shown offline though back online, after a Redis restart).
 func (b *RedisBus) Publish(ctx context.Context, e Event) error {
+	err := b.publish(ctx, e)
+	b.retryMu.Lock()
+	defer b.retryMu.Unlock()
+	old, had := b.retry[e.UserID]
+	switch {
+	case had && e.At.Before(old.At):
+		// an older change, late: the one kept stands
+	case err != nil && (had || len(b.retry) < retryMaxKept):
+		b.retry[e.UserID] = e
+	case had:
+		delete(b.retry, e.UserID) // published: the failed one is out of date
+	}
+	return err
+}
+
+// retryFailed publishes the failed changes again (Run, every retryEvery).
+func (b *RedisBus) retryFailed(ctx context.Context, now time.Time) {
+	b.retryMu.Lock()
+	todo := make([]Event, 0, len(b.retry))
+	for u, e := range b.retry {
+		if now.Sub(e.At) > retryFor {
+			delete(b.retry, u)
+			b.log.Warn("status change dropped after retrying it", "user_id", u, "status", string(e.Status))
+			continue
+		}
+		todo = append(todo, e)
+	}
+	b.retryMu.Unlock()
+	for _, e := range todo {
+		if b.publish(ctx, e) != nil {
+			return // still failing: the next round
+		}
+		b.retryMu.Lock()
+		if cur, ok := b.retry[e.UserID]; ok && cur == e {
+			delete(b.retry, e.UserID)
+		}
+		b.retryMu.Unlock()
+	}
+}
+
+func (b *RedisBus) publish(ctx context.Context, e Event) error {
 	m := statusMsg{UserID: e.UserID, Status: e.Status, At: timestamp.Millis(e.At)}
 	if !e.LastSeen.IsZero() {
 		m.LastSeen = timestamp.Millis(e.LastSeen)
@@ -169,6 +224,20 @@ func (b *RedisBus) change(ids []string, on bool) {
 // and status changes did not cross nodes until that one had become a
 // replica and caught up (10-11 s after SENTINEL FAILOVER).
 func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)) error {
+	go func() {
+		t := time.NewTicker(retryEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				rctx, cancel := context.WithTimeout(ctx, retryEvery)
+				b.retryFailed(rctx, time.Now())
+				cancel()
+			}
+		}
+	}()
 	sctx := b.follow.Context(ctx)
 	ps := b.rdb.Subscribe(sctx)
 	defer func() { ps.Close() }()

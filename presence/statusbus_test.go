@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
@@ -152,5 +155,61 @@ func TestRedisBusFollowsSentinelFailover(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A status change whose publish failed is published again once Redis
+// answers, unless a later change of the user's went out first. Before
+// 2026-12-07 it was lost, and subscribers kept the status before it (a
+// black-box audit: a user shown offline for good after a Redis restart).
+func TestRedisBusRetriesAFailedPublish(t *testing.T) {
+	rdb := testRedis(t)
+	prefix := uniquePrefix(t, rdb)
+	sub := presence.NewRedisBus(rdb, prefix, nil)
+	sub.Watch("u1", "u2")
+	var failing atomic.Bool
+	pubClient := redistest.Client(t)
+	pubClient.AddHook(redistest.FailHook{Fail: func(cmd redis.Cmder) bool { return failing.Load() && cmd.Name() == "publish" }})
+	pub := presence.NewRedisBus(pubClient, prefix, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan presence.Event, 10)
+	go func() { _ = sub.Run(ctx, func(_ context.Context, e presence.Event) { got <- e }) }()
+	go func() { _ = pub.Run(ctx, func(context.Context, presence.Event) {}) }()
+	ch := prefix + ":status:u2"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, err := rdb.PubSubNumSub(ctx, ch).Result(); err == nil && n[ch] == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watching bus never subscribed")
+		}
+	}
+	at := time.UnixMilli(time.Now().UnixMilli())
+	failing.Store(true)
+	// u1: offline fails, then online goes out: the offline is not told later
+	if err := pub.Publish(ctx, presence.Event{Kind: presence.EventStatus, UserID: "u1", Status: presence.Offline, At: at}); err == nil {
+		t.Fatal("the failing publish succeeded")
+	}
+	// u2: online fails, and is told once Redis answers
+	if err := pub.Publish(ctx, presence.Event{Kind: presence.EventStatus, UserID: "u2", Status: presence.Online, At: at}); err == nil {
+		t.Fatal("the failing publish succeeded")
+	}
+	failing.Store(false)
+	if err := pub.Publish(ctx, presence.Event{Kind: presence.EventStatus, UserID: "u1", Status: presence.Online, At: at.Add(time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	timeout := time.After(3500 * time.Millisecond)
+	for done := false; !done; {
+		select {
+		case e := <-got:
+			seen = append(seen, e.UserID+" "+string(e.Status))
+		case <-timeout:
+			done = true
+		}
+	}
+	if want := []string{"u1 online", "u2 online"}; fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("delivered %q, want %q", seen, want)
 	}
 }
