@@ -107,15 +107,7 @@ func TestRedisGraceEndsAfterItsTimersLost(t *testing.T) {
 // who disconnected in the 3 s before a restart).
 func TestRedisGraceEndsAfterAllDataLost(t *testing.T) {
 	f, n1, gone := graceUnderWay(t)
-	ctx := context.Background()
-	n := 0
-	iter := f.rdb.Scan(ctx, 0, f.prefix+":*", 1000).Iterator()
-	for iter.Next(ctx) {
-		n += int(f.rdb.Del(ctx, iter.Val()).Val())
-	}
-	if n == 0 {
-		t.Fatal("no key to lose")
-	}
+	loseData(f.rdb, f.prefix)
 	evs := f.tickEvents(t, n1, 8)
 	got := render(evs)
 	var leaves []presence.Event
