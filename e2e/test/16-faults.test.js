@@ -163,6 +163,8 @@ describe('faults', { timeout: 300000 }, () => {
     assert.ok(off.at - startedAt >= 5500, `not before the TTL: ${off.at - startedAt} ms`);
     const updates = rec.list('presence:update', { since: mark, pred: (p) => p.userId === B });
     assert.ok(!updates.some((e) => e.payload.status === 'online'), `B, idle, shown online after the loss:\n    ${rec.dump(mark)}`);
+    // nor offline for a moment, before the node registered its sockets again
+    assert.ok(!updates.some((e) => e.payload.status === 'offline'), `B, connected, shown offline after the loss:\n    ${rec.dump(mark)}`);
     const q = await ack(a.socket, 'presence:query', { userIds: [B] });
     assert.equal(q.presences?.[0]?.status, 'away', `B away after the loss: ${show(q)}`);
     // the others' joins are announced again (what they were shown stands); a socket is not told of its own
