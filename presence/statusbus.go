@@ -101,9 +101,10 @@ type RedisBus struct {
 }
 
 const (
-	retryEvery   = time.Second     // how often Run publishes the failed changes again
-	retryFor     = 2 * time.Minute // a failed change older than this is dropped
-	retryMaxKept = 100000          // failed changes kept at most (users)
+	retryEvery   = time.Second            // how often Run publishes the failed changes again
+	retryFor     = 2 * time.Minute        // a failed change older than this is dropped
+	retryMaxKept = 100000                 // failed changes kept at most (users)
+	retryWait    = 200 * time.Millisecond // each retry's publish at most
 )
 
 var _ StatusBus = (*RedisBus)(nil)
@@ -143,22 +144,39 @@ type statusMsg struct {
 // user's subscribers showed the status before it for good (a black-box
 // audit: a user shown offline though back online, after a Redis restart).
 func (b *RedisBus) Publish(ctx context.Context, e Event) error {
-	err := b.publish(ctx, e)
 	b.retryMu.Lock()
-	defer b.retryMu.Unlock()
-	old, had := b.retry[e.UserID]
-	switch {
-	case had && e.At.Before(old.At):
-		// an older change, late: the one kept stands
-	case err != nil && (had || len(b.retry) < retryMaxKept):
-		b.retry[e.UserID] = e
-	case had:
-		delete(b.retry, e.UserID) // published: the failed one is out of date
+	if old, had := b.retry[e.UserID]; had {
+		// a failed change of the user's waits: this one goes out in
+		// order with its retries (which hold retryMu while publishing)
+		defer b.retryMu.Unlock()
+		err := b.publish(ctx, e)
+		switch {
+		case e.At.Before(old.At):
+			// an older change, late: the one kept stands
+		case err != nil:
+			b.retry[e.UserID] = e
+		default:
+			delete(b.retry, e.UserID) // published: the failed one is out of date
+		}
+		return err
+	}
+	b.retryMu.Unlock()
+	err := b.publish(ctx, e)
+	if err != nil {
+		b.retryMu.Lock()
+		old, had := b.retry[e.UserID]
+		if (!had && len(b.retry) < retryMaxKept) || (had && !e.At.Before(old.At)) {
+			b.retry[e.UserID] = e
+		}
+		b.retryMu.Unlock()
 	}
 	return err
 }
 
-// retryFailed publishes the failed changes again (Run, every retryEvery).
+// retryFailed publishes the failed changes again (Run, every retryEvery),
+// each while holding retryMu, within retryWait, so that a change of the
+// same user's published meanwhile goes out after it; it stops at the
+// first that fails.
 func (b *RedisBus) retryFailed(ctx context.Context, now time.Time) {
 	b.retryMu.Lock()
 	todo := make([]Event, 0, len(b.retry))
@@ -172,14 +190,21 @@ func (b *RedisBus) retryFailed(ctx context.Context, now time.Time) {
 	}
 	b.retryMu.Unlock()
 	for _, e := range todo {
-		if b.publish(ctx, e) != nil {
-			return // still failing: the next round
-		}
 		b.retryMu.Lock()
-		if cur, ok := b.retry[e.UserID]; ok && cur == e {
+		if cur, ok := b.retry[e.UserID]; !ok || cur != e {
+			b.retryMu.Unlock()
+			continue // a later change went out, or failed and is kept
+		}
+		pctx, cancel := context.WithTimeout(ctx, retryWait)
+		err := b.publish(pctx, e)
+		cancel()
+		if err == nil {
 			delete(b.retry, e.UserID)
 		}
 		b.retryMu.Unlock()
+		if err != nil {
+			return // still failing: the next round
+		}
 	}
 }
 
@@ -232,9 +257,7 @@ func (b *RedisBus) Run(ctx context.Context, deliver func(context.Context, Event)
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				rctx, cancel := context.WithTimeout(ctx, retryEvery)
-				b.retryFailed(rctx, time.Now())
-				cancel()
+				b.retryFailed(ctx, time.Now())
 			}
 		}
 	}()
