@@ -254,10 +254,8 @@ func (h *Sockets) ListenEvictions() {
 // leaves at once too: else the roster listed them until the grace ended.
 func (h *Sockets) Evict(ctx context.Context, conv string, users []string) error {
 	h.membershipChanged(ctx, conv, users)
-	for _, u := range users {
-		if err := h.engine.EndGrace(ctx, conv, u); err != nil {
-			h.log.Warn("flap grace of a removed member left to run out", "conversation_id", conv, "user_id", u, "err", err)
-		}
+	if err := h.engine.EndGraces(ctx, conv, users); err != nil {
+		h.log.Warn("flap graces of removed members left to run out", "conversation_id", conv, "users", len(users), "err", err)
 	}
 	list := make([]any, len(users))
 	for i, u := range users {

@@ -393,18 +393,20 @@ func (e *MemoryEngine) Leave(ctx context.Context, socketID, conv string) error {
 	})
 }
 
-// EndGrace implements Engine.
-func (e *MemoryEngine) EndGrace(ctx context.Context, conv, user string) error {
+// EndGraces implements Engine.
+func (e *MemoryEngine) EndGraces(ctx context.Context, conv string, users []string) error {
 	return e.update(ctx, func(m *Memory, now time.Time) (batch, error) {
 		c := m.convs[conv]
 		if c == nil {
 			return nil, nil
 		}
-		mem := c.members[user]
-		if mem == nil || len(mem.socks) > 0 || mem.graceUntil.IsZero() {
-			return nil, nil
+		var b batch
+		for _, user := range users {
+			mem := c.members[user]
+			if mem != nil && len(mem.socks) == 0 && !mem.graceUntil.IsZero() {
+				b = m.endGrace(conv, c, user, mem, b)
+			}
 		}
-		b := m.endGrace(conv, c, user, mem, nil)
 		m.dropIfEmpty(conv, c)
 		return b, nil
 	})

@@ -198,14 +198,14 @@ type Rooms interface {
 	// the user's last socket there emits EventLeave with ReasonLeft at once.
 	// Leaving a conversation not joined is not an error.
 	Leave(ctx context.Context, socketID, conversationID string) error
-	// EndGrace ends a user's flap grace in a conversation now, as if it
-	// had run out: if the user has no socket there and is within the
-	// grace, the user leaves (EventLeave, ReasonDisconnected, at the
-	// disconnect; a typing entry left goes too). For a user removed from
-	// the conversation's member list, who would else stay in its roster
-	// until the grace ends. The user's status keeps its own grace. Any
-	// node may call it; otherwise it does nothing.
-	EndGrace(ctx context.Context, conversationID, userID string) error
+	// EndGraces ends the flap graces of users in a conversation now, as
+	// if they had run out: each user with no socket there and within the
+	// grace leaves (EventLeave, ReasonDisconnected, at the disconnect; a
+	// typing entry left goes too). For users removed from the
+	// conversation's member list, who would else stay in its roster until
+	// their grace ends. Their statuses keep their own grace. Any node may
+	// call it; for the other users it does nothing.
+	EndGraces(ctx context.Context, conversationID string, userIDs []string) error
 }
 
 // Activity records what a socket's user does.

@@ -335,7 +335,7 @@ return {stopped, 1, at, 0, removed}
 // convGrace ends a user's flap grace in a conversation if it is due; if it
 // is not due yet (the timer's clock, another Redis server's, ran ahead),
 // it says how long to wait. With early "1" it ends a grace that runs,
-// due or not (EndGrace).
+// due or not (EndGraces).
 // KEYS on m ty tyo; ARGV user clock [early] → {left(0|1), leftAt,
 // typingStopped, waitMs, noRecord(0|1): the user has no member record
 // there (runGraces)}

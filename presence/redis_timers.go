@@ -1,6 +1,7 @@
 package presence
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -156,12 +157,22 @@ func (d *duePoll) scheduled() {
 // due (or, early, if it runs). noRecord: the user has no member record
 // there.
 func (e *RedisEngine) endConvGrace(ctx context.Context, conv, user string, early bool, now time.Time) (b batch, wait int64, noRecord bool, err error) {
+	return e.convGraceEnded(e.runConvGrace(ctx, e.rdb, conv, user, early), conv, user, now)
+}
+
+// runConvGrace queues (or runs, on e.rdb) convGrace for user in conv.
+func (e *RedisEngine) runConvGrace(ctx context.Context, c redis.Scripter, conv, user string, early bool) *redis.Cmd {
 	k := e.conv(conv)
 	args := []any{user, e.clk()}
 	if early {
 		args = append(args, "1")
 	}
-	v, err := convGrace.Run(ctx, e.rdb, []string{k.on, k.m, k.ty, k.tyo}, args...).Int64Slice()
+	return convGrace.Run(ctx, c, []string{k.on, k.m, k.ty, k.tyo}, args...)
+}
+
+// convGraceEnded reads convGrace's reply (runConvGrace).
+func (e *RedisEngine) convGraceEnded(cmd *redis.Cmd, conv, user string, now time.Time) (b batch, wait int64, noRecord bool, err error) {
+	v, err := cmd.Int64Slice()
 	if err != nil || len(v) < 4 {
 		return nil, 0, false, unavailable("grace", err)
 	}
@@ -175,13 +186,33 @@ func (e *RedisEngine) endConvGrace(ctx context.Context, conv, user string, early
 	return b, v[3], noRecord, nil
 }
 
-// EndGrace implements Engine.
-func (e *RedisEngine) EndGrace(ctx context.Context, conv, user string) error {
-	b, _, _, err := e.endConvGrace(ctx, conv, user, true, e.cfg.Now())
-	if err != nil {
-		return err
+// endGracesChunk bounds the users of one EndGraces pipeline.
+const endGracesChunk = 500
+
+// EndGraces implements Engine: one pipeline per endGracesChunk users.
+func (e *RedisEngine) EndGraces(ctx context.Context, conv string, users []string) error {
+	now := e.cfg.Now()
+	for len(users) > 0 {
+		chunk := users[:min(len(users), endGracesChunk)]
+		users = users[len(chunk):]
+		pipe := e.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(chunk))
+		for i, u := range chunk {
+			cmds[i] = e.runConvGrace(ctx, pipe, conv, u, true)
+		}
+		_ = e.exec(ctx, pipe) // (each reply says its own)
+		var b batch
+		var firstErr error
+		for i, u := range chunk {
+			ev, _, _, err := e.convGraceEnded(cmds[i], conv, u, now)
+			b = append(b, ev...)
+			firstErr = cmp.Or(firstErr, err)
+		}
+		e.emit(ctx, b)
+		if firstErr != nil {
+			return firstErr
+		}
 	}
-	e.emit(ctx, b)
 	return nil
 }
 

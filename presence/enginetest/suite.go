@@ -247,7 +247,7 @@ func Run(t *testing.T, f Factory) {
 		{"MultiDevice", testMultiDevice},
 		{"FlapGrace", testFlapGrace},
 		{"DisconnectNow", testDisconnectNow},
-		{"EndGrace", testEndGrace},
+		{"EndGraces", testEndGraces},
 		{"Typing", testTyping},
 		{"TypingStopOfASibling", testTypingStopOfASibling},
 		{"Errors", testErrors},
@@ -379,12 +379,12 @@ func testFlapGrace(e *env) {
 	e.expect("status alice online", "join c1 alice")
 }
 
-// testEndGrace: a user within a flap grace, removed from one of the
+// testEndGraces: a user within a flap grace, removed from one of the
 // conversations, leaves it at once when another node ends the grace there
 // (at the disconnect, reason disconnected); the user's other conversation
 // and status keep their grace. Ending it again, or for a user with a
 // socket there, does nothing.
-func testEndGrace(e *env) {
+func testEndGraces(e *env) {
 	n1, n2 := e.node("n1"), e.node("n2")
 	e.place(map[presence.Socket]presence.Engine{
 		{ID: "a1", UserID: "alice"}: n1, {ID: "b1", UserID: "bob"}: n2,
@@ -395,7 +395,7 @@ func testEndGrace(e *env) {
 	at := e.clock.Now()
 	e.must(n1.Disconnect(e.ctx, "a1"))
 	e.clock.Advance(time.Second)
-	e.must(n2.EndGrace(e.ctx, "c1", "alice"))
+	e.must(n2.EndGraces(e.ctx, "c1", []string{"bob", "alice"})) // bob is connected: stays
 	e.settle()
 	got := e.takeChecked(func(x presence.Event) {
 		if x.Kind == presence.EventLeave && !x.At.Equal(at) {
@@ -411,9 +411,8 @@ func testEndGrace(e *env) {
 	if got := e.roster(n2, "c2"); !strings.Contains(got, "alice") {
 		e.t.Fatalf("roster c2 %q: alice's grace there ended too", got)
 	}
-	e.must(n2.EndGrace(e.ctx, "c1", "alice"))
-	e.must(n1.EndGrace(e.ctx, "c1", "bob"))
-	e.must(n1.EndGrace(e.ctx, "c9", "alice"))
+	e.must(n2.EndGraces(e.ctx, "c1", []string{"alice", "bob"}))
+	e.must(n1.EndGraces(e.ctx, "c9", []string{"alice"}))
 	e.settle()
 	e.expect()
 
