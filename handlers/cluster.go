@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -415,19 +416,15 @@ func (h *Sockets) resyncOnce() {
 		})
 	}
 	h.runResyncWork(tasks)
-	if len(viewers) > 0 {
-		// The subscriptions are shown as they are once the nodes have
-		// registered their sockets again (each at its next lease
-		// renewal, within a second) if Redis lost its data: read at once,
-		// they showed every user of the cluster offline to their
-		// subscribers, and online again a moment later (a black-box
-		// audit, 2026-12-07).
+	// The subscriptions are shown as they are, and the typing stops lost
+	// are told, once the nodes have registered their sockets again (each
+	// at its next lease renewal, within a second) if Redis lost its data:
+	// read at once, they showed every user of the cluster offline to their
+	// subscribers, and online again a moment later (a black-box audit,
+	// 2026-12-07).
+	if len(viewers) > 0 || h.rooms.anyTypists() {
 		go func() {
-			t := time.NewTimer(time.Duration(viewerSettle.Load()))
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-h.stop:
+			if !h.sleep(time.Duration(viewerSettle.Load())) {
 				return
 			}
 			tasks := make([]func(context.Context), len(viewers))
@@ -435,6 +432,8 @@ func (h *Sockets) resyncOnce() {
 				tasks[i] = func(ctx context.Context) { h.subs.RefreshViewer(ctx, c) }
 			}
 			h.runResyncWork(tasks)
+			for h.stopsAfterGap() > 0 && h.sleep(time.Duration(resyncRetry.Load())) {
+			}
 		}()
 	}
 	level := slog.LevelInfo
@@ -447,14 +446,60 @@ func (h *Sockets) resyncOnce() {
 		// the store did not answer for some (PostgreSQL down as well):
 		// all are checked again later, until every one is
 		go func() {
-			t := time.NewTimer(time.Duration(resyncRetry.Load()))
-			defer t.Stop()
-			select {
-			case <-t.C:
+			if h.sleep(time.Duration(resyncRetry.Load())) {
 				h.ResyncAfterGap()
-			case <-h.stop:
 			}
 		}()
+	}
+}
+
+// stopsAfterGap tells this node's sockets the typing stops that a gap in
+// its subscription lost: of each user another node showed typing here,
+// and no longer typing by the conversation's roster, the stop goes to
+// this node's sockets there (Rooms.stopTypistHere). It returns how many
+// conversations it could not read. Before 2026-12-08 such a user was
+// shown typing here for good, to clients that do not expire indicators
+// with ttlMs (a black-box audit: a node stopped for 8 s, 1 of 2 pauses).
+func (h *Sockets) stopsAfterGap() (unread int64) {
+	byConv := h.rooms.typistsByConv()
+	if len(byConv) == 0 {
+		return 0
+	}
+	var failed, stopped atomic.Int64
+	tasks := make([]func(context.Context), 0, len(byConv))
+	for conv, typists := range byConv {
+		tasks = append(tasks, func(ctx context.Context) {
+			r, err := h.engine.Roster(ctx, conv)
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			for _, t := range typists {
+				if !slices.Contains(r.Typing, t.user) && h.rooms.stopTypistHere(conv, t) {
+					stopped.Add(1)
+				}
+			}
+		})
+	}
+	h.runResyncWork(tasks)
+	level := slog.LevelInfo
+	if failed.Load() > 0 {
+		level = slog.LevelWarn
+	}
+	h.log.Log(context.Background(), level, "typing stops after a gap in the cluster's notices",
+		"conversations", len(byConv), "stopped", stopped.Load(), "unread", failed.Load())
+	return failed.Load()
+}
+
+// sleep waits d, and reports false if the node stopped meanwhile.
+func (h *Sockets) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-h.stop:
+		return false
 	}
 }
 

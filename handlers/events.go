@@ -744,14 +744,16 @@ func (h *Sockets) RestoreState(conv, user string, nullAt time.Time) {
 //     the state of one of their sockets here (RestoreState);
 //   - a presence:join is noted (Rooms.noteJoin);
 //   - a presence:leave that came within a second of a presence:join of the
-//     same user there is checked against the roster (leaveOvertook).
+//     same user there is checked against the roster (leaveOvertook);
+//   - a typing event is noted (Rooms.noteTypist), for the stops a gap in
+//     the subscription loses (stopsAfterGap).
 func (h *Sockets) RemoteBroadcast(data any) {
 	ev, ok := data.([]any)
 	if !ok || len(ev) < 2 {
 		return
 	}
 	name, _ := ev[0].(string)
-	if name != "state" && name != "presence:join" && name != "presence:leave" {
+	if name != "state" && name != "presence:join" && name != "presence:leave" && name != "typing" {
 		return
 	}
 	p, ok := ev[1].(map[string]any)
@@ -770,6 +772,10 @@ func (h *Sockets) RemoteBroadcast(data any) {
 		}
 	case "presence:join":
 		h.rooms.noteJoin(conv, user)
+	case "typing":
+		if typing, ok := p["typing"].(bool); ok {
+			h.rooms.noteTypist(conv, user, typing)
+		}
 	case "presence:leave":
 		if h.rooms.joinedLately(conv, user) {
 			go h.leaveOvertook(conv, user, time.Now())

@@ -17,3 +17,11 @@ func SetResyncRetry(d time.Duration) (restore func()) {
 	old := resyncRetry.Swap(int64(d))
 	return func() { resyncRetry.Store(old) }
 }
+
+// SetViewerSettle sets how long after a gap the subscriptions are shown
+// as they are and lost typing stops told, and returns the function that
+// restores it.
+func SetViewerSettle(d time.Duration) (restore func()) {
+	old := viewerSettle.Swap(int64(d))
+	return func() { viewerSettle.Store(old) }
+}

@@ -79,3 +79,46 @@ func TestResyncAfterGapRetriedWhileTheStoreFails(t *testing.T) {
 	n.membership.setDown(nil) // back: the next run takes alice out
 	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
 }
+
+// A typing stop that another node sent while this node's subscription
+// was lost is told to this node's sockets after the gap, for each user
+// another node showed typing here whom the roster no longer has typing;
+// users still typing, and those whose stop came, are left alone. Before,
+// the user was shown typing here for good (a black-box audit, 2026-12-07:
+// a node stopped for 8 s).
+func TestResyncAfterGapStopsLostTypists(t *testing.T) {
+	defer handlers.SetViewerSettle(10 * time.Millisecond)()
+	n := startNode(t, nil)
+	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	alice.emit(3, "typing:start", map[string]string{"conversationId": "c1"})
+	alice.read("433[")
+	bob.read(`42["typing",{"conversationId":"c1","userId":"alice","typing":true`)
+
+	// what other nodes showed this node's sockets: carol typing (her
+	// stop is lost in the gap), dave typing and then his stop, and alice
+	// typing (she still is)
+	shown := func(user string, typing bool) {
+		n.sockets.RemoteBroadcast([]any{"typing", map[string]any{"conversationId": "c1", "userId": user, "typing": typing, "ttlMs": float64(5000)}})
+	}
+	shown("carol", true)
+	shown("dave", true)
+	shown("dave", false)
+	shown("alice", true)
+	n.sockets.ResyncAfterGap()
+
+	bob.read(`42["typing",{"conversationId":"c1","userId":"carol","typing":false`)
+	time.Sleep(100 * time.Millisecond)
+	n.sockets.ResyncAfterGap() // carol's stop was told: not again
+	time.Sleep(100 * time.Millisecond)
+	bob.emit(4, "heartbeat", map[string]any{})
+	for _, m := range bob.readUntil("434[") {
+		if strings.Contains(m, `"typing"`) {
+			t.Errorf("after the stop of the typist lost: %s", m)
+		}
+	}
+}

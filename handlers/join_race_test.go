@@ -253,3 +253,26 @@ func startNode(t *testing.T, wrap func(presence.Engine) presence.Engine) *testNo
 	})
 	return n
 }
+
+// readUntil returns the messages read before the first with prefix
+// (answering pings).
+func (s *wsSocket) readUntil(prefix string) []string {
+	s.t.Helper()
+	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var before []string
+	for {
+		_, msg, err := s.conn.ReadMessage()
+		if err != nil {
+			s.t.Fatalf("waiting for %q: %v", prefix, err)
+		}
+		m := string(msg)
+		if m == "2" {
+			_ = s.conn.WriteMessage(websocket.TextMessage, []byte("3"))
+			continue
+		}
+		if strings.HasPrefix(m, prefix) {
+			return before
+		}
+		before = append(before, m)
+	}
+}

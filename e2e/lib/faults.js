@@ -2,7 +2,7 @@
 // (never the shared ones that other tests use), on free ports of
 // 127.0.0.1, in temporary directories removed at exit.
 
-import { spawn, execFileSync } from 'node:child_process';
+import { spawn, execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,6 +22,13 @@ function tempDir(stem) {
   const d = fs.mkdtempSync(path.join(os.tmpdir(), `presenced-${stem}-`));
   dirs.add(d);
   return d;
+}
+
+/** Runs redis-cli against 127.0.0.1:port; resolves with its trimmed output. */
+export function redisCli(port, ...args) {
+  return new Promise((resolve, reject) => {
+    execFile('redis-cli', ['-p', String(port), ...args], { timeout: 30000 }, (err, stdout) => (err ? reject(err) : resolve(stdout.trim())));
+  });
 }
 
 async function waitPort(port, timeoutMs = 15000) {

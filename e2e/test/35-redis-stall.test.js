@@ -6,19 +6,12 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 
 import { startServer } from '../lib/server.js';
 import { sleep, waitUntil } from '../lib/client.js';
 import { request } from '../lib/http.js';
 import { uid, ack, show, joinUser, freshDatabase } from '../lib/presence.js';
-import { privateRedis } from '../lib/faults.js';
-
-function redisCli(port, ...args) {
-  return new Promise((resolve, reject) => {
-    execFile('redis-cli', ['-p', String(port), ...args], { timeout: 30000 }, (err, stdout) => (err ? reject(err) : resolve(stdout.trim())));
-  });
-}
+import { privateRedis, redisCli } from '../lib/faults.js';
 
 describe('an 8 s Redis stall on two nodes', { timeout: 120000 }, () => {
   let db;

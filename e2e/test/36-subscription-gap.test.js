@@ -1,0 +1,54 @@
+// A gap in a node's subscription: node 1 connects to a private
+// redis-server as its own ACL user, whose channels are taken away (Redis
+// drops its subscriptions, and refuses them again) and given back after a
+// typing stop was published through node 2. The stop never reached node
+// 1. When its subscription is back, a node tells its sockets the stop of
+// each user another node had shown typing there and the roster no longer
+// has typing. Before 2026-12-08 such a user was shown typing there for
+// good (to clients that do not expire indicators with ttlMs).
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { startServer } from '../lib/server.js';
+import { uid, ack, show, joinUser, freshDatabase } from '../lib/presence.js';
+import { privateRedis, redisCli } from '../lib/faults.js';
+
+describe('a gap in one node\'s subscription', { timeout: 60000 }, () => {
+  let db;
+  before(async () => { db = await freshDatabase('gap'); });
+  after(async () => { await db?.drop(); });
+
+  it('a typing stop published in the gap reaches the other node\'s sockets after it', async (t) => {
+    const redis = await privateRedis(t);
+    await redis.start();
+    const prefix = uid('gap');
+    assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'on', '>pw1', '~*', '&*', '+@all'), 'OK');
+    const args = ['--redis-prefix', prefix, '--database-url', db.url, '--membership', 'open'];
+    const n1 = await startServer({ t, nodeId: uid('gap-n1'), args: [...args, '--redis-url', `redis://node1:pw1@127.0.0.1:${redis.port}`] });
+    const n2 = await startServer({ t, nodeId: uid('gap-n2'), args: [...args, '--redis-url', redis.url] });
+    const conv = uid('gc');
+    const a = await joinUser(n1.url, uid('a'), conv, { t });
+    const b = await joinUser(n2.url, uid('b'), conv, { t });
+    await a.rec.wait('presence:join', { pred: (p) => p.userId === b.userId });
+    assert.equal((await ack(b.socket, 'typing:start', { conversationId: conv }))?.ok, true);
+    await a.rec.wait('typing', { pred: (p) => p.userId === b.userId && p.typing === true });
+    const mark = a.rec.mark();
+
+    // node 1 loses its subscription, and cannot subscribe again
+    assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'resetchannels'), 'OK');
+    const r = await ack(b.socket, 'typing:stop', { conversationId: conv });
+    const sent = Date.now();
+    assert.equal(r?.ok, true, `typing:stop in the gap: ${show(r)}`);
+    assert.deepEqual(await a.rec.quiet('typing', 500, { since: mark }), [], 'the stop reached node 1 in the gap');
+    assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'allchannels'), 'OK');
+
+    const stop = await a.rec.wait('typing', { since: mark, pred: (p) => p.userId === b.userId && p.typing === false, timeoutMs: 8000, label: `${b.userId}'s stop` });
+    t.diagnostic(`the stop reached the other node's socket ${stop.at - sent} ms after it was sent`);
+    assert.deepEqual(stop.payload, { conversationId: conv, userId: b.userId, typing: false, ttlMs: stop.payload.ttlMs });
+    // told once
+    const stops = await a.rec.quiet('typing', 1000, { since: mark });
+    assert.equal(stops.length, 1, `typing events after the gap: ${a.rec.dump(mark)}`);
+    assert.ok(a.socket.connected && b.socket.connected);
+  });
+});
