@@ -159,6 +159,18 @@ type NamespaceAdapter struct {
 
 var _ socket.Adapter = (*NamespaceAdapter)(nil)
 
+// RoomSockets returns this node's sockets in room (read only), without
+// the copy the embedded Adapter's Rooms makes (transport.RoomSockets).
+func (a *NamespaceAdapter) RoomSockets(room socket.Room) []socket.SocketId {
+	return a.local.RoomSockets(room)
+}
+
+// SocketInRoom reports whether a socket of this node is in room, without
+// the copy of its rooms the embedded Adapter makes (transport.InRoom).
+func (a *NamespaceAdapter) SocketInRoom(id socket.SocketId, room socket.Room) bool {
+	return a.local.SocketInRoom(id, room)
+}
+
 // delivered tells Config.Delivered of a broadcast from elsewhere.
 func (a *NamespaceAdapter) delivered(packet *parser.Packet) {
 	if f := a.b.cfg.Delivered; f != nil {

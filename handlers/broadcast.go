@@ -55,21 +55,10 @@ type Rooms struct {
 	joins      map[joinKey]time.Time
 	joinsSwept time.Time
 
-	// typists: the users another node (or an emitter) showed this node's
-	// sockets typing (a typing event with typing true), by conversation,
-	// when that came, until a stop of theirs comes (Sockets.RemoteBroadcast);
-	// after a gap in this node's subscription the stops sent meanwhile
-	// are made up for from them (Sockets.stopsAfterGap). Entries older
-	// than typistsKept are dropped.
-	typistsMu    sync.Mutex
-	typists      map[joinKey]time.Time
-	typistsSwept time.Time
+	// shown: what this node's sockets were shown, made up for after a
+	// gap in its subscription (aftergap.go)
+	shown shownState
 }
-
-// typistsKept is how long a user shown typing by another node is kept in
-// Rooms.typists without a stop: a typing session refreshed silently for
-// longer than this, whose stop is lost in a gap, stays shown.
-const typistsKept = time.Hour
 
 // joinKey is a user in a conversation.
 type joinKey struct{ conv, user string }
@@ -115,82 +104,6 @@ func (r *Rooms) joinedLately(conv, user string) bool {
 	return ok && time.Since(at) <= joinWindow
 }
 
-// noteTypist notes a typing event of user in conv that another node sent
-// to this node's sockets.
-func (r *Rooms) noteTypist(conv, user string, typing bool) {
-	k := joinKey{conv, user}
-	r.typistsMu.Lock()
-	defer r.typistsMu.Unlock()
-	if !typing {
-		delete(r.typists, k)
-		return
-	}
-	now := time.Now()
-	if r.typists == nil {
-		r.typists = map[joinKey]time.Time{}
-	}
-	if now.Sub(r.typistsSwept) > time.Minute {
-		for k, at := range r.typists {
-			if now.Sub(at) > typistsKept {
-				delete(r.typists, k)
-			}
-		}
-		r.typistsSwept = now
-	}
-	r.typists[k] = now
-}
-
-// typist is a user shown typing by another node, since at.
-type typist struct {
-	user string
-	at   time.Time
-}
-
-// anyTypists reports whether another node shows a user typing here.
-func (r *Rooms) anyTypists() bool {
-	r.typistsMu.Lock()
-	defer r.typistsMu.Unlock()
-	return len(r.typists) > 0
-}
-
-// typistsByConv returns the users other nodes showed typing here, by
-// conversation.
-func (r *Rooms) typistsByConv() map[string][]typist {
-	r.typistsMu.Lock()
-	defer r.typistsMu.Unlock()
-	out := make(map[string][]typist)
-	for k, at := range r.typists {
-		out[k.conv] = append(out[k.conv], typist{k.user, at})
-	}
-	return out
-}
-
-// stopTypistHere tells this node's sockets in conv, and only them, that
-// a user another node showed typing (since at) stopped, unless a typing
-// event of that user came since.
-func (r *Rooms) stopTypistHere(conv string, t typist) bool {
-	k := joinKey{conv, t.user}
-	r.typistsMu.Lock()
-	at, ok := r.typists[k]
-	if !ok || !at.Equal(t.at) {
-		r.typistsMu.Unlock()
-		return false
-	}
-	delete(r.typists, k)
-	r.typistsMu.Unlock()
-	payload := TypingPayload{ConversationID: conv, UserID: t.user, Typing: false, TTLMs: r.typingTTL.Milliseconds()}
-	if r.send != nil {
-		r.send(ConversationRoom(conv), "", "typing", payload)
-		return true
-	}
-	if io := r.io.Load(); io != nil {
-		if err := io.Local().To(ConversationRoom(conv)).Emit("typing", payload); err != nil {
-			r.log.Warn("broadcast failed", "event", "typing", "room", string(ConversationRoom(conv)), "err", err)
-		}
-	}
-	return true
-}
-
 // JoinAgain tells this node's sockets in a conversation, and only them,
 // that a member is there (presence:join), with their join time: after a
 // presence:leave that came after the join it is older than (see
@@ -201,10 +114,8 @@ func (r *Rooms) JoinAgain(ctx context.Context, m presence.Member, conv string) {
 		return
 	}
 	settings := lookup(ctx, r.settings, []string{m.UserID})
-	payload := JoinPayload{ConversationID: conv, UserID: m.UserID, At: roomTime(m.Since, m.UserID, settings)}
-	if err := io.Local().To(ConversationRoom(conv)).Emit("presence:join", payload); err != nil {
-		r.log.Warn("broadcast failed", "event", "presence:join", "room", string(ConversationRoom(conv)), "err", err)
-	}
+	r.noteMember(conv, m.UserID, true)
+	r.emitHere(ConversationRoom(conv), "presence:join", JoinPayload{ConversationID: conv, UserID: m.UserID, At: roomTime(m.Since, m.UserID, settings)})
 }
 
 // NewRooms creates an unbound Rooms.
@@ -360,10 +271,12 @@ func (r *Rooms) deliver(ctx context.Context, e presence.Event, settings map[stri
 	switch e.Kind {
 	case presence.EventJoin:
 		r.noteJoin(e.ConversationID, e.UserID)
+		r.noteMember(e.ConversationID, e.UserID, true)
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "presence:join", JoinPayload{
 			ConversationID: e.ConversationID, UserID: e.UserID, At: roomTime(e.At, e.UserID, settings),
 		})
 	case presence.EventLeave:
+		r.noteMember(e.ConversationID, e.UserID, false)
 		r.emit(ConversationRoom(e.ConversationID), e.ExceptSocket, "presence:leave", LeavePayload{
 			ConversationID: e.ConversationID, UserID: e.UserID, At: roomTime(e.At, e.UserID, settings), Reason: e.Reason,
 		})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -416,13 +415,13 @@ func (h *Sockets) resyncOnce() {
 		})
 	}
 	h.runResyncWork(tasks)
-	// The subscriptions are shown as they are, and the typing stops lost
-	// are told, once the nodes have registered their sockets again (each
+	// The subscriptions are shown as they are, and the room events lost
+	// made up for (afterGap), once the nodes have registered their sockets again (each
 	// at its next lease renewal, within a second) if Redis lost its data:
 	// read at once, they showed every user of the cluster offline to their
 	// subscribers, and online again a moment later (a black-box audit,
 	// 2026-12-07).
-	if len(viewers) > 0 || h.rooms.anyTypists() {
+	if len(viewers) > 0 || h.rooms.anyShown() {
 		go func() {
 			if !h.sleep(time.Duration(viewerSettle.Load())) {
 				return
@@ -432,7 +431,7 @@ func (h *Sockets) resyncOnce() {
 				tasks[i] = func(ctx context.Context) { h.subs.RefreshViewer(ctx, c) }
 			}
 			h.runResyncWork(tasks)
-			for h.stopsAfterGap() > 0 && h.sleep(time.Duration(resyncRetry.Load())) {
+			for h.afterGap() > 0 && h.sleep(time.Duration(resyncRetry.Load())) {
 			}
 		}()
 	}
@@ -451,44 +450,6 @@ func (h *Sockets) resyncOnce() {
 			}
 		}()
 	}
-}
-
-// stopsAfterGap tells this node's sockets the typing stops that a gap in
-// its subscription lost: of each user another node showed typing here,
-// and no longer typing by the conversation's roster, the stop goes to
-// this node's sockets there (Rooms.stopTypistHere). It returns how many
-// conversations it could not read. Before 2026-12-08 such a user was
-// shown typing here for good, to clients that do not expire indicators
-// with ttlMs (a black-box audit: a node stopped for 8 s, 1 of 2 pauses).
-func (h *Sockets) stopsAfterGap() (unread int64) {
-	byConv := h.rooms.typistsByConv()
-	if len(byConv) == 0 {
-		return 0
-	}
-	var failed, stopped atomic.Int64
-	tasks := make([]func(context.Context), 0, len(byConv))
-	for conv, typists := range byConv {
-		tasks = append(tasks, func(ctx context.Context) {
-			r, err := h.engine.Roster(ctx, conv)
-			if err != nil {
-				failed.Add(1)
-				return
-			}
-			for _, t := range typists {
-				if !slices.Contains(r.Typing, t.user) && h.rooms.stopTypistHere(conv, t) {
-					stopped.Add(1)
-				}
-			}
-		})
-	}
-	h.runResyncWork(tasks)
-	level := slog.LevelInfo
-	if failed.Load() > 0 {
-		level = slog.LevelWarn
-	}
-	h.log.Log(context.Background(), level, "typing stops after a gap in the cluster's notices",
-		"conversations", len(byConv), "stopped", stopped.Load(), "unread", failed.Load())
-	return failed.Load()
 }
 
 // sleep waits d, and reports false if the node stopped meanwhile.

@@ -369,6 +369,9 @@ func (h *Sockets) join(ctx context.Context, c *Conn, p payload) (any, error) {
 			return nil, err
 		}
 	}
+	if h.rooms.followsShown() {
+		h.rooms.showRoster(conv, c.UserID, res.Online, !already && len(transport.RoomSockets(c.sock.Nsp().Adapter(), room)) == 1)
+	}
 	return map[string]any{
 		"conversationId": conv,
 		"online":         h.rooms.Members(ctx, res.Online),
@@ -745,8 +748,9 @@ func (h *Sockets) RestoreState(conv, user string, nullAt time.Time) {
 //   - a presence:join is noted (Rooms.noteJoin);
 //   - a presence:leave that came within a second of a presence:join of the
 //     same user there is checked against the roster (leaveOvertook);
-//   - a typing event is noted (Rooms.noteTypist), for the stops a gap in
-//     the subscription loses (stopsAfterGap).
+//   - presence:join, presence:leave and typing events are noted
+//     (Rooms.noteMember, Rooms.noteTypist), for what a gap in the
+//     subscription loses (afterGap).
 func (h *Sockets) RemoteBroadcast(data any) {
 	ev, ok := data.([]any)
 	if !ok || len(ev) < 2 {
@@ -772,11 +776,13 @@ func (h *Sockets) RemoteBroadcast(data any) {
 		}
 	case "presence:join":
 		h.rooms.noteJoin(conv, user)
+		h.rooms.noteMember(conv, user, true)
 	case "typing":
 		if typing, ok := p["typing"].(bool); ok {
 			h.rooms.noteTypist(conv, user, typing)
 		}
 	case "presence:leave":
+		h.rooms.noteMember(conv, user, false)
 		if h.rooms.joinedLately(conv, user) {
 			go h.leaveOvertook(conv, user, time.Now())
 		}

@@ -25,3 +25,11 @@ func SetViewerSettle(d time.Duration) (restore func()) {
 	old := viewerSettle.Swap(int64(d))
 	return func() { viewerSettle.Store(old) }
 }
+
+// SetLeaveConfirm sets how long after a gap's first roster read a member
+// gone is checked again before the leave is made up for, and returns the
+// function that restores it.
+func SetLeaveConfirm(d time.Duration) (restore func()) {
+	old := leaveConfirm.Swap(int64(d))
+	return func() { leaveConfirm.Store(old) }
+}

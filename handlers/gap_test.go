@@ -89,6 +89,7 @@ func TestResyncAfterGapRetriedWhileTheStoreFails(t *testing.T) {
 func TestResyncAfterGapStopsLostTypists(t *testing.T) {
 	defer handlers.SetViewerSettle(10 * time.Millisecond)()
 	n := startNode(t, nil)
+	n.rooms.FollowShown()
 	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
 	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
 	bob.read("431[")
@@ -119,6 +120,58 @@ func TestResyncAfterGapStopsLostTypists(t *testing.T) {
 	for _, m := range bob.readUntil("434[") {
 		if strings.Contains(m, `"typing"`) {
 			t.Errorf("after the stop of the typist lost: %s", m)
+		}
+	}
+}
+
+// The presence:join and presence:leave that other nodes sent while this
+// node's subscription was lost are made up for on its sockets after the
+// gap: of each conversation they are in, the roster is read and compared
+// with what they were shown. A member missing is told at once; one gone
+// only when a second read, leaveConfirm later, still lacks them (reason
+// timeout). Before, the rooms of that node's clients kept those who left
+// for good, and lacked those who joined.
+func TestResyncAfterGapMakesUpJoinsAndLeaves(t *testing.T) {
+	defer handlers.SetViewerSettle(10 * time.Millisecond)()
+	defer handlers.SetLeaveConfirm(50 * time.Millisecond)()
+	n := startNode(t, nil)
+	n.rooms.FollowShown()
+	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+
+	// what other nodes showed this node's sockets: carol joined (she has
+	// left since, her leave lost in the gap), and alice left (a stale
+	// leave: her join since was lost); a second after alice's join, so
+	// that the leave is not taken for one overtaking that join
+	// (leaveOvertook)
+	time.Sleep(1100 * time.Millisecond)
+	shown := func(event, user string) {
+		n.sockets.RemoteBroadcast([]any{event, map[string]any{"conversationId": "c1", "userId": user, "at": nil, "reason": "left"}})
+	}
+	shown("presence:join", "carol")
+	shown("presence:leave", "alice")
+	n.sockets.ResyncAfterGap()
+
+	got := bob.read(`42["presence:`)
+	if !strings.HasPrefix(got, `42["presence:join",{"conversationId":"c1","userId":"alice"`) {
+		t.Fatalf("first made up: %s", got)
+	}
+	got = bob.read(`42["presence:`)
+	if !strings.HasPrefix(got, `42["presence:leave",{"conversationId":"c1","userId":"carol"`) || !strings.Contains(got, `"reason":"timeout"`) {
+		t.Fatalf("then: %s", got)
+	}
+	// told once: a second gap finds nothing to make up for
+	n.sockets.ResyncAfterGap()
+	time.Sleep(200 * time.Millisecond)
+	bob.emit(3, "heartbeat", map[string]any{})
+	for _, m := range bob.readUntil("433[") {
+		if strings.Contains(m, `"presence:`) {
+			t.Errorf("after the second gap: %s", m)
 		}
 	}
 }

@@ -212,6 +212,7 @@ type testNode struct {
 	mem        *presence.MemoryEngine
 	membership *members
 	sockets    *handlers.Sockets
+	rooms      *handlers.Rooms
 	srv        *server.Server
 	hs         *httptest.Server
 	secret     []byte
@@ -226,6 +227,7 @@ func startNode(t *testing.T, wrap func(presence.Engine) presence.Engine) *testNo
 	n := &testNode{
 		mem:        presence.NewMemoryEngine(presence.NewMemory(), presence.Config{NodeID: "n1", Sink: rooms.Sink()}),
 		membership: &members{m: map[string]bool{"c1/alice": true, "c1/bob": true}},
+		rooms:      rooms,
 		secret:     []byte("0123456789abcdef0123456789abcdef"),
 	}
 	t.Cleanup(func() { n.mem.Close() })

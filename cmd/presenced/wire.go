@@ -357,6 +357,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 	a.closers = append(a.closers, func() error { a.sockets.Close(); return nil })
 	var ioAdapter socket.AdapterConstructor
 	if a.rdb != nil {
+		// room events from other nodes can be lost (Regained): follow
+		// what this node's sockets are shown
+		a.rooms.FollowShown()
 		// The adapter outlives the signal: the shutdown's disconnect work
 		// still broadcasts through it; a.close() closes it at the end.
 		b, err := adapter.New(context.WithoutCancel(ctx), a.rdb, adapter.Config{
