@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // EmitterConfig configures an Emitter. Zero values mean the defaults.
@@ -124,13 +126,6 @@ type Operator struct {
 	flags  obj
 }
 
-// reservedEvents cannot be emitted (as in Socket.IO), and a packet of
-// one from elsewhere is dropped (clientValid): socket.io-client refuses it.
-var reservedEvents = map[string]bool{
-	"connect": true, "connect_error": true, "disconnect": true,
-	"disconnecting": true, "newListener": true, "removeListener": true,
-}
-
 func addRooms(list []string, rooms []string) []string {
 	out := append([]string{}, list...)
 	for _, r := range rooms {
@@ -187,7 +182,7 @@ func (o Operator) Emit(ev string, args ...any) error {
 
 // EmitContext sends the event.
 func (o Operator) EmitContext(ctx context.Context, ev string, args ...any) error {
-	if reservedEvents[ev] {
+	if transport.ReservedEvent(ev) { // (as in Socket.IO; a packet of one from elsewhere is dropped: clientValid)
 		return fmt.Errorf("adapter: %q is a reserved event name", ev)
 	}
 	for _, a := range args {

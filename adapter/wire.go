@@ -15,6 +15,8 @@ import (
 	"github.com/zishang520/socket.io/parsers/socket/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
 	"github.com/zishang520/socket.io/v3/pkg/types"
+
+	"github.com/presenced/presenced/transport"
 )
 
 // Request types of the classic protocol (createAdapter), index.js RequestType.
@@ -339,17 +341,7 @@ func decodePacket(v any) (*parser.Packet, error) {
 func clientValid(p *parser.Packet) bool {
 	switch p.Type {
 	case parser.EVENT:
-		a, ok := p.Data.([]any)
-		if !ok || len(a) == 0 {
-			return false
-		}
-		switch name := a[0].(type) {
-		case float64:
-			return true
-		case string:
-			return !reservedEvents[name]
-		}
-		return false
+		return transport.ValidEventData(p.Data)
 	case parser.ACK:
 		_, ok := p.Data.([]any)
 		return ok

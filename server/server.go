@@ -163,7 +163,7 @@ func (s *Server) newSocketIO() *socket.Server {
 	if s.cfg.Parser == "msgpack" {
 		// Every packet is then a binary message: our websocket transport
 		// hands them all to the library (it takes only text EVENTs of the
-		// JSON parser directly).
+		// JSON parser directly, and none with this one: BinaryPackets).
 		opts.SetParser(transport.MsgpackParser{})
 	} else {
 		opts.SetParser(transport.NewJSONParser()) // the library's, on lean emitters
@@ -180,6 +180,7 @@ func (s *Server) newSocketIO() *socket.Server {
 			Dispatcher: s.deps.Sockets, PingInterval: s.cfg.PingInterval, PingTimeout: s.cfg.PingTimeout,
 			MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
 			SendBuffer: wsSendBuffer(s.cfg), InlineEvents: handlers.InlineEvents(),
+			BinaryPackets: s.cfg.Parser == "msgpack",
 		})
 		opts.SetTransports(types.NewSet[engine.TransportCtor](engine.Polling, ws))
 	}

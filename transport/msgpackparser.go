@@ -273,7 +273,17 @@ func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
 		if !str && !obj {
 			return nil, errMsgpackData
 		}
-	default: // EVENT, ACK
+	case parser.EVENT:
+		// socket.io-msgpack-parser takes any list; socket.io-parser (the
+		// JSON one) refuses an event with a reserved name, and so does
+		// this one: "disconnect" sent as an event ran the socket's own
+		// disconnect work, and left the connection open, out of its
+		// user's presence and counts, still getting its rooms' events
+		// (a black-box audit of the msgpack parser, 2026-12-08)
+		if !ValidEventData(data) {
+			return nil, errMsgpackData
+		}
+	default: // ACK
 		if _, arr := data.([]any); !arr {
 			return nil, errMsgpackData
 		}
@@ -290,6 +300,34 @@ func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
 		p.Id = &u
 	}
 	return p, nil
+}
+
+// reservedEvents are the event names Socket.IO keeps for itself: no
+// client may send one, and socket.io-client refuses one it is sent.
+var reservedEvents = map[string]bool{
+	"connect": true, "connect_error": true, "disconnect": true,
+	"disconnecting": true, "newListener": true, "removeListener": true,
+}
+
+// ReservedEvent reports whether name is an event name Socket.IO keeps
+// for itself.
+func ReservedEvent(name string) bool { return reservedEvents[name] }
+
+// ValidEventData reports whether data is an EVENT packet's data as
+// socket.io-parser takes it (its isPayloadValid): a list whose first
+// element is a number or a name other than the reserved ones.
+func ValidEventData(data any) bool {
+	a, ok := data.([]any)
+	if !ok || len(a) == 0 {
+		return false
+	}
+	switch name := a[0].(type) {
+	case float64:
+		return true
+	case string:
+		return !reservedEvents[name]
+	}
+	return false
 }
 
 // decodeMsgpackValue reads the one MessagePack value b holds, once scan

@@ -159,6 +159,11 @@ func TestMsgpackParserRefuses(t *testing.T) {
 		{"fractional type", mp(t, map[string]any{"type": 2.5, "nsp": "/", "data": []any{"x"}}), errMsgpackType},
 		{"no nsp", mp(t, map[string]any{"type": 2, "data": []any{"x"}}), errMsgpackNsp},
 		{"event without array", mp(t, map[string]any{"type": 2, "nsp": "/", "data": "x"}), errMsgpackData},
+		{"event without a name", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{}}), errMsgpackData},
+		{"event named by a map", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{map[string]any{}}}), errMsgpackData},
+		{"event named disconnect", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{"disconnect", "x"}}), errMsgpackData},
+		{"event named connect", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{"connect"}}), errMsgpackData},
+		{"event named newListener", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{"newListener", "x"}}), errMsgpackData},
 		{"disconnect with data", mp(t, map[string]any{"type": 1, "nsp": "/", "data": "x"}), errMsgpackData},
 		{"connect with array", mp(t, map[string]any{"type": 0, "nsp": "/", "data": []any{}}), errMsgpackData},
 		{"negative id", mp(t, map[string]any{"type": 2, "nsp": "/", "data": []any{"x"}, "id": -1}), errMsgpackID},
@@ -287,7 +292,7 @@ func nested(depth int) []byte {
 // packet map included); a payload deeper than the handlers allow is
 // theirs to refuse.
 func TestMsgpackParserDepth(t *testing.T) {
-	head := mpHex(t, "83a47479706502a36e7370a12fa464617461") // {type: 2, nsp: "/", data: …
+	head := mpHex(t, "83a47479706503a36e7370a12fa464617461") // {type: 3 (an ACK: its list may start with a list), nsp: "/", data: …
 	for _, tc := range []struct {
 		depth int // the packet map is level 1
 		err   error

@@ -142,13 +142,20 @@ type WebsocketConfig struct {
 	// pool is there so that few goroutines allocate during a GC cycle,
 	// and the reader waits for the event either way.
 	InlineEvents []string
+	// BinaryPackets: the Socket.IO parser sends every packet as a binary
+	// message (MsgpackParser). No text message is then taken for a
+	// direct event: the library hands it to the parser, which refuses it
+	// and closes the connection, as a Node server does. Before
+	// 2026-12-08 a JSON client's text events were served on a msgpack
+	// server's websocket (a black-box audit).
+	BinaryPackets bool
 }
 
 // NewWebsocket returns the websocket transport for the engine's transport
 // set (beside the library's engine.Polling). Attach it to the engine too,
 // for the heartbeat.
 func NewWebsocket(cfg WebsocketConfig) *Websocket {
-	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(cfg.InlineEvents), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer}
+	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(cfg.InlineEvents), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer, noText: cfg.BinaryPackets}
 	if cfg.PingInterval > 0 && cfg.PingTimeout > 0 {
 		b.beats = newHeartbeat(cfg.PingInterval, cfg.PingTimeout)
 	}
@@ -168,6 +175,7 @@ func (b *Websocket) Attach(e engine.BaseServer) {
 // Websocket is the transport's constructor (transports.TransportCtor).
 type Websocket struct {
 	direct   Dispatcher
+	noText   bool // WebsocketConfig.BinaryPackets
 	pool     *directPool
 	pongHold time.Duration // see holdPong
 	limit    int64         // the engine's maxHttpBufferSize
@@ -188,7 +196,7 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 func (b *Websocket) New(ctx *types.HttpContext) transports.Transport {
 	t := transports.MakeTransport()
 	SetEmitter(t) // nothing has seen it yet
-	w := &wsTransport{Transport: t, direct: b.direct, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
+	w := &wsTransport{Transport: t, direct: b.direct, noText: b.noText, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
@@ -207,6 +215,7 @@ type wsTransport struct {
 	conn      *types.WebSocketConn
 	idle      time.Duration
 	direct    Dispatcher
+	noText    bool // no text message is a direct event (BinaryPackets)
 	pool      *directPool
 	pongHold  time.Duration
 	writeWait time.Duration
@@ -567,7 +576,7 @@ func decodeSlow(b []byte, into *[]any) bool {
 
 // maybeDirect is readDirect's first check, on the reader.
 func (w *wsTransport) maybeDirect(msg []byte) bool {
-	return w.direct != nil && len(msg) >= 4 && msg[0] == '4' && msg[1] == '2'
+	return w.direct != nil && !w.noText && len(msg) >= 4 && msg[0] == '4' && msg[1] == '2'
 }
 
 // takePong hands a PONG to the heartbeat's wheel when it runs this

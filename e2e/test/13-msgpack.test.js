@@ -7,6 +7,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import msgpackParser from 'socket.io-msgpack-parser';
+import notepack from 'notepack.io';
 
 import { SECRET } from '../lib/server.js';
 import { tokenFor } from '../lib/jwt.js';
@@ -64,6 +65,38 @@ for (const kind of TOPOLOGIES) {
     }
   });
 }
+
+describe('msgpack parser: packets it refuses', { timeout: 30000 }, () => {
+  // As a JSON-parser server refuses them, whatever the parser's own
+  // check lets through: an event with a reserved name (before
+  // 2026-12-08 "disconnect" ran the socket's disconnect work and left the
+  // connection open, out of its user's presence and counts, still getting
+  // its rooms' events), and a text event (the JSON parser's form; before,
+  // served on a msgpack server's websocket).
+  for (const [what, packet] of [
+    ['an event named "disconnect"', () => notepack.encode({ type: 2, nsp: '/', data: ['disconnect', 'x'] })],
+    ['an event named "connect"', () => notepack.encode({ type: 2, nsp: '/', data: ['connect'] })],
+    ['a JSON-parser text event', (conv) => `2["typing:start",{"conversationId":"${conv}"}]`],
+  ]) {
+    it(`${what} closes the connection, and the user leaves`, async (t) => {
+      const topo = await startTopology('single', { t, tag: 'mpref', args: ['--parser', 'msgpack', '--flap-grace', '100ms'] });
+      const conv = uid('mpref');
+      const { socket: sa, session: a } = await connect(topo.url1, { t, transports: ['websocket'], parser: msgpackParser, token: tokenFor(uid('a'), SECRET) });
+      const { socket: sb } = await connect(topo.url1, { t, transports: ['websocket'], parser: msgpackParser, token: tokenFor(uid('b'), SECRET) });
+      assert.equal((await ack(sa, 'conversation:join', { conversationId: conv })).ok, true);
+      assert.equal((await ack(sb, 'conversation:join', { conversationId: conv })).ok, true);
+      const left = waitFor(sb, 'presence:leave', { timeoutMs: 5000 });
+      const gone = waitFor(sa, 'disconnect', { timeoutMs: 3000 });
+      sa.io.engine.write(packet(conv));
+      const [reason] = await gone;
+      t.diagnostic(`the client saw: ${reason}`);
+      const [leave] = await left;
+      assert.equal(leave.userId, a.userId, show(leave));
+      assert.equal(leave.reason, 'disconnected', show(leave));
+      assert.ok(sb.connected);
+    });
+  }
+});
 
 describe('msgpack parser: mismatched clients', { timeout: 30000 }, () => {
   it('a JSON-parser client cannot connect to a msgpack server', async (t) => {
