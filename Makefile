@@ -46,6 +46,8 @@ test-compose:
 	grep -c 'healthcheck:' bin/compose.rendered.yml | grep -qx 6   # three nodes, balancer, Redis, PostgreSQL
 	grep -q 'appendonly' bin/compose.rendered.yml                 # Redis keeps buffered last-seen across restarts
 	grep -q 'service_completed_successfully' bin/compose.rendered.yml  # nodes wait for the migration
+	ip=$$(sed -n 's/^ *ipv4_address: //p' bin/compose.rendered.yml); [ -n "$$ip" ] && \
+		[ "$$(grep -c "PRESENCE_TRUSTED_PROXIES: $$ip$$" bin/compose.rendered.yml)" = 3 ]   # the nodes trust the balancer alone
 	PRESENCE_LB_BIND=127.0.0.1:3000 PRESENCE_LB_MONITOR=127.0.0.1:8404 PRESENCE_NODE1=127.0.0.1:1 PRESENCE_NODE2=127.0.0.1:2 PRESENCE_NODE3=127.0.0.1:3 \
 		haproxy -c -q -f deploy/haproxy.cfg                            # the balancer config parses
 
