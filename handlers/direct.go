@@ -95,16 +95,17 @@ func (h *Sockets) Backlog(slot *any, engineID func() string) (int, bool) {
 	if c == nil || !c.sock.Connected() {
 		return 0, false
 	}
-	return int(c.pending.Load() + c.marked.Load()), true
+	return int(c.pending.Load()) + int(c.marked.Load()), true
 }
 
-// Mark implements transport.Backlogger: the message just handed to the
-// library counts until a task queued behind its packets runs.
-func (h *Sockets) Mark(slot *any, engineID func() string) {
+// Mark implements transport.Backlogger: the packets just handed to the
+// library count until a task queued behind them runs.
+func (h *Sockets) Mark(slot *any, engineID func() string, packets int) {
 	c := h.connOf(slot, engineID)
 	if c == nil || !c.sock.Connected() {
 		return
 	}
-	c.marked.Add(1)
-	c.sock.Enqueue(func() { c.marked.Add(-1) })
+	n := int64(packets)
+	c.marked.Add(n)
+	c.sock.Enqueue(func() { c.marked.Add(-n) })
 }

@@ -176,7 +176,7 @@ type Conn struct {
 	pending atomic.Int32
 	// marked counts messages handed to the library whose packets it has
 	// not taken off the socket's queue yet (Mark; transport.Backlogger).
-	marked atomic.Int32
+	marked atomic.Int64
 	// slowUntil (unix ns): until then events take the library's path,
 	// after a direct event held the reader too long (direct.go).
 	slowUntil atomic.Int64

@@ -6,3 +6,6 @@ func (s *Server) GateHeld() (slots, holders int) {
 	defer s.gate.mu.Unlock()
 	return len(s.gate.slots), len(s.gate.holders)
 }
+
+// SplitPayload is splitPayload.
+var SplitPayload = splitPayload

@@ -73,14 +73,16 @@ type Dispatcher interface {
 // writes wait in TCP) while MaxQueued of the connection's messages are
 // queued and not handled.
 //
-// Mark, called after each message handed to the library, counts it as
-// queued until the library has taken what it queued for it off the
-// socket's queue; Backlog reports how many messages and events of the
-// socket wait so (ok false: no socket is connected on the connection).
+// Mark, called after each message handed to the library with the number
+// of its packets (a websocket message is one; a long-polling POST is
+// handed in groups of MaxQueued), counts them as queued until the library
+// has taken them off the socket's queue; Backlog reports how many
+// messages and events of the socket wait so (ok false: no socket is
+// connected on the connection).
 // slot and engineID are as for DirectEvent.
 type Backlogger interface {
 	Backlog(slot *any, engineID func() string) (queued int, ok bool)
-	Mark(slot *any, engineID func() string)
+	Mark(slot *any, engineID func() string, packets int)
 }
 
 // AwaitBacklog waits while MaxQueued of the messages and events of the
@@ -414,7 +416,7 @@ func (w *wsTransport) readMessages() (parked bool) {
 			w.OnData(types.NewBytesBuffer(data))
 		}
 		if bl != nil {
-			bl.Mark(&w.slot, w.idFn)
+			bl.Mark(&w.slot, w.idFn, 1)
 		}
 	}
 }
