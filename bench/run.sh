@@ -37,7 +37,7 @@ else
 	# (d) join burst: 500 in flight, join right after connect, (e) connect rate,
 	# (f) presence:query of 1,000 ids, (g) status updates to 1,000 subscribers
 	flags=(-redis own -inflight 500 -connect-rate 100000
-		-idle-n 10000 -n 5000 -convs 3 -rates 2k,5k,7500,10k,15k,20k,30k,40k -step-duration 10s -baseline 5s
+		-idle-n 10000 -n 5000 -convs 3 -rates 2k,5k,7500,10k,15k,20k,30k,40k,50k,60k -step-duration 10s -baseline 5s
 		-typing-rooms 20 -typing-members 100 -typing-rates 100,500 -typing-duration 20s
 		-subscribers 1000 -flaps 10 -queries 500 -query-sizes 1000)
 fi

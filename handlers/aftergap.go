@@ -29,7 +29,7 @@ import (
 //   - a user another node showed typing there, no longer typing: the
 //     typing stop.
 //
-// Until 2026-12-08 none was: a member who left while a node's
+// Until 2026-12-07 none was: a member who left while a node's
 // subscription was down stayed in that node's clients' rosters for good,
 // one who joined was missing from them, and a typing indicator stayed on
 // (a black-box audit: a node stopped for 8 s).

@@ -294,7 +294,7 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 // (transport.Backlogger); a group's packets count until the library has
 // taken them off the queue. A client sends its next POST once this one is
 // answered. A POST may carry MaxBuffer of packets (12,500 tiny events in
-// 100 KiB): until 2026-12-08 the bound counted a POST as one message, all
+// 100 KiB): until 2026-12-07 the bound counted a POST as one message, all
 // its packets were decoded and queued at once, and one user's 20 polling
 // sockets took a node from 70 MB to 690 MB, both cores busy (a black-box
 // audit; over websocket the same events cost 40 MB). The answers to all

@@ -28,7 +28,7 @@ func (h *heldJoin) Join(ctx context.Context, sid, conv string) (presence.JoinRes
 // at a time, each group once the socket's queue is below the bound, as
 // websocket messages are: a POST of 200 events behind a held join is not
 // answered until the join is done, and then every event is, in order.
-// Before 2026-12-08 the bound counted a POST as one message: all its
+// Before 2026-12-07 the bound counted a POST as one message: all its
 // packets (up to 12,500 tiny events in 100 KiB) were decoded and queued at
 // once, and one user's 20 polling sockets took a node from 70 MB to 690 MB
 // (a black-box audit).

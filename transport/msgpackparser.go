@@ -279,7 +279,7 @@ func decodeMsgpackPacket(b []byte) (*parser.Packet, error) {
 		// this one: "disconnect" sent as an event ran the socket's own
 		// disconnect work, and left the connection open, out of its
 		// user's presence and counts, still getting its rooms' events
-		// (a black-box audit of the msgpack parser, 2026-12-08)
+		// (a black-box audit of the msgpack parser, 2026-12-07)
 		if !ValidEventData(data) {
 			return nil, errMsgpackData
 		}

@@ -148,7 +148,7 @@ type WebsocketConfig struct {
 	// message (MsgpackParser). No text message is then taken for a
 	// direct event: the library hands it to the parser, which refuses it
 	// and closes the connection, as a Node server does. Before
-	// 2026-12-08 a JSON client's text events were served on a msgpack
+	// 2026-12-07 a JSON client's text events were served on a msgpack
 	// server's websocket (a black-box audit).
 	BinaryPackets bool
 }

@@ -69,7 +69,7 @@ for (const kind of TOPOLOGIES) {
 describe('msgpack parser: packets it refuses', { timeout: 30000 }, () => {
   // As a JSON-parser server refuses them, whatever the parser's own
   // check lets through: an event with a reserved name (before
-  // 2026-12-08 "disconnect" ran the socket's disconnect work and left the
+  // 2026-12-07 "disconnect" ran the socket's disconnect work and left the
   // connection open, out of its user's presence and counts, still getting
   // its rooms' events), and a text event (the JSON parser's form; before,
   // served on a msgpack server's websocket).

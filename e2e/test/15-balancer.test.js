@@ -125,7 +125,7 @@ describe('three nodes behind haproxy (deploy/haproxy.cfg)', { timeout: 120000, s
   // long): its clients reconnect through the balancer, which sends them to
   // another node at once although their cookie names the stopped one
   // (retries and redispatch in deploy/haproxy.cfg), within the nodes' flap
-  // grace: the others see no leave and no join. Before 2026-12-08 the
+  // grace: the others see no leave and no join. Before 2026-12-07 the
   // balancer kept sending them to the stopped node (503) until two health
   // checks had failed, and they came back after 3.4-7.8 s (a black-box
   // audit: 9 of 9 users seen leaving and joining again).

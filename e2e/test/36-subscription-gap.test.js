@@ -7,7 +7,7 @@
 // each user another node had shown typing there and no longer typing, a
 // presence:join for each member missing from what they were shown, a
 // presence:leave (reason timeout) for each one shown and gone. Before
-// 2026-12-08 none was: a member who left stayed in node 1's clients'
+// 2026-12-07 none was: a member who left stayed in node 1's clients'
 // rooms for good, one who joined was missing, and a typing indicator
 // stayed on (to clients that do not expire indicators with ttlMs).
 
