@@ -297,10 +297,10 @@ func (s *Server) closeOnBadPollingPayload(next http.Handler) http.Handler {
 // 100 KiB): until 2026-12-07 the bound counted a POST as one message, all
 // its packets were decoded and queued at once, and one user's 20 polling
 // sockets took a node from 70 MB to 690 MB, both cores busy (a black-box
-// audit; over websocket the same events cost 40 MB). The answers to all
-// groups but the last are kept from the client: one that is not 200 (the
-// session ended) is the answer, and the rest is dropped. A v3 payload
-// goes whole.
+// audit; over websocket the same events cost 40 MB). The client gets the
+// last group's answer, or the first that is not 200 (the rest is dropped):
+// 200 "ok" if that is the 400 of a session an earlier group closed. A v3
+// payload goes whole.
 func (s *Server) handPost(next http.Handler, w http.ResponseWriter, r *http.Request, body []byte) {
 	sid := r.URL.Query().Get("sid")
 	var slot any
@@ -309,29 +309,35 @@ func (s *Server) handPost(next http.Handler, w http.ResponseWriter, r *http.Requ
 	if r.URL.Query().Get("EIO") == "4" {
 		groups, sizes = splitPayload(body, transport.MaxQueued)
 	}
+	if len(groups) == 1 {
+		transport.AwaitBacklog(s.deps.Sockets, &slot, id)
+		next.ServeHTTP(w, r)
+		s.deps.Sockets.Mark(&slot, id, sizes[0])
+		return
+	}
+	var rec *postRecorder
 	for i, g := range groups {
 		transport.AwaitBacklog(s.deps.Sockets, &slot, id)
-		req := r
-		if len(groups) > 1 {
-			req = r.Clone(r.Context())
-			req.Body = io.NopCloser(bytes.NewReader(g))
-			req.ContentLength = int64(len(g))
-			req.Header.Set("Content-Length", strconv.Itoa(len(g)))
-		}
-		if i == len(groups)-1 {
-			next.ServeHTTP(w, req)
-		} else {
-			rec := &postRecorder{header: http.Header{}}
-			next.ServeHTTP(rec, req)
-			if rec.code != http.StatusOK {
-				maps.Copy(w.Header(), rec.header)
-				w.WriteHeader(rec.code)
-				_, _ = w.Write(rec.body.Bytes())
+		req := r.Clone(r.Context())
+		req.Body = io.NopCloser(bytes.NewReader(g))
+		req.ContentLength = int64(len(g))
+		req.Header.Set("Content-Length", strconv.Itoa(len(g)))
+		rec = &postRecorder{header: http.Header{}}
+		next.ServeHTTP(rec, req)
+		if rec.code != http.StatusOK {
+			if i > 0 && rec.code == http.StatusBadRequest {
+				// the session ended with an earlier group (its CLOSE):
+				// the POST was read, as Engine.IO answers it
+				writeOK(w)
 				return
 			}
+			break
 		}
 		s.deps.Sockets.Mark(&slot, id, sizes[i])
 	}
+	maps.Copy(w.Header(), rec.header)
+	w.WriteHeader(rec.code)
+	_, _ = w.Write(rec.body.Bytes())
 }
 
 // splitPayload splits an Engine.IO v4 polling payload (packets separated

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,25 @@ func TestSplitPayload(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) || total != strings.Count(tc.in, "\x1e")+1 {
 			t.Errorf("%q by %d: %q %v, want %q", tc.in, tc.n, got, sizes, tc.want)
 		}
+	}
+}
+
+// A long-polling POST whose CLOSE comes in its first group of packets is
+// answered 200 "ok", as Engine.IO answers it, and the session is gone;
+// the packets after the CLOSE are dropped.
+func TestPollingPostClosedMidway(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	u := pollingSocket(t, ts, "closer")
+	packets := make([]string, 40)
+	for i := range packets {
+		packets[i] = fmt.Sprintf(`42%d["heartbeat",{}]`, i+1)
+	}
+	packets[5] = "1"
+	if resp, body := do(t, "POST", u, strings.Join(packets, "\x1e"), nil); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("POST: %d %q, want 200 ok", resp.StatusCode, body)
+	}
+	waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
+	if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("GET after the CLOSE: %d %q, want the session gone", resp.StatusCode, body)
 	}
 }
