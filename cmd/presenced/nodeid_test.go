@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,18 +88,40 @@ func TestServeNodeIDTaken(t *testing.T) {
 
 // A node that starts while Redis is unreachable checks its id at its first
 // connection, and exits 2 then if the id is taken. (Redis is reached
-// through a proxy that starts listening once the id is held.)
+// through a proxy that closes every connection until the id is held. It
+// listens from the start: a port freed and listened on again 2 s later
+// was taken meanwhile, once, by the node's own dial to it, which the
+// kernel connected to itself.)
 func TestServeNodeIDTakenLate(t *testing.T) {
 	opt := redistest.Client(t).Options()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxyAddr := ln.Addr().String()
-	_ = ln.Close()
+	defer proxy.Close()
+	var reachable atomic.Bool
+	go func() {
+		for {
+			c, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			if !reachable.Load() {
+				_ = c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", opt.Addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
 	prefix, id := "test-nodeid-"+randomSuffix(), "dup-"+randomSuffix()
 	t.Cleanup(func() { cleanPrefix(opt.Addr, prefix) })
-	getenv := serveEnv(t, proxyAddr, prefix, id)
+	getenv := serveEnv(t, proxy.Addr().String(), prefix, id)
 	type result struct {
 		code int
 		msg  string
@@ -113,26 +136,7 @@ func TestServeNodeIDTakenLate(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second) // the node is up, without Redis
 	holdNodeID(t, opt.Addr, prefix, id)
-	proxy, err := net.Listen("tcp", proxyAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	go func() {
-		for {
-			c, err := proxy.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", opt.Addr)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
+	reachable.Store(true)
 	r := <-res
 	if r.code != 2 || !strings.Contains(r.msg, "PRESENCE_NODE_ID") {
 		t.Fatalf("exit %d %q, want 2 naming PRESENCE_NODE_ID", r.code, r.msg)
