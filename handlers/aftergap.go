@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,7 @@ type shownState struct {
 	// typists: the users another node (or an emitter) showed typing here
 	// (a typing event, typing true), by conversation, with when that came,
 	// until a stop of theirs comes; entries older than typistsKept go
-	typists      map[joinKey]time.Time
-	typistsSwept time.Time
+	typists notedAt
 	// rosters: per conversation with sockets here, who they were shown
 	// there, from the roster of this node's first join there and the
 	// presence:join/leave delivered here since, its own and other
@@ -96,22 +96,10 @@ func (r *Rooms) noteTypist(conv, user string, typing bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !typing {
-		delete(sh.typists, k)
+		delete(sh.typists.at, k)
 		return
 	}
-	now := time.Now()
-	if sh.typists == nil {
-		sh.typists = map[joinKey]time.Time{}
-	}
-	if now.Sub(sh.typistsSwept) > shownSweep {
-		for k, at := range sh.typists {
-			if now.Sub(at) > typistsKept {
-				delete(sh.typists, k)
-			}
-		}
-		sh.typistsSwept = now
-	}
-	sh.typists[k] = now
+	sh.typists.note(k, time.Now(), shownSweep, typistsKept)
 }
 
 // showRoster notes who a socket joining conv here was shown (online, and
@@ -171,10 +159,7 @@ func (r *Rooms) sweepRosters() {
 	a := io.Sockets().Adapter()
 	sh := &r.shown
 	sh.mu.Lock()
-	convs := make([]string, 0, len(sh.rosters))
-	for conv := range sh.rosters {
-		convs = append(convs, conv)
-	}
+	convs := slices.Collect(maps.Keys(sh.rosters))
 	sh.mu.Unlock()
 	for _, conv := range convs {
 		if len(transport.RoomSockets(a, ConversationRoom(conv))) == 0 {
@@ -201,7 +186,7 @@ func (r *Rooms) shownConvs() map[string][]typist {
 	for conv := range sh.rosters {
 		out[conv] = nil
 	}
-	for k, at := range sh.typists {
+	for k, at := range sh.typists.at {
 		out[k.conv] = append(out[k.conv], typist{k.user, at})
 	}
 	return out
@@ -213,7 +198,7 @@ func (r *Rooms) anyShown() bool {
 	sh := &r.shown
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return len(sh.rosters) > 0 || len(sh.typists) > 0
+	return len(sh.rosters) > 0 || len(sh.typists.at) > 0
 }
 
 // rosterGen returns the generation of the roster shown in conv, false if
@@ -275,12 +260,12 @@ func (r *Rooms) stopTypistHere(conv string, t typist) bool {
 	k := joinKey{conv, t.user}
 	sh := &r.shown
 	sh.mu.Lock()
-	at, ok := sh.typists[k]
+	at, ok := sh.typists.at[k]
 	if !ok || !at.Equal(t.at) {
 		sh.mu.Unlock()
 		return false
 	}
-	delete(sh.typists, k)
+	delete(sh.typists.at, k)
 	sh.mu.Unlock()
 	r.emitHere(ConversationRoom(conv), "typing", TypingPayload{ConversationID: conv, UserID: t.user, Typing: false, TTLMs: r.typingTTL.Milliseconds()})
 	return true

@@ -51,9 +51,8 @@ type Rooms struct {
 	// a conversation (its own or another node's), for a leave that
 	// overtakes it (Sockets.RemoteBroadcast); entries older than
 	// joinWindow are dropped.
-	joinsMu    sync.Mutex
-	joins      map[joinKey]time.Time
-	joinsSwept time.Time
+	joinsMu sync.Mutex
+	joins   notedAt
 
 	// shown: what this node's sockets were shown, made up for after a
 	// gap in its subscription (aftergap.go)
@@ -72,27 +71,39 @@ const joinWindow = time.Second
 func (r *Rooms) joinedSince(conv, user string, t time.Time) bool {
 	r.joinsMu.Lock()
 	defer r.joinsMu.Unlock()
-	at, ok := r.joins[joinKey{conv, user}]
+	at, ok := r.joins.at[joinKey{conv, user}]
 	return ok && at.After(t)
 }
 
 // noteJoin notes a presence:join of user in conv delivered here now.
 func (r *Rooms) noteJoin(conv, user string) {
-	now := time.Now()
 	r.joinsMu.Lock()
 	defer r.joinsMu.Unlock()
-	if r.joins == nil {
-		r.joins = map[joinKey]time.Time{}
+	r.joins.note(joinKey{conv, user}, time.Now(), joinWindow, joinWindow)
+}
+
+// notedAt is when each user in a conversation was last noted; entries
+// older than a bound go as new ones come.
+type notedAt struct {
+	at    map[joinKey]time.Time
+	swept time.Time
+}
+
+// note notes k at now, having first dropped the entries older than keep,
+// at most once per sweepEvery.
+func (n *notedAt) note(k joinKey, now time.Time, sweepEvery, keep time.Duration) {
+	if n.at == nil {
+		n.at = map[joinKey]time.Time{}
 	}
-	if now.Sub(r.joinsSwept) > joinWindow {
-		for k, at := range r.joins {
-			if now.Sub(at) > joinWindow {
-				delete(r.joins, k)
+	if now.Sub(n.swept) > sweepEvery {
+		for k, at := range n.at {
+			if now.Sub(at) > keep {
+				delete(n.at, k)
 			}
 		}
-		r.joinsSwept = now
+		n.swept = now
 	}
-	r.joins[joinKey{conv, user}] = now
+	n.at[k] = now
 }
 
 // joinedLately reports whether a presence:join of user in conv was
@@ -100,7 +111,7 @@ func (r *Rooms) noteJoin(conv, user string) {
 func (r *Rooms) joinedLately(conv, user string) bool {
 	r.joinsMu.Lock()
 	defer r.joinsMu.Unlock()
-	at, ok := r.joins[joinKey{conv, user}]
+	at, ok := r.joins.at[joinKey{conv, user}]
 	return ok && time.Since(at) <= joinWindow
 }
 

@@ -17,14 +17,7 @@ import (
 // audit, 2026-12-07).
 func TestResyncAfterGapEvictsRemovedMembers(t *testing.T) {
 	n := startNode(t, nil)
-	token := func(user string) string { return signToken(t, n.secret, user) }
-	bob := dialSocket(t, n.hs.URL, token("bob"))
-	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
-	bob.read("431[")
-	alice := dialSocket(t, n.hs.URL, token("alice"))
-	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
-	alice.read("432[")
-	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+	bob, alice := bobAndAlice(t, n)
 
 	n.membership.set("c1/alice", false) // through another node, not told here
 	n.sockets.ResyncAfterGap()
@@ -64,13 +57,7 @@ func TestEvictToldAgainSparesAMemberAgain(t *testing.T) {
 func TestResyncAfterGapRetriedWhileTheStoreFails(t *testing.T) {
 	defer handlers.SetResyncRetry(100 * time.Millisecond)()
 	n := startNode(t, nil)
-	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
-	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
-	bob.read("431[")
-	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
-	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
-	alice.read("432[")
-	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+	bob, _ := bobAndAlice(t, n)
 
 	n.membership.set("c1/alice", false)
 	n.membership.setDown(errors.New("store down"))
@@ -90,12 +77,7 @@ func TestResyncAfterGapStopsLostTypists(t *testing.T) {
 	defer handlers.SetViewerSettle(10 * time.Millisecond)()
 	n := startNode(t, nil)
 	n.rooms.FollowShown()
-	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
-	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
-	bob.read("431[")
-	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
-	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
-	alice.read("432[")
+	bob, alice := bobAndAlice(t, n)
 	alice.emit(3, "typing:start", map[string]string{"conversationId": "c1"})
 	alice.read("433[")
 	bob.read(`42["typing",{"conversationId":"c1","userId":"alice","typing":true`)
@@ -136,13 +118,7 @@ func TestResyncAfterGapMakesUpJoinsAndLeaves(t *testing.T) {
 	defer handlers.SetLeaveConfirm(50 * time.Millisecond)()
 	n := startNode(t, nil)
 	n.rooms.FollowShown()
-	bob := dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
-	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
-	bob.read("431[")
-	alice := dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
-	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
-	alice.read("432[")
-	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+	bob, _ := bobAndAlice(t, n)
 
 	// what other nodes showed this node's sockets: carol joined (she has
 	// left since, her leave lost in the gap), and alice left (a stale
@@ -174,4 +150,18 @@ func TestResyncAfterGapMakesUpJoinsAndLeaves(t *testing.T) {
 			t.Errorf("after the second gap: %s", m)
 		}
 	}
+}
+
+// bobAndAlice connects bob and then alice to n, each joined to c1 (acks 1
+// and 2), once bob was told of alice's join.
+func bobAndAlice(t *testing.T, n *testNode) (bob, alice *wsSocket) {
+	t.Helper()
+	bob = dialSocket(t, n.hs.URL, signToken(t, n.secret, "bob"))
+	bob.emit(1, "conversation:join", map[string]string{"conversationId": "c1"})
+	bob.read("431[")
+	alice = dialSocket(t, n.hs.URL, signToken(t, n.secret, "alice"))
+	alice.emit(2, "conversation:join", map[string]string{"conversationId": "c1"})
+	alice.read("432[")
+	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`)
+	return bob, alice
 }

@@ -81,7 +81,16 @@ func dialSocket(t *testing.T, base, token string) *wsSocket {
 // skipping others).
 func (s *wsSocket) read(prefix string) string {
 	s.t.Helper()
+	m, _ := s.readTo(prefix)
+	return m
+}
+
+// readTo returns the first message with prefix, and the messages read
+// before it (answering pings).
+func (s *wsSocket) readTo(prefix string) (string, []string) {
+	s.t.Helper()
 	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var before []string
 	for {
 		_, msg, err := s.conn.ReadMessage()
 		if err != nil {
@@ -93,8 +102,9 @@ func (s *wsSocket) read(prefix string) string {
 			continue
 		}
 		if strings.HasPrefix(m, prefix) {
-			return m
+			return m, before
 		}
+		before = append(before, m)
 	}
 }
 
@@ -260,21 +270,6 @@ func startNode(t *testing.T, wrap func(presence.Engine) presence.Engine) *testNo
 // (answering pings).
 func (s *wsSocket) readUntil(prefix string) []string {
 	s.t.Helper()
-	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	var before []string
-	for {
-		_, msg, err := s.conn.ReadMessage()
-		if err != nil {
-			s.t.Fatalf("waiting for %q: %v", prefix, err)
-		}
-		m := string(msg)
-		if m == "2" {
-			_ = s.conn.WriteMessage(websocket.TextMessage, []byte("3"))
-			continue
-		}
-		if strings.HasPrefix(m, prefix) {
-			return before
-		}
-		before = append(before, m)
-	}
+	_, before := s.readTo(prefix)
+	return before
 }

@@ -19,23 +19,32 @@ import { sleep } from '../lib/client.js';
 import { uid, ack, show, joinUser, freshDatabase } from '../lib/presence.js';
 import { privateRedis, redisCli } from '../lib/faults.js';
 
+/**
+ * Two nodes on a private redis-server, node 1 as the ACL user node1 (see
+ * gap), and user a on node 1 and b on node 2 in a new conversation conv.
+ */
+async function gapPair(t, db) {
+  const redis = await privateRedis(t);
+  await redis.start();
+  const prefix = uid('gap');
+  assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'on', '>pw1', '~*', '&*', '+@all'), 'OK');
+  const args = ['--redis-prefix', prefix, '--database-url', db.url, '--membership', 'open'];
+  const n1 = await startServer({ t, nodeId: uid('gap-n1'), args: [...args, '--redis-url', `redis://node1:pw1@127.0.0.1:${redis.port}`] });
+  const n2 = await startServer({ t, nodeId: uid('gap-n2'), args: [...args, '--redis-url', redis.url] });
+  const conv = uid('gc');
+  const a = await joinUser(n1.url, uid('a'), conv, { t });
+  const b = await joinUser(n2.url, uid('b'), conv, { t });
+  await a.rec.wait('presence:join', { pred: (p) => p.userId === b.userId });
+  return { redis, n1, n2, conv, a, b };
+}
+
 describe('a gap in one node\'s subscription', { timeout: 60000 }, () => {
   let db;
   before(async () => { db = await freshDatabase('gap'); });
   after(async () => { await db?.drop(); });
 
   it('a typing stop published in the gap reaches the other node\'s sockets after it', async (t) => {
-    const redis = await privateRedis(t);
-    await redis.start();
-    const prefix = uid('gap');
-    assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'on', '>pw1', '~*', '&*', '+@all'), 'OK');
-    const args = ['--redis-prefix', prefix, '--database-url', db.url, '--membership', 'open'];
-    const n1 = await startServer({ t, nodeId: uid('gap-n1'), args: [...args, '--redis-url', `redis://node1:pw1@127.0.0.1:${redis.port}`] });
-    const n2 = await startServer({ t, nodeId: uid('gap-n2'), args: [...args, '--redis-url', redis.url] });
-    const conv = uid('gc');
-    const a = await joinUser(n1.url, uid('a'), conv, { t });
-    const b = await joinUser(n2.url, uid('b'), conv, { t });
-    await a.rec.wait('presence:join', { pred: (p) => p.userId === b.userId });
+    const { redis, n2, conv, a, b } = await gapPair(t, db);
     assert.equal((await ack(b.socket, 'typing:start', { conversationId: conv }))?.ok, true);
     await a.rec.wait('typing', { pred: (p) => p.userId === b.userId && p.typing === true });
     const mark = a.rec.mark();
@@ -57,17 +66,7 @@ describe('a gap in one node\'s subscription', { timeout: 60000 }, () => {
     assert.ok(a.socket.connected && b.socket.connected);
   });
   it('a leave and a join sent in the gap reach the other node\'s sockets after it', async (t) => {
-    const redis = await privateRedis(t);
-    await redis.start();
-    const prefix = uid('gap');
-    assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'on', '>pw1', '~*', '&*', '+@all'), 'OK');
-    const args = ['--redis-prefix', prefix, '--database-url', db.url, '--membership', 'open'];
-    const n1 = await startServer({ t, nodeId: uid('gap-n1'), args: [...args, '--redis-url', `redis://node1:pw1@127.0.0.1:${redis.port}`] });
-    const n2 = await startServer({ t, nodeId: uid('gap-n2'), args: [...args, '--redis-url', redis.url] });
-    const conv = uid('gc');
-    const a = await joinUser(n1.url, uid('a'), conv, { t });
-    const b = await joinUser(n2.url, uid('b'), conv, { t });
-    await a.rec.wait('presence:join', { pred: (p) => p.userId === b.userId });
+    const { redis, n2, conv, a, b } = await gapPair(t, db);
     const mark = a.rec.mark();
 
     assert.equal(await redisCli(redis.port, 'ACL', 'SETUSER', 'node1', 'resetchannels'), 'OK');
