@@ -44,7 +44,7 @@ describe('a gap in one node\'s subscription', { timeout: 60000 }, () => {
   after(async () => { await db?.drop(); });
 
   it('a typing stop published in the gap reaches the other node\'s sockets after it', async (t) => {
-    const { redis, n2, conv, a, b } = await gapPair(t, db);
+    const { redis, conv, a, b } = await gapPair(t, db);
     assert.equal((await ack(b.socket, 'typing:start', { conversationId: conv }))?.ok, true);
     await a.rec.wait('typing', { pred: (p) => p.userId === b.userId && p.typing === true });
     const mark = a.rec.mark();
