@@ -340,6 +340,26 @@ func (s *Server) handPost(next http.Handler, w http.ResponseWriter, r *http.Requ
 	_, _ = w.Write(rec.body.Bytes())
 }
 
+// awaitPost waits until no long-polling POST of session sid is under
+// way (refuseOverlappingPosts), for at most MaxUnreadAge (30 s when that
+// is off): an upgrade to websocket waits for it (BeforeUpgrade), so that
+// the groups of a POST handPost is still handing reach the polling
+// transport before the engine closes it. The client's packets sent on the
+// websocket after the upgrade come after the POST's, in order.
+func (s *Server) awaitPost(sid string) {
+	limit := s.cfg.MaxUnreadAge
+	if limit <= 0 {
+		limit = 30 * time.Second
+	}
+	deadline := time.Now().Add(limit)
+	for wait := 100 * time.Microsecond; time.Now().Before(deadline); wait = min(2*wait, 10*time.Millisecond) {
+		if _, busy := s.posting.Load(sid); !busy {
+			return
+		}
+		time.Sleep(wait)
+	}
+}
+
 // splitPayload splits an Engine.IO v4 polling payload (packets separated
 // by 0x1e) into payloads of n packets at most, and tells each one's count.
 func splitPayload(body []byte, n int) (groups [][]byte, sizes []int) {

@@ -3,10 +3,14 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	ws "github.com/gorilla/websocket"
 
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/presence"
@@ -137,5 +141,109 @@ func TestPollingPostClosedMidway(t *testing.T) {
 	waitFor(t, func() bool { return ts.Sockets.Open() == 0 }, "the socket disconnected")
 	if resp, body := do(t, "GET", u, "", nil); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("GET after the CLOSE: %d %q, want the session gone", resp.StatusCode, body)
+	}
+}
+
+// An upgrade to websocket while a long-polling POST is still being handed
+// on in groups waits for the POST: every packet of it is handled, and
+// every ack arrives, in order, on either transport. Before, the groups
+// after the upgrade were refused by the closed polling transport and lost
+// (a black-box audit, 2026-12-07: 1,000 of 8,000 events handled).
+func TestPollingPostHandedWholeBeforeAnUpgrade(t *testing.T) {
+	held := &heldJoin{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ts := newTestServerEngine(t, server.Config{}, handlers.SessionConfig{NodeID: "n1"}, func(e presence.Engine) presence.Engine {
+		held.Engine = e
+		return held
+	})
+	u := pollingSocket(t, ts, "upgrader")
+	sid := u[strings.LastIndex(u, "sid=")+4:]
+	var mu sync.Mutex
+	var polled, pushed []string // acks by polling, then on the websocket
+	note := func(to *[]string, p string) {
+		if strings.HasPrefix(p, "43") {
+			mu.Lock()
+			*to = append(*to, p)
+			mu.Unlock()
+		}
+	}
+	go func() { // the client's polls, until the session leaves polling
+		for {
+			resp, err := http.Get(u)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != 200 {
+				return
+			}
+			for _, p := range strings.Split(string(body), "\x1e") {
+				note(&polled, p)
+			}
+		}
+	}()
+	if resp, body := do(t, "POST", u, `421["conversation:join",{"conversationId":"c1"}]`, nil); resp.StatusCode != 200 {
+		t.Fatalf("join: %d %q", resp.StatusCode, body)
+	}
+	<-held.entered
+	const events = 200
+	packets := make([]string, events)
+	for i := range packets {
+		packets[i] = fmt.Sprintf(`42%d["heartbeat",{}]`, i+2)
+	}
+	answered := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", u, strings.NewReader(strings.Join(packets, "\x1e")))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- err.Error()
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		answered <- fmt.Sprint(resp.StatusCode, " ", string(body))
+	}()
+	time.Sleep(100 * time.Millisecond) // its first group is in, the rest waits
+	conn, _, err := ws.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http")+"/socket.io/?EIO=4&transport=websocket&sid="+sid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := conn.WriteMessage(ws.TextMessage, []byte("2probe")); err != nil {
+		t.Fatal(err)
+	}
+	if _, m, err := conn.ReadMessage(); err != nil || string(m) != "3probe" {
+		t.Fatalf("probe: %q %v", m, err)
+	}
+	if err := conn.WriteMessage(ws.TextMessage, []byte("5")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(held.release)
+	if got := <-answered; got != "200 ok" {
+		t.Fatalf("the POST: %s", got)
+	}
+	go func() { // and on the websocket once upgraded
+		for {
+			_, m, err := conn.ReadMessage()
+			if err != nil {
+				return
+			}
+			note(&pushed, string(m))
+		}
+	}()
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(polled) + len(pushed) }
+	for deadline := time.Now().Add(10 * time.Second); count() < events+1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d acks, want %d", count(), events+1)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, a := range append(polled, pushed...) {
+		if !strings.HasPrefix(a, fmt.Sprintf("43%d[", i+1)) {
+			t.Fatalf("ack %d: %.60s", i, a)
+		}
 	}
 }

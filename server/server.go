@@ -181,6 +181,7 @@ func (s *Server) newSocketIO() *socket.Server {
 			MaxMessage: s.cfg.MaxBuffer, WriteWait: max(s.cfg.MaxUnreadAge, 0),
 			SendBuffer: wsSendBuffer(s.cfg), InlineEvents: handlers.InlineEvents(),
 			BinaryPackets: s.cfg.Parser == "msgpack",
+			BeforeUpgrade: s.awaitPost,
 		})
 		opts.SetTransports(types.NewSet[engine.TransportCtor](engine.Polling, ws))
 	}

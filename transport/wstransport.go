@@ -151,13 +151,21 @@ type WebsocketConfig struct {
 	// 2026-12-07 a JSON client's text events were served on a msgpack
 	// server's websocket (a black-box audit).
 	BinaryPackets bool
+	// BeforeUpgrade, if set, is called with the session's id when an
+	// upgrading connection's UPGRADE packet is read, before the engine
+	// makes it the session's transport: it waits until the session's
+	// long-polling POST under way, if any, has been handed on whole (the
+	// server hands a POST's packets in groups; those after the upgrade
+	// were refused by the closed polling transport, and lost: a
+	// black-box audit, 2026-12-07).
+	BeforeUpgrade func(sid string)
 }
 
 // NewWebsocket returns the websocket transport for the engine's transport
 // set (beside the library's engine.Polling). Attach it to the engine too,
 // for the heartbeat.
 func NewWebsocket(cfg WebsocketConfig) *Websocket {
-	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(cfg.InlineEvents), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer, noText: cfg.BinaryPackets}
+	b := &Websocket{direct: cfg.Dispatcher, pool: newDirectPool(cfg.InlineEvents), pongHold: wsPongHold(cfg.PingTimeout), limit: cfg.MaxMessage, writeWait: cfg.WriteWait, sendBuffer: cfg.SendBuffer, noText: cfg.BinaryPackets, beforeUpgrade: cfg.BeforeUpgrade}
 	if cfg.PingInterval > 0 && cfg.PingTimeout > 0 {
 		b.beats = newHeartbeat(cfg.PingInterval, cfg.PingTimeout)
 	}
@@ -176,11 +184,12 @@ func (b *Websocket) Attach(e engine.BaseServer) {
 
 // Websocket is the transport's constructor (transports.TransportCtor).
 type Websocket struct {
-	direct   Dispatcher
-	noText   bool // WebsocketConfig.BinaryPackets
-	pool     *directPool
-	pongHold time.Duration // see holdPong
-	limit    int64         // the engine's maxHttpBufferSize
+	direct        Dispatcher
+	noText        bool             // WebsocketConfig.BinaryPackets
+	beforeUpgrade func(sid string) // WebsocketConfig.BeforeUpgrade
+	pool          *directPool
+	pongHold      time.Duration // see holdPong
+	limit         int64         // the engine's maxHttpBufferSize
 	// writeWait is each write's deadline (0: none): a client that stops
 	// reading fails the write instead of holding the writer forever.
 	writeWait  time.Duration
@@ -198,7 +207,7 @@ func wsPongHold(pingTimeout time.Duration) time.Duration {
 func (b *Websocket) New(ctx *types.HttpContext) transports.Transport {
 	t := transports.MakeTransport()
 	SetEmitter(t) // nothing has seen it yet
-	w := &wsTransport{Transport: t, direct: b.direct, noText: b.noText, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
+	w := &wsTransport{Transport: t, direct: b.direct, noText: b.noText, beforeUpgrade: b.beforeUpgrade, pool: b.pool, pongHold: b.pongHold, writeWait: b.writeWait, beats: b.beats}
 	w.frames.limit = b.limit
 	w.Prototype(w)
 	w.Construct(ctx)
@@ -214,19 +223,21 @@ func (*Websocket) UpgradesTo() []string  { return nil }
 type wsTransport struct {
 	transports.Transport
 
-	conn      *types.WebSocketConn
-	idle      time.Duration
-	direct    Dispatcher
-	noText    bool // no text message is a direct event (BinaryPackets)
-	pool      *directPool
-	pongHold  time.Duration
-	writeWait time.Duration
-	frames    frameReader // the reader's
-	job       []byte      // the message a pool worker is handling (wspool.go)
-	jobDone   chan bool
-	slot      any           // the reader's cache for the dispatcher
-	otherNsp  int           // CONNECTs to other namespaces read (MaxOtherNspConnects)
-	idFn      func() string // engineID, made once
+	conn   *types.WebSocketConn
+	idle   time.Duration
+	direct Dispatcher
+	noText bool // no text message is a direct event (BinaryPackets)
+	// beforeUpgrade: WebsocketConfig.BeforeUpgrade
+	beforeUpgrade func(sid string)
+	pool          *directPool
+	pongHold      time.Duration
+	writeWait     time.Duration
+	frames        frameReader // the reader's
+	job           []byte      // the message a pool worker is handling (wspool.go)
+	jobDone       chan bool
+	slot          any           // the reader's cache for the dispatcher
+	otherNsp      int           // CONNECTs to other namespaces read (MaxOtherNspConnects)
+	idFn          func() string // engineID, made once
 	// upgradeSid is the engine connection's id when this transport is an
 	// upgrade (the engine sets Sid only on a connection's first transport).
 	upgradeSid string
@@ -406,6 +417,9 @@ func (w *wsTransport) readMessages() (parked bool) {
 			bl = nil
 		}
 		if mt == ws.TextMessage {
+			if w.beforeUpgrade != nil && !w.settled.Load() && len(data) == 1 && data[0] == '5' {
+				w.beforeUpgrade(w.upgradeSid)
+			}
 			w.OnData(types.NewStringBuffer(data))
 			if !w.settled.Load() && len(data) == 1 && data[0] == '5' {
 				// The engine has handled the UPGRADE: it made this its
