@@ -7,7 +7,9 @@ import (
 	"testing"
 	"unsafe"
 
+	eioparser "github.com/zishang520/socket.io/parsers/engine/v3/parser"
 	"github.com/zishang520/socket.io/servers/socket/v3"
+	"github.com/zishang520/socket.io/v3/pkg/types"
 )
 
 func handshakeOf(key, origin string) *socket.Handshake {
@@ -109,7 +111,7 @@ func TestCompactHandshakeTablesBounded(t *testing.T) {
 // never panics on any body, in either Engine.IO version, and refuses an
 // empty one and any v4 body with an empty packet.
 func FuzzValidPayload(f *testing.F) {
-	for _, seed := range []string{"", "1", "6", `42["x"]`, "2\x1e3", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "bAQID", "b!!!", "1:6", `7:42["x"]`, `99:42["x"]`, "ab:42", "1:9", "0:", "2:b4AQ"} {
+	for _, seed := range []string{"", "1", "6", `42["x"]`, "2\x1e3", "\x1e\x1e", `42["a"]` + "\x1e\x1e" + `42["b"]`, "bAQID", "b!!!", "1:6", `7:42["x"]`, `99:42["x"]`, "ab:42", "1:9", "0:", "2:b4AQ", "bAQ==", "bAQ", "b", "bA\nQID", "bAQ\r\nID", "4x\x1ebAQID\x1e6", "7", "b====", "bAQ=ID"} {
 		f.Add(seed, true)
 		f.Add(seed, false)
 	}
@@ -121,6 +123,13 @@ func FuzzValidPayload(f *testing.F) {
 		ok := validPayload(eio, []byte(body), "text/plain;charset=UTF-8")
 		if ok && (body == "" || (v4 && strings.Contains("\x1e"+body+"\x1e", "\x1e\x1e"))) {
 			t.Fatalf("EIO %s body %q accepted", eio, body)
+		}
+		// v4, checked in place: as the library's decoder judges it
+		if v4 && body != "" && !strings.Contains("\x1e"+body+"\x1e", "\x1e\x1e") {
+			_, err := eioparser.Parserv4().DecodePayload(types.NewStringBuffer([]byte(body)))
+			if got := validV4Packets([]byte(body)); got != (err == nil) {
+				t.Fatalf("body %q: checked %v, the library's decoder: %v", body, got, err)
+			}
 		}
 	})
 }
