@@ -483,6 +483,9 @@ func validV4Packets(body []byte) bool {
 		} else {
 			rest = nil
 		}
+		if len(pk) == 0 {
+			return false // (validPayload refuses those first)
+		}
 		switch c := pk[0]; {
 		case c == 'b':
 			// (StdEncoding.Decode skips \r and \n, as the library's
