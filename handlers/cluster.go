@@ -416,11 +416,11 @@ func (h *Sockets) resyncOnce() {
 	}
 	h.runResyncWork(tasks)
 	// The subscriptions are shown as they are, and the room events lost
-	// made up for (afterGap), once the nodes have registered their sockets again (each
-	// at its next lease renewal, within a second) if Redis lost its data:
-	// read at once, they showed every user of the cluster offline to their
-	// subscribers, and online again a moment later (a black-box audit,
-	// 2026-12-07).
+	// are made up for (afterGap), once the nodes have registered their
+	// sockets again (each at its next lease renewal, within a second) if
+	// Redis lost its data: read at once, the subscriptions showed every
+	// user of the cluster offline to their subscribers, and online again
+	// a moment later (a black-box audit, 2026-12-07).
 	if len(viewers) > 0 || h.rooms.anyShown() {
 		go func() {
 			if !h.sleep(time.Duration(viewerSettle.Load())) {
