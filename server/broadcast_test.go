@@ -199,21 +199,15 @@ func TestWebsocketWriteDeadlineCountsSlowConsumer(t *testing.T) {
 	}
 }
 
-// A socket that upgrades from polling to our websocket is sent broadcasts
-// on the websocket once the upgrade is done.
-func TestBroadcastAfterUpgrade(t *testing.T) {
-	ts := newTestServer(t, server.Config{})
-	if got := connectPolling(t, ts.URL, `{"token":"`+mint(t, "up-user")+`"}`); !strings.Contains(got, "session") {
-		t.Fatalf("polling connect: %q", got)
-	}
-	sid := pollingSid(t, ts)
-	u := "ws" + strings.TrimPrefix(ts.URL, "http") + "/socket.io/?EIO=4&transport=websocket&sid=" + sid
-	conn, _, err := ws.DefaultDialer.Dial(u, nil)
+// upgrade opens a websocket for the polling session sid, probes it and
+// sends the UPGRADE; its reads time out after timeout.
+func upgrade(t *testing.T, ts *testServer, sid string, timeout time.Duration) *ws.Conn {
+	t.Helper()
+	conn, _, err := ws.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http")+"/socket.io/?EIO=4&transport=websocket&sid="+sid, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
 	if err := conn.WriteMessage(ws.TextMessage, []byte("2probe")); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +217,18 @@ func TestBroadcastAfterUpgrade(t *testing.T) {
 	if err := conn.WriteMessage(ws.TextMessage, []byte("5")); err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// A socket that upgrades from polling to our websocket is sent broadcasts
+// on the websocket once the upgrade is done.
+func TestBroadcastAfterUpgrade(t *testing.T) {
+	ts := newTestServer(t, server.Config{})
+	if got := connectPolling(t, ts.URL, `{"token":"`+mint(t, "up-user")+`"}`); !strings.Contains(got, "session") {
+		t.Fatalf("polling connect: %q", got)
+	}
+	conn := upgrade(t, ts, pollingSid(t, ts), 3*time.Second)
+	defer conn.Close()
 	deadline := time.Now().Add(3 * time.Second)
 	for ts.Server.IO().Sockets().Sockets().Values()[0].Conn().Transport().Name() != "websocket" {
 		if time.Now().After(deadline) {

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	ws "github.com/gorilla/websocket"
-
 	"github.com/presenced/presenced/handlers"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/server"
@@ -21,6 +19,26 @@ import (
 type heldJoin struct {
 	presence.Engine
 	entered, release chan struct{}
+}
+
+// heldServer is a test server whose engine's joins wait for release.
+func heldServer(t *testing.T) (*heldJoin, *testServer) {
+	held := &heldJoin{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ts := newTestServerEngine(t, server.Config{}, handlers.SessionConfig{NodeID: "n1"}, func(e presence.Engine) presence.Engine {
+		held.Engine = e
+		return held
+	})
+	return held, ts
+}
+
+// heartbeats is a polling payload of n heartbeat events, with ack ids
+// from first on.
+func heartbeats(n, first int) string {
+	packets := make([]string, n)
+	for i := range packets {
+		packets[i] = fmt.Sprintf(`42%d["heartbeat",{}]`, first+i)
+	}
+	return strings.Join(packets, "\x1e")
 }
 
 func (h *heldJoin) Join(ctx context.Context, sid, conv string) (presence.JoinResult, error) {
@@ -38,11 +56,7 @@ func (h *heldJoin) Join(ctx context.Context, sid, conv string) (presence.JoinRes
 // once, and one user's 20 polling sockets took a node from 70 MB to 690 MB
 // (a black-box audit).
 func TestPollingPostQueuedInGroups(t *testing.T) {
-	held := &heldJoin{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	ts := newTestServerEngine(t, server.Config{}, handlers.SessionConfig{NodeID: "n1"}, func(e presence.Engine) presence.Engine {
-		held.Engine = e
-		return held
-	})
+	held, ts := heldServer(t)
 	u := pollingSocket(t, ts, "poster")
 	if resp, body := do(t, "POST", u, `421["conversation:join",{"conversationId":"c1"}]`, nil); resp.StatusCode != 200 {
 		t.Fatalf("join: %d %q", resp.StatusCode, body)
@@ -53,13 +67,10 @@ func TestPollingPostQueuedInGroups(t *testing.T) {
 		t.Fatal("the join did not reach the engine")
 	}
 	const events = 200
-	packets := make([]string, events)
-	for i := range packets {
-		packets[i] = fmt.Sprintf(`42%d["heartbeat",{}]`, i+2)
-	}
+	payload := heartbeats(events, 2)
 	answered := make(chan string, 1)
 	go func() {
-		resp, body := do(t, "POST", u, strings.Join(packets, "\x1e"), nil)
+		resp, body := do(t, "POST", u, payload, nil)
 		answered <- fmt.Sprint(resp.StatusCode, " ", body)
 	}()
 	select {
@@ -150,11 +161,7 @@ func TestPollingPostClosedMidway(t *testing.T) {
 // after the upgrade were refused by the closed polling transport and lost
 // (a black-box audit, 2026-12-07: 1,000 of 8,000 events handled).
 func TestPollingPostHandedWholeBeforeAnUpgrade(t *testing.T) {
-	held := &heldJoin{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	ts := newTestServerEngine(t, server.Config{}, handlers.SessionConfig{NodeID: "n1"}, func(e presence.Engine) presence.Engine {
-		held.Engine = e
-		return held
-	})
+	held, ts := heldServer(t)
 	u := pollingSocket(t, ts, "upgrader")
 	sid := u[strings.LastIndex(u, "sid=")+4:]
 	var mu sync.Mutex
@@ -187,13 +194,10 @@ func TestPollingPostHandedWholeBeforeAnUpgrade(t *testing.T) {
 	}
 	<-held.entered
 	const events = 200
-	packets := make([]string, events)
-	for i := range packets {
-		packets[i] = fmt.Sprintf(`42%d["heartbeat",{}]`, i+2)
-	}
+	payload := heartbeats(events, 2)
 	answered := make(chan string, 1)
 	go func() {
-		req, _ := http.NewRequest("POST", u, strings.NewReader(strings.Join(packets, "\x1e")))
+		req, _ := http.NewRequest("POST", u, strings.NewReader(payload))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			answered <- err.Error()
@@ -204,21 +208,8 @@ func TestPollingPostHandedWholeBeforeAnUpgrade(t *testing.T) {
 		answered <- fmt.Sprint(resp.StatusCode, " ", string(body))
 	}()
 	time.Sleep(100 * time.Millisecond) // its first group is in, the rest waits
-	conn, _, err := ws.DefaultDialer.Dial("ws"+strings.TrimPrefix(ts.URL, "http")+"/socket.io/?EIO=4&transport=websocket&sid="+sid, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := upgrade(t, ts, sid, 10*time.Second)
 	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if err := conn.WriteMessage(ws.TextMessage, []byte("2probe")); err != nil {
-		t.Fatal(err)
-	}
-	if _, m, err := conn.ReadMessage(); err != nil || string(m) != "3probe" {
-		t.Fatalf("probe: %q %v", m, err)
-	}
-	if err := conn.WriteMessage(ws.TextMessage, []byte("5")); err != nil {
-		t.Fatal(err)
-	}
 	time.Sleep(100 * time.Millisecond)
 	close(held.release)
 	if got := <-answered; got != "200 ok" {
