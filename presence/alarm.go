@@ -17,20 +17,29 @@ const (
 	alarmGap  = 5 * time.Millisecond
 )
 
-// typingAlarmStep is the resolution of the typing alarm (the Redis
-// engine's typingAlarm): each wake costs a round trip, and at 500 typing
-// changes/s a wake per 5 ms step cost more CPU than the bursts it spread
-// saved (delivery p99 110-173 against 62-86 ms on one node). Each wake's
-// check is also a transaction (MULTI, EXEC) around its conversations'
-// reads and removals: at 50 ms steps, two nodes with 100 expiries a
-// second between them ran 0.25 transactions per expiry against 0.48 at
-// 20 ms, and the typing benchmark's Redis commands per change fell from
-// 6.55-6.60 to 6.10-6.15 (the Node peer's 6.50), and on one node from
-// 6.33-6.43 to 5.79-6.05; delivery p99 at 100/s on one node was within
-// the rounds' spread (3.7-8.1 against 3.3-7.1 ms, seven rounds each;
-// 2026-12-07). An expiry's stop goes out up to 50 ms after the TTL, on a
-// TTL of seconds.
-const typingAlarmStep = 50 * time.Millisecond
+// typingAlarmStep and typingAlarmGap shape the typing alarm (the Redis
+// engine's typingAlarm): it rings at the moment an entry this node wrote
+// expires (to the millisecond), but no sooner than typingAlarmGap after
+// its last ring, so that a node checks its expiries at most 50 times a
+// second, each check one transaction for all that are due (MULTI, then
+// per conversation ZRANGEBYSCORE and ZREMRANGEBYSCORE, EXEC).
+//
+// Until 2026-12-08 the moments were rounded up to 50 ms steps: with 100
+// expiries a second the stops of 5 went out together, 5 × 99 deliveries
+// at once, and the starts arriving meanwhile waited behind them (the
+// typing benchmark on two nodes at 100 changes/s, 2,000 members: delivery
+// p99 8.9-11.2 ms, the Node peer's 9.3-12.1). Checked at each moment,
+// 5 ms steps: p99 6.6-10.1 ms, but 7.1 Redis commands and 3.6 reads a
+// change against 6.25 and 2.9 (the peer's 6.50 and 3.50); with the 20 ms
+// gap: p99 7.7-9.8 ms at 6.55 commands and 3.2 reads (three rounds each,
+// one run, 2026-12-08). An expiry's stop goes out up to 20 ms after the
+// TTL, on a TTL of seconds. (An earlier version of this alarm, with 5 ms
+// steps and no gap, cost more CPU at 500 changes/s than the bursts it
+// spread saved; the gap bounds the wakes whatever the rate.)
+const (
+	typingAlarmStep = time.Millisecond
+	typingAlarmGap  = 20 * time.Millisecond
+)
 
 // alarmMax bounds the moments an alarm keeps; past it, moments are not
 // kept and their timers wait for the tick, as every timer did before.

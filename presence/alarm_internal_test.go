@@ -143,6 +143,25 @@ func TestRedisTypingStartSetsAlarm(t *testing.T) {
 	if n := e.alarm.pending(); n != 0 {
 		t.Fatalf("%d grace moments after a typing start, want none", n)
 	}
+	// A start a few ms later keeps a moment of its own: its stop goes out
+	// at its expiry, not with the first one's (until 2026-12-08 both were
+	// rounded up to one 50 ms step, and their stops went out together).
+	if err := e.Connect(ctx, Socket{ID: "s2", UserID: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Join(ctx, "s2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * typingAlarmStep)
+	if err := e.TypingStart(ctx, "s2", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.typingAlarm.pending(); n != 2 {
+		t.Fatalf("%d typing alarm moments for two starts %v apart, want 2", n, 3*typingAlarmStep)
+	}
+	if e.typingAlarm.gap != typingAlarmGap {
+		t.Fatalf("typing alarm gap %v, want %v", e.typingAlarm.gap, typingAlarmGap)
+	}
 }
 
 func (a *alarm) pending() int {

@@ -178,7 +178,7 @@ func NewRedisEngine(rdb redis.UniversalClient, cfg Config, rcfg RedisConfig) *Re
 		leaving: map[string]struct{}{}, leavingConv: map[sidConv]struct{}{},
 		regBuckets:  regMinBuckets,
 		alarm:       newAlarm(alarmStep, alarmGap),
-		typingAlarm: newAlarm(typingAlarmStep, 0),
+		typingAlarm: newAlarm(typingAlarmStep, typingAlarmGap),
 		away:        newAwayWatch(),
 		reaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "presenced_nodes_reaped_total",

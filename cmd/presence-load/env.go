@@ -411,6 +411,27 @@ func (e *env) commandStats(ctx context.Context) (cmdStats, error) {
 	return out, nil
 }
 
+// readsProcessed is INFO stats' total_reads_processed: the reads Redis
+// made from its clients' connections. A client that sends each operation
+// on its own costs Redis a read (a wake of its event loop, a syscall, a
+// parse) per operation; one that pipelines many operations in one write
+// costs one read for all of them. Redis's CPU follows these reads more
+// than its commands. -1 if unknown.
+func (e *env) readsProcessed(ctx context.Context) int64 {
+	info, err := e.rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
 // sub returns s − before.
 func (s cmdStats) sub(before cmdStats) cmdStats {
 	out := cmdStats{}

@@ -195,6 +195,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 	resumeGC := pauseGC() // until the deliveries have drained
 	defer resumeGC()
 	cs0, _ := e.commandStats(ctx)
+	rd0 := e.readsProcessed(ctx)
 	c0 := e.cpu(pids...)
 	start := time.Now()
 	end := start.Add(o.typingDur)
@@ -230,6 +231,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 	}
 	c1 := e.cpu(pids...)
 	cs1, _ := e.commandStats(ctx) // the window's commands, without the expiries and writes of the drain
+	rd1 := e.readsProcessed(ctx)
 	// late deliveries: wait until they stop arriving (at most 20 s)
 	drain := time.Now()
 	for prev := int64(-1); time.Since(drain) < 20*time.Second && ctx.Err() == nil; {
@@ -261,6 +263,12 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 		net := cs1.sub(cs0).withoutOwn()
 		r.printf("  Redis commands per change (the window, all nodes): %s\n", cmdBreakdown(net, float64(sent.Load())))
 		r.fig(scen, "redis_commands_per_change", float64(net.total())/float64(sent.Load()), "commands", "lower")
+	}
+	if rd0 >= 0 && rd1 >= 0 && sent.Load() > 0 {
+		// (the two INFO calls of the window are among them: 2 reads)
+		reads := float64(rd1-rd0-2) / float64(sent.Load())
+		r.printf("  Redis reads from clients per change (the window, all nodes; each a wake of Redis's event loop): %.2f\n", reads)
+		r.fig(scen, "redis_reads_per_change", reads, "reads", "lower")
 	}
 	r.figHist(scen, "delivery", &ts.all)
 	if nodes > 1 {
