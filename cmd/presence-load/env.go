@@ -390,6 +390,17 @@ func (e *env) usedMemory(ctx context.Context) (redisMemory, error) {
 type cmdStats map[string]int64
 
 func (e *env) commandStats(ctx context.Context) (cmdStats, error) {
+	return e.commandField(ctx, "calls=")
+}
+
+// commandTimes is INFO commandstats: the µs Redis spent in each command
+// (its own work: not the reads and writes of its clients' connections).
+func (e *env) commandTimes(ctx context.Context) (cmdStats, error) {
+	return e.commandField(ctx, "usec=")
+}
+
+// commandField is one field of INFO commandstats per command.
+func (e *env) commandField(ctx context.Context, field string) (cmdStats, error) {
 	info, err := e.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
@@ -403,7 +414,7 @@ func (e *env) commandStats(ctx context.Context) (cmdStats, error) {
 		}
 		name, fields, _ := strings.Cut(rest, ":")
 		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
+			if v, ok := strings.CutPrefix(f, field); ok {
 				out[name], _ = strconv.ParseInt(v, 10, 64)
 			}
 		}

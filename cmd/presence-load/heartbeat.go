@@ -188,6 +188,7 @@ func runHeartbeat(ctx context.Context, o *options, r *report) error {
 	r.fig("heartbeat", "join_failed", float64(fs.joinFail.Load()+fs.failed.Load()), "joins", "lower")
 	r.fig("heartbeat", "setup_other_processes_cpu", c0.others(c1).Seconds()/c1.at.Sub(c0.at).Seconds(), "cores", "none")
 	r.fig("heartbeat", "setup_server_cpu_per_socket", float64((c1.server-c0.server).Microseconds())/float64(len(live)), "µs", "lower")
+	r.fig("heartbeat", "setup_redis_cpu_per_socket", float64((c1.redis-c0.redis).Microseconds())/float64(len(live)), "µs", "lower")
 
 	o.logf("heartbeat: settling")
 	time.Sleep(3 * time.Second)

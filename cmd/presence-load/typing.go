@@ -196,6 +196,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 	defer resumeGC()
 	cs0, _ := e.commandStats(ctx)
 	rd0 := e.readsProcessed(ctx)
+	us0, _ := e.commandTimes(ctx)
 	c0 := e.cpu(pids...)
 	start := time.Now()
 	end := start.Add(o.typingDur)
@@ -232,6 +233,7 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 	c1 := e.cpu(pids...)
 	cs1, _ := e.commandStats(ctx) // the window's commands, without the expiries and writes of the drain
 	rd1 := e.readsProcessed(ctx)
+	us1, _ := e.commandTimes(ctx)
 	// late deliveries: wait until they stop arriving (at most 20 s)
 	drain := time.Now()
 	for prev := int64(-1); time.Since(drain) < 20*time.Second && ctx.Err() == nil; {
@@ -269,6 +271,13 @@ func typingWindow(ctx context.Context, o *options, r *report, e *env, conns []*c
 		reads := float64(rd1-rd0-2) / float64(sent.Load())
 		r.printf("  Redis reads from clients per change (the window, all nodes; each a wake of Redis's event loop): %.2f\n", reads)
 		r.fig(scen, "redis_reads_per_change", reads, "reads", "lower")
+	}
+	if us0 != nil && us1 != nil && sent.Load() > 0 {
+		// Redis's CPU less this is what its connections' reads and
+		// writes, Pub/Sub deliveries included, and its event loop cost
+		us := us1.sub(us0).withoutOwn()
+		r.printf("  Redis µs in commands per change (the window, all nodes): %s\n", cmdBreakdown(us, float64(sent.Load())))
+		r.fig(scen, "redis_command_us_per_change", float64(us.total())/float64(sent.Load()), "µs", "lower")
 	}
 	r.figHist(scen, "delivery", &ts.all)
 	if nodes > 1 {
