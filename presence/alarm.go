@@ -18,26 +18,31 @@ const (
 )
 
 // typingAlarmStep and typingAlarmGap shape the typing alarm (the Redis
-// engine's typingAlarm): it rings at the moment an entry this node wrote
-// expires (to the millisecond), but no sooner than typingAlarmGap after
-// its last ring, so that a node checks its expiries at most 50 times a
-// second, each check one transaction for all that are due (MULTI, then
-// per conversation ZRANGEBYSCORE and ZREMRANGEBYSCORE, EXEC).
+// engine's typingAlarm): it rings when an entry this node wrote expires
+// (its moment rounded up to 5 ms), but no sooner than typingAlarmGap
+// after its last ring, so that a node checks its expiries at most 50
+// times a second, each check one transaction for all that are due
+// (MULTI, then per conversation ZRANGEBYSCORE and ZREMRANGEBYSCORE,
+// EXEC). The 5 ms steps keep the moments pending under alarmMax for a
+// TTL up to 20 s, whatever the rate of starts (1 ms steps would not past
+// 820 starts a second on a 5 s TTL: the moments beyond the bound wait for
+// the tick).
 //
 // Until 2026-12-08 the moments were rounded up to 50 ms steps: with 100
 // expiries a second the stops of 5 went out together, 5 × 99 deliveries
 // at once, and the starts arriving meanwhile waited behind them (the
 // typing benchmark on two nodes at 100 changes/s, 2,000 members: delivery
-// p99 8.9-11.2 ms, the Node peer's 9.3-12.1). Checked at each moment,
-// 5 ms steps: p99 6.6-10.1 ms, but 7.1 Redis commands and 3.6 reads a
-// change against 6.25 and 2.9 (the peer's 6.50 and 3.50); with the 20 ms
-// gap: p99 7.7-9.8 ms at 6.55 commands and 3.2 reads (three rounds each,
-// one run, 2026-12-08). An expiry's stop goes out up to 20 ms after the
-// TTL, on a TTL of seconds. (An earlier version of this alarm, with 5 ms
-// steps and no gap, cost more CPU at 500 changes/s than the bursts it
-// spread saved; the gap bounds the wakes whatever the rate.)
+// p99 8.9-11.2 ms, the Node peer's 9.3-12.1). With 5 ms steps and no
+// gap: p99 6.6-10.1 ms, but 7.1 Redis commands and 3.6 reads a change
+// against 6.25 and 2.9 (the peer's 6.50 and 3.50); with 1 ms steps and
+// the 20 ms gap: p99 7.7-9.8 ms at 6.55 commands and 3.2 reads (three
+// rounds each, one run, 2026-12-08). An expiry's stop goes out up to
+// 25 ms after the TTL, on a TTL of seconds. (An earlier version of this
+// alarm, with 5 ms steps and no gap, cost more CPU at 500 changes/s than
+// the bursts it spread saved; the gap bounds the wakes whatever the
+// rate.)
 const (
-	typingAlarmStep = time.Millisecond
+	typingAlarmStep = 5 * time.Millisecond
 	typingAlarmGap  = 20 * time.Millisecond
 )
 

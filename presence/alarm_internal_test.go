@@ -169,3 +169,19 @@ func (a *alarm) pending() int {
 	defer a.mu.Unlock()
 	return len(a.at)
 }
+
+// The typing alarm keeps a moment for every start of a busy node: 2,000
+// starts a second for a TTL of 5 s fit its steps under alarmMax, so none
+// of their expiries waits for the tick.
+func TestTypingAlarmKeepsABusyNodesMoments(t *testing.T) {
+	a := newAlarm(typingAlarmStep, typingAlarmGap)
+	defer a.stop()
+	start := time.Now().Add(time.Hour)
+	ttl := 5 * time.Second
+	for i := range 10_000 {
+		a.set(start.Add(time.Duration(i) * ttl / 10_000))
+	}
+	if n, limit := a.pending(), int(ttl/typingAlarmStep)+1; n > limit || n >= alarmMax {
+		t.Fatalf("%d moments pending, want at most %d and under alarmMax %d", n, limit, alarmMax)
+	}
+}
