@@ -655,6 +655,7 @@ func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 	slot.latest = state
 	if state != nil {
 		slot.setAt = time.Now()
+		h.lastStates.set(conv, c.UserID, c.sid, slot.setAt, h.cfg.StateInterval)
 	}
 	if slot.timer != nil {
 		return // a send is scheduled; it will take the latest
@@ -671,6 +672,13 @@ func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 			return
 		}
 		slot.timer = nil
+		if slot.latest != nil && h.lastStates.newer(conv, c.UserID, c.sid, slot.setAt) {
+			// Another socket of the user set a state after this one
+			// (CONTRACT §1: last write wins): this one, held by the
+			// throttle, is not shown over it; it stays this socket's, and
+			// shows again if that one is cleared (RestoreState).
+			return
+		}
 		h.sendStateLocked(c, conv, slot)
 	})
 }
@@ -681,6 +689,7 @@ func (h *Sockets) sendStateLocked(c *Conn, conv string, slot *stateSlot) {
 	h.rooms.State(conv, c.UserID, c.sid, slot.latest)
 	if slot.latest == nil {
 		delete(c.states, conv)
+		h.lastStates.cleared(conv, c.UserID, c.sid)
 		go h.RestoreState(conv, c.UserID, slot.sent)
 	}
 }
@@ -698,10 +707,76 @@ func (h *Sockets) clearState(c *Conn, conv string) {
 		slot.timer.Stop()
 	}
 	delete(c.states, conv)
+	h.lastStates.cleared(conv, c.UserID, c.sid)
 	if slot.visible {
 		h.rooms.State(conv, c.UserID, c.sid, nil)
 		go h.RestoreState(conv, c.UserID, time.Now())
 	}
+}
+
+// lastStates records, for each user and conversation, the latest state
+// set that this node knows of: one of its sockets' (by socket id), or
+// another node's (sid "": the moment its broadcast arrived). A state held
+// by a socket's throttle is not sent once a later one is recorded: it
+// went out after the later one, and every member showed the older state
+// for good (a black-box audit, 2026-12-08: two devices, the second
+// setting its state within 100 ms of the first's second set, 30 of 30
+// tries). Between nodes, "later" is when the other node's broadcast
+// arrived here: a state set on another node a few milliseconds before
+// this node's held one may still be taken for the later one.
+//
+// A record matters only while a held state can be older than it, at most
+// StateInterval: older records go, a sweep at a time once there are many.
+type lastStates struct {
+	mu sync.Mutex
+	m  map[stateKey]lastState
+}
+
+type stateKey struct{ conv, user string }
+
+type lastState struct {
+	at  time.Time
+	sid string // the socket that set it, "" for another node's
+}
+
+// lastStatesSweep is how many records trigger a sweep of the old ones.
+const lastStatesSweep = 1024
+
+// set records a state set at at by socket sid ("" for another node's).
+func (l *lastStates) set(conv, user, sid string, at time.Time, interval time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[stateKey]lastState{}
+	}
+	if len(l.m) >= lastStatesSweep {
+		for k, v := range l.m {
+			if at.Sub(v.at) > 2*interval {
+				delete(l.m, k)
+			}
+		}
+	}
+	l.m[stateKey{conv, user}] = lastState{at, sid}
+}
+
+// cleared forgets the record if it is sid's (or, with sid "", another
+// node's): the state it recorded is not the user's any more.
+func (l *lastStates) cleared(conv, user, sid string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := stateKey{conv, user}
+	if v, ok := l.m[k]; ok && v.sid == sid {
+		delete(l.m, k)
+	}
+}
+
+// newer reports whether a state of user in conv was set after setAt by
+// another socket than sid (of this node or another).
+func (l *lastStates) newer(conv, user, sid string, setAt time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.m[stateKey{conv, user}]
+	return ok && v.sid != sid && v.at.After(setAt)
 }
 
 // RestoreState shows again, after a `state: null` of user in conv went
@@ -771,8 +846,15 @@ func (h *Sockets) RemoteBroadcast(data any) {
 	}
 	switch name {
 	case "state":
-		if st, has := p["state"]; has && st == nil {
+		st, has := p["state"]
+		if !has {
+			return
+		}
+		if st == nil {
+			h.lastStates.cleared(conv, user, "")
 			go h.RestoreState(conv, user, time.Now())
+		} else {
+			h.lastStates.set(conv, user, "", time.Now(), h.cfg.StateInterval)
 		}
 	case "presence:join":
 		h.rooms.noteJoin(conv, user)

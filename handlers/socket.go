@@ -98,6 +98,8 @@ type Sockets struct {
 
 	unavailable unavailableLog // events failed with a backend down (events.go)
 
+	lastStates lastStates // the latest state set of each user's, by conversation (events.go)
+
 	redelivering atomic.Int64  // notices being told again (cluster.go)
 	resyncing    atomic.Int32  // ResyncAfterGap calls running or due
 	stop         chan struct{} // closed by Close

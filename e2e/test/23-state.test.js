@@ -195,6 +195,27 @@ for (const kind of TOPOLOGIES) {
       assert.deepEqual(got[0], null, `the leave's null first: ${JSON.stringify(got)}`);
     });
 
+    it("last write wins over the throttle: a held state is not shown over a later one of the user's other socket, and shows again once that one is cleared", { timeout: 30000 }, async (t) => {
+      const { topo, c, B, a, b } = await startPair(kind, { t, db: store.db, args: [], tag: '23h' });
+      // b is on node 2, b2 on node 1 (the same node when single)
+      const b2 = await joinUser(topo.url1, B, c, { t });
+      await stateSeen(a, b, c, { a: 0 });
+      const mark = a.rec.mark();
+      // within b's throttle interval: held
+      assert.deepEqual(await ack(b.socket, 'state:set', { conversationId: c, state: { a: 1 } }), { ok: true });
+      await sleep(20);
+      assert.deepEqual(await ack(b2.socket, 'state:set', { conversationId: c, state: { y: 1 } }), { ok: true });
+      await sleep(500);
+      const got = a.rec.list('state', { since: mark }).map((e) => e.payload.state);
+      assert.deepEqual(got, [{ y: 1 }], `b2's later state, not b's held one over it: ${JSON.stringify(got)}`);
+      // b2 clears: b's state (its last, held one) is B's again
+      const markClear = a.rec.mark();
+      assert.deepEqual(await ack(b2.socket, 'state:set', { conversationId: c, state: null }), { ok: true });
+      await a.rec.wait('state', { since: markClear, pred: (p) => p.state?.a === 1, timeoutMs: 5000, label: 'state {a:1} again' });
+      await sleep(300);
+      assert.deepEqual(stateAndLeaves(a, markClear), [['state', B, null], ['state', B, { a: 1 }]], a.rec.dump(markClear));
+    });
+
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23e' });
       const markA = await stateSeen(a, b, c, { y: 2 });
