@@ -30,6 +30,7 @@ type Builder struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	pub    *publisher
+	mode   sync.WaitGroup // watchMode
 
 	mu       sync.Mutex
 	adapters map[*NamespaceAdapter]struct{}
@@ -40,7 +41,8 @@ var _ socket.AdapterConstructor = (*Builder)(nil)
 
 // New returns a Builder of Redis adapters over client. It does no I/O: the
 // subscriptions are made in the background, and come back by themselves
-// after a Redis outage. Its goroutines end with ctx or Close.
+// after a Redis outage; the beacon of its Pub/Sub mode is kept there too
+// (watchMode). Its goroutines end with ctx or Close.
 func New(ctx context.Context, client redis.UniversalClient, cfg Config) (*Builder, error) {
 	if client == nil {
 		return nil, errors.New("adapter: nil redis client")
@@ -59,6 +61,7 @@ func New(ctx context.Context, client redis.UniversalClient, cfg Config) (*Builde
 	b.ctx, b.cancel = context.WithCancel(ctx)
 	b.pub = newPublisher(b.ctx, client, b.cfg)
 	warnOptions(b.log, client)
+	b.mode.Go(b.watchMode)
 	return b, nil
 }
 
@@ -110,6 +113,7 @@ func (b *Builder) Close() error {
 	}
 	b.cancel()
 	b.pub.wait()
+	b.mode.Wait()
 	return nil
 }
 

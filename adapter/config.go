@@ -53,6 +53,11 @@ type Config struct {
 	// fails at once (and is counted). Default 4096.
 	MaxPendingPublishes int
 
+	// Name identifies this node in the beacon of its Pub/Sub mode, which
+	// a node of the other mode on the same Prefix finds (OtherMode): the
+	// node id, say. Optional.
+	Name string
+
 	// Log receives the adapter's own logs; nil discards them.
 	Log *slog.Logger
 

@@ -247,7 +247,7 @@ var settings = []setting{
 		c.RedisPrefix = v
 		return nil
 	}},
-	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
+	{"PRESENCE_REDIS_SHARDED", "false", "use sharded pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7+); every node of a cluster the same (a node that finds a live node of the other mode refuses to start)", boolean(func(c *Config) *bool { return &c.RedisSharded })},
 	{"DATABASE_URL", "", "PostgreSQL URL (postgres://user:pass@host:port/db); default: the embedded store file PRESENCE_DATA",
 		func(c *Config, v string) error {
 			if err := serverURL(func(c *Config) *string { return &c.DatabaseURL }, "must be a postgres:// URL", "postgres", "postgresql")(c, v); err != nil || v == "" {

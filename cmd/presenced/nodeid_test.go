@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presenced/presenced/adapter"
 	"github.com/presenced/presenced/internal/redistest"
 	"github.com/presenced/presenced/presence"
 	"github.com/presenced/presenced/store/storetest"
@@ -150,5 +151,34 @@ func cleanPrefix(addr, prefix string) {
 	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		rdb.Del(ctx, iter.Val())
+	}
+}
+
+// A node whose Pub/Sub mode (PRESENCE_REDIS_SHARDED) is not that of a live
+// node of the cluster refuses to start: exit 2, naming the setting and
+// the other node. (A mismatched node ran with no word, sharing the
+// presence data and hearing none of the others' room events.)
+func TestServePubSubModeMismatch(t *testing.T) {
+	rdb := redistest.Client(t)
+	opt := rdb.Options()
+	prefix, id := "test-mode-"+randomSuffix(), "sharded-"+randomSuffix()
+	t.Cleanup(func() { cleanPrefix(opt.Addr, prefix) })
+	live, err := adapter.New(context.Background(), rdb, adapter.Config{Prefix: prefix, Sharded: true, Name: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = live.Close() })
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if other, _ := adapter.OtherMode(context.Background(), rdb, prefix, false); other == id {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sharded node's beacon is not in Redis")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, msg := serveExit(t, serveEnv(t, opt.Addr, prefix, "classic-"+randomSuffix()), 20*time.Second)
+	if code != 2 || !strings.Contains(msg, "PRESENCE_REDIS_SHARDED") || !strings.Contains(msg, id) {
+		t.Fatalf("exit %d %q, want 2 naming PRESENCE_REDIS_SHARDED and %s", code, msg, id)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +85,33 @@ func TestClusterFailoverFollowed(t *testing.T) {
 	t.Logf("killed %s; the cluster whole %s later, the write %s after that",
 		dead, whole.Sub(killed).Round(time.Millisecond), time.Since(whole).Round(time.Millisecond))
 	redistest.Eventually(t, 10*time.Second, "the readiness check passing again", func() bool { return redisAnswers(ctx, rdb) == nil })
+}
+
+// A Redis that refuses the URL's password, or needs one the URL lacks, is
+// told apart from one that cannot be reached: the start's log line names
+// the credentials.
+func TestRedisRefusedCredentials(t *testing.T) {
+	r := redistest.StartProc(t)
+	ctx := context.Background()
+	if err := r.Client().ConfigSet(ctx, "requirepass", "right-"+randomSuffix()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{"redis://:wrong@" + r.Addr(), "redis://" + r.Addr(), "redis://someone:wrong@" + r.Addr()} {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(opts)
+		err = c.Ping(ctx).Err()
+		_ = c.Close()
+		if err == nil || !redisRefusedCredentials(err) {
+			t.Errorf("%s: %v, want it taken for refused credentials", url, err)
+		}
+	}
+	// a server that is not there is not
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)), MaxRetries: -1})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err == nil || redisRefusedCredentials(err) {
+		t.Errorf("unreachable: %v, want an error not taken for refused credentials", err)
+	}
 }

@@ -253,7 +253,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		perr = a.rdb.Ping(pctx).Err()
 		cancel()
-		if perr != nil {
+		switch {
+		case perr != nil && redisRefusedCredentials(perr):
+			// reachable, but it refuses this node: the URL's user or
+			// password (a docs audit, 2026-12-08: "not reachable" sent
+			// the operator to the network)
+			log.Error("redis refused this node's credentials at start (check the user and password in REDIS_URL); will retry", "err", perr)
+		case perr != nil:
 			log.Warn("redis not reachable at start; will retry", "err", perr)
 		}
 		ready = append(ready, server.Check{Name: "redis", Check: func(ctx context.Context) error { return redisAnswers(ctx, a.rdb) }})
@@ -295,6 +301,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		a.metrics.Registry.MustRegister(eng.Collectors()...)
 		a.engine = eng
 		if err := claimNodeID(ctx, eng, cfg, log, perr); err != nil {
+			return nil, err
+		}
+		if err := checkPubSubMode(ctx, a.rdb, cfg, perr); err != nil {
 			return nil, err
 		}
 	} else {
@@ -365,6 +374,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 		b, err := adapter.New(context.WithoutCancel(ctx), a.rdb, adapter.Config{
 			Prefix:               cfg.RedisPrefix,
 			Sharded:              cfg.RedisSharded,
+			Name:                 cfg.NodeID,
 			AcceptClassicEmitter: true,
 			Log:                  log,
 			Observer:             metrics.AdapterObserver{M: a.metrics},
@@ -462,6 +472,38 @@ func claimNodeID(ctx context.Context, eng *presence.RedisEngine, cfg Config, log
 		log.Warn("node id not claimed yet; claiming it at the first connection to redis", "err", err)
 	}
 	return nil
+}
+
+// redisRefusedCredentials reports whether err is Redis refusing the
+// client's user or password (AUTH failed, or none given where one is
+// needed).
+func redisRefusedCredentials(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") ||
+		strings.Contains(msg, "invalid username-password pair")
+}
+
+// checkPubSubMode refuses to start a node whose Pub/Sub mode
+// (PRESENCE_REDIS_SHARDED) is not that of a live node of the cluster: the
+// two would share the presence data and never hear each other's room
+// events. A node started while Redis was unreachable is not checked here;
+// its adapter logs an error once it finds such a node.
+func checkPubSubMode(ctx context.Context, rdb redis.UniversalClient, cfg Config, pingErr error) error {
+	if pingErr != nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	other, err := adapter.OtherMode(cctx, rdb, cfg.RedisPrefix, cfg.RedisSharded)
+	if err != nil || other == "" {
+		return nil // (unreachable now: the adapter checks again)
+	}
+	mode, theirs := "classic", "sharded"
+	if cfg.RedisSharded {
+		mode, theirs = theirs, mode
+	}
+	return &ConfigError{Setting: "PRESENCE_REDIS_SHARDED (--redis-sharded)", Value: strconv.FormatBool(cfg.RedisSharded),
+		Err: fmt.Errorf("node %s of this cluster (PRESENCE_REDIS_PREFIX %q) uses %s pub/sub, this one %s: every node must use the same mode, or room events do not cross between them", other, cfg.RedisPrefix, theirs, mode)}
 }
 
 // nodeIDTaken is the configuration error of a duplicate node id.
