@@ -469,7 +469,11 @@ func parseConfig(name string, args []string, lookupEnv func(string) (string, boo
 	}
 	if err := fs.Parse(bareBools(args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(usageOut)
+			if u, ok := commandUsage[name]; ok {
+				fmt.Fprint(usageOut, u)
+			} else {
+				printUsage(usageOut)
+			}
 			return Config{}, nil, errUsage
 		}
 		// (the arguments are not shown: they may hold secrets; the
@@ -753,6 +757,37 @@ func parseSize(v string) (int64, error) {
 		return 0, errors.New("too large")
 	}
 	return n * mult, nil
+}
+
+// commandUsage is the --help text of each command but serve (whose is
+// printUsage's, with every setting): what the command does and the
+// settings it reads. It accepts every setting's flag, as serve does.
+var commandUsage = map[string]string{
+	"token": `Usage: presenced token <userId> [--valid-for 24h] [flags]
+
+Prints a client token for <userId> on stdout (HS256), valid for --valid-for.
+It reads these settings (variables or flags, as the server does):
+  --jwt-secret    PRESENCE_JWT_SECRET    the signing secret (in dev mode, without it:
+                                         the generated dev secret beside PRESENCE_DATA)
+  --data          PRESENCE_DATA          dev mode: which store's dev secret (default ./presenced.db)
+  --jwt-audience  PRESENCE_JWT_AUDIENCE  the token's "aud": the first audience listed
+  --jwt-issuer    PRESENCE_JWT_ISSUER    the token's "iss"
+Every other setting's flag is accepted and ignored. presenced --help lists them all.
+`,
+	"migrate": `Usage: presenced migrate [up|status] [flags]
+
+Applies the schema migrations (up, the default) or shows which are applied
+(status), on DATABASE_URL (--database-url), else on the embedded store at
+PRESENCE_DATA (--data, default ./presenced.db). A node applies them itself when it
+starts; this runs them once before the nodes (docker-compose.yml does).
+presenced --help lists every setting.
+`,
+	"healthcheck": `Usage: presenced healthcheck [--addr :3000] [flags]
+
+Exits 0 if the server on this host answers /healthz on the port of
+PRESENCE_ADDR (--addr), 1 if not: for a container's health check.
+presenced --help lists every setting.
+`,
 }
 
 func printUsage(w io.Writer) {

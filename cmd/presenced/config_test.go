@@ -374,6 +374,31 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+// Each command's --help says what it does and which settings it reads,
+// not the server's 80 lines (a docs audit, 2026-12-08: token's own flags
+// were in no usage line).
+func TestCommandHelp(t *testing.T) {
+	for cmd, want := range map[string][]string{
+		"token":       {"Usage: presenced token <userId>", "--jwt-secret", "--jwt-audience", "--jwt-issuer", "--data", "--valid-for"},
+		"migrate":     {"Usage: presenced migrate [up|status]", "DATABASE_URL", "PRESENCE_DATA"},
+		"healthcheck": {"Usage: presenced healthcheck", "/healthz", "--addr"},
+	} {
+		var out bytes.Buffer
+		err := run(context.Background(), []string{cmd, "--help"}, env(), &out, &bytes.Buffer{})
+		if !errors.Is(err, errUsage) || exitCode(err, &bytes.Buffer{}) != 0 {
+			t.Fatalf("%s --help: %v", cmd, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s --help lacks %q:\n%s", cmd, w, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "Settings:") {
+			t.Errorf("%s --help prints the server's settings:\n%s", cmd, out.String())
+		}
+	}
+}
+
 func TestTokenCommand(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "presenced.db")
