@@ -175,10 +175,11 @@ func (a *NamespaceAdapter) SocketInRoom(id socket.SocketId, room socket.Room) bo
 	return a.local.SocketInRoom(id, room)
 }
 
-// delivered tells Config.Delivered of a broadcast from elsewhere.
-func (a *NamespaceAdapter) delivered(packet *parser.Packet) {
+// delivered tells Config.Delivered of a broadcast from elsewhere: origin
+// is the uid of the node (or emitter) that sent it.
+func (a *NamespaceAdapter) delivered(origin string, packet *parser.Packet) {
 	if f := a.b.cfg.Delivered; f != nil {
-		f(packet)
+		f(origin, packet)
 	}
 }
 

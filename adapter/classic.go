@@ -119,7 +119,7 @@ func (a *NamespaceAdapter) onClassicBroadcast(channel, payload string, emitterOn
 		return
 	}
 	a.Adapter.Broadcast(packet, opts)
-	a.delivered(packet)
+	a.delivered(uid, packet)
 }
 
 // onClassicRequest handles a request of another node or of an emitter.

@@ -66,9 +66,10 @@ type Config struct {
 
 	// Delivered, if set, is called with the packet of each broadcast from
 	// another node or an emitter once it went to this node's sockets (not
-	// for one asking for acknowledgements), on the subscription's
-	// goroutine: it must not block.
-	Delivered func(*parser.Packet)
+	// for one asking for acknowledgements), and the uid of the adapter (or
+	// emitter) that sent it, on the subscription's goroutine: it must not
+	// block.
+	Delivered func(origin string, packet *parser.Packet)
 
 	// OwnEvents and Peers: server-side events whose name starts with
 	// OwnEvents (non-empty) are answered by this program's nodes only, not

@@ -402,7 +402,7 @@ func TestDelivered(t *testing.T) {
 			var seen []any
 			cfg := adapter.Config{Prefix: prefix, Sharded: m.sharded, RequestsTimeout: 2 * time.Second}
 			cfg2 := cfg
-			cfg2.Delivered = func(p *parser.Packet) {
+			cfg2.Delivered = func(_ string, p *parser.Packet) {
 				mu.Lock()
 				seen = append(seen, p.Data)
 				mu.Unlock()

@@ -94,7 +94,7 @@ func (a *NamespaceAdapter) onShardedMessage(channel, payload string) {
 		requestID, withAck := data["requestId"].(string)
 		if !withAck {
 			a.Adapter.Broadcast(packet, opts)
-			a.delivered(packet)
+			a.delivered(uid, packet)
 			return
 		}
 		a.Adapter.BroadcastWithAck(packet, opts, func(clientCount uint64) {

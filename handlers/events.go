@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -655,7 +656,7 @@ func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 	slot.latest = state
 	if state != nil {
 		slot.setAt = time.Now()
-		h.lastStates.set(conv, c.UserID, c.sid, slot.setAt, h.cfg.StateInterval)
+		h.lastStates.set(conv, c.UserID, localSetter(c.sid), slot.setAt)
 	}
 	if slot.timer != nil {
 		return // a send is scheduled; it will take the latest
@@ -689,7 +690,7 @@ func (h *Sockets) sendStateLocked(c *Conn, conv string, slot *stateSlot) {
 	h.rooms.State(conv, c.UserID, c.sid, slot.latest)
 	if slot.latest == nil {
 		delete(c.states, conv)
-		h.lastStates.cleared(conv, c.UserID, c.sid)
+		h.lastStates.cleared(conv, c.UserID, localSetter(c.sid))
 		go h.RestoreState(conv, c.UserID, slot.sent)
 	}
 }
@@ -707,76 +708,128 @@ func (h *Sockets) clearState(c *Conn, conv string) {
 		slot.timer.Stop()
 	}
 	delete(c.states, conv)
-	h.lastStates.cleared(conv, c.UserID, c.sid)
+	h.lastStates.cleared(conv, c.UserID, localSetter(c.sid))
 	if slot.visible {
 		h.rooms.State(conv, c.UserID, c.sid, nil)
 		go h.RestoreState(conv, c.UserID, time.Now())
 	}
 }
 
-// lastStates records, for each user and conversation, the latest state
-// set that this node knows of: one of its sockets' (by socket id), or
-// another node's (sid "": the moment its broadcast arrived). A state held
-// by a socket's throttle is not sent once a later one is recorded: it
-// went out after the later one, and every member showed the older state
-// for good (a black-box audit, 2026-12-08: two devices, the second
-// setting its state within 100 ms of the first's second set, 30 of 30
-// tries). Between nodes, "later" is when the other node's broadcast
-// arrived here: a state set on another node a few milliseconds before
-// this node's held one may still be taken for the later one.
+// lastStates records, for each user and conversation, when each of the
+// user's sockets here set the state it shows, and when each other node's
+// last state of the user there arrived: what "last write wins" (CONTRACT
+// §1) is decided on, where each socket keeps its own state.
+//   - A state held by a socket's throttle is not sent once a later one is
+//     recorded (newer): it went out after the later one, and every member
+//     showed the older state for good (a black-box audit, 2026-12-08: two
+//     devices, the second setting its state within 100 ms of the first's
+//     second set, 30 of 30 tries).
+//   - After a `state: null`, a node shows its own last setter's state
+//     again only if no other node's is later (laterRemote): with a user's
+//     sockets on three nodes, the two left each showed their own, in
+//     either order, and members of one room ended on different states
+//     for good (the same audit: 15 of 24 on the older one).
 //
-// A record matters only while a held state can be older than it, at most
-// StateInterval: older records go, a sweep at a time once there are many.
+// Between nodes, "later" is when the other node's broadcast arrived here:
+// a state set there a few milliseconds before this node's may still be
+// taken for the later one. A record goes when its state is cleared (the
+// socket's null, leave or disconnect; the other node's null) or the user
+// leaves the conversation; what a crashed node showed stays until then.
 type lastStates struct {
 	mu sync.Mutex
-	m  map[stateKey]lastState
+	m  map[stateKey]map[string]time.Time // by "s:"+socket id here, "n:"+node uid elsewhere
 }
 
 type stateKey struct{ conv, user string }
 
-type lastState struct {
-	at  time.Time
-	sid string // the socket that set it, "" for another node's
-}
+// lastStatesSweep: past this many users with records, those whose every
+// record is older than lastStatesKeep go (a crashed node's, whose users
+// stayed through other nodes).
+const (
+	lastStatesSweep = 4096
+	lastStatesKeep  = time.Hour
+)
 
-// lastStatesSweep is how many records trigger a sweep of the old ones.
-const lastStatesSweep = 1024
+func localSetter(sid string) string     { return "s:" + sid }
+func remoteSetter(origin string) string { return "n:" + origin }
 
-// set records a state set at at by socket sid ("" for another node's).
-func (l *lastStates) set(conv, user, sid string, at time.Time, interval time.Duration) {
+// set records a state of user in conv set (or arrived) at at by setter.
+func (l *lastStates) set(conv, user, setter string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.m == nil {
-		l.m = map[stateKey]lastState{}
+		l.m = map[stateKey]map[string]time.Time{}
 	}
-	if len(l.m) >= lastStatesSweep {
-		for k, v := range l.m {
-			if at.Sub(v.at) > 2*interval {
-				delete(l.m, k)
-			}
-		}
+	k := stateKey{conv, user}
+	if len(l.m) >= lastStatesSweep && l.m[k] == nil {
+		l.sweep(at)
 	}
-	l.m[stateKey{conv, user}] = lastState{at, sid}
+	if l.m[k] == nil {
+		l.m[k] = map[string]time.Time{}
+	}
+	l.m[k][setter] = at
 }
 
-// cleared forgets the record if it is sid's (or, with sid "", another
-// node's): the state it recorded is not the user's any more.
-func (l *lastStates) cleared(conv, user, sid string) {
+func (l *lastStates) sweep(now time.Time) {
+	for k, byWho := range l.m {
+		old := true
+		for _, at := range byWho {
+			if now.Sub(at) < lastStatesKeep {
+				old = false
+				break
+			}
+		}
+		if old {
+			delete(l.m, k)
+		}
+	}
+}
+
+// cleared forgets setter's record: its state is not the user's any more.
+func (l *lastStates) cleared(conv, user, setter string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := stateKey{conv, user}
-	if v, ok := l.m[k]; ok && v.sid == sid {
-		delete(l.m, k)
+	if byWho := l.m[k]; byWho != nil {
+		delete(byWho, setter)
+		if len(byWho) == 0 {
+			delete(l.m, k)
+		}
 	}
 }
 
+// left forgets the user's records in conv: they left it.
+func (l *lastStates) left(conv, user string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, stateKey{conv, user})
+}
+
 // newer reports whether a state of user in conv was set after setAt by
-// another socket than sid (of this node or another).
+// another setter than the socket sid (of this node or another).
 func (l *lastStates) newer(conv, user, sid string, setAt time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v, ok := l.m[stateKey{conv, user}]
-	return ok && v.sid != sid && v.at.After(setAt)
+	own := localSetter(sid)
+	for who, at := range l.m[stateKey{conv, user}] {
+		if who != own && at.After(setAt) {
+			return true
+		}
+	}
+	return false
+}
+
+// laterRemote reports whether another node's state of user in conv
+// arrived after t.
+func (l *lastStates) laterRemote(conv, user string, t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for who, at := range l.m[stateKey{conv, user}] {
+		if strings.HasPrefix(who, "n:") && at.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 // RestoreState shows again, after a `state: null` of user in conv went
@@ -803,8 +856,8 @@ func (h *Sockets) RestoreState(conv, user string, nullAt time.Time) {
 		}
 		c.mu.Unlock()
 	}
-	if last == nil {
-		return
+	if last == nil || h.lastStates.laterRemote(conv, user, lastSet) {
+		return // (another node's state is later: that node shows it again)
 	}
 	last.mu.Lock()
 	defer last.mu.Unlock()
@@ -816,17 +869,20 @@ func (h *Sockets) RestoreState(conv, user string, nullAt time.Time) {
 }
 
 // RemoteBroadcast is told of each event another node (or an emitter)
-// broadcast to this node's sockets, after they got it, its packet's data
-// (the event's name, then its arguments):
-//   - a `state` event clearing a user's state in a conversation restores
-//     the state of one of their sockets here (RestoreState);
+// broadcast to this node's sockets, after they got it: the uid of the
+// node's adapter (origin) and its packet's data (the event's name, then
+// its arguments):
+//   - a `state` event is recorded (lastStates), and one clearing a user's
+//     state in a conversation restores the state of one of their sockets
+//     here (RestoreState);
 //   - a presence:join is noted (Rooms.noteJoin);
 //   - a presence:leave that came within a second of a presence:join of the
 //     same user there is checked against the roster (leaveOvertook);
+//   - a presence:leave forgets the user's states there (lastStates);
 //   - presence:join, presence:leave and typing events are noted
 //     (Rooms.noteMember, Rooms.noteTypist), for what a gap in the
 //     subscription loses (afterGap).
-func (h *Sockets) RemoteBroadcast(data any) {
+func (h *Sockets) RemoteBroadcast(origin string, data any) {
 	ev, ok := data.([]any)
 	if !ok || len(ev) < 2 {
 		return
@@ -851,10 +907,10 @@ func (h *Sockets) RemoteBroadcast(data any) {
 			return
 		}
 		if st == nil {
-			h.lastStates.cleared(conv, user, "")
+			h.lastStates.cleared(conv, user, remoteSetter(origin))
 			go h.RestoreState(conv, user, time.Now())
 		} else {
-			h.lastStates.set(conv, user, "", time.Now(), h.cfg.StateInterval)
+			h.lastStates.set(conv, user, remoteSetter(origin), time.Now())
 		}
 	case "presence:join":
 		h.rooms.noteJoin(conv, user)
@@ -864,6 +920,7 @@ func (h *Sockets) RemoteBroadcast(data any) {
 			h.rooms.noteTypist(conv, user, typing)
 		}
 	case "presence:leave":
+		h.lastStates.left(conv, user)
 		h.rooms.noteMember(conv, user, false)
 		if h.rooms.joinedLately(conv, user) {
 			go h.leaveOvertook(conv, user, time.Now())

@@ -1373,7 +1373,7 @@ func TestStateHeldNotSentOverALaterOne(t *testing.T) {
 			if remote {
 				// the user's other device, on another node, sets a state
 				// after it: its broadcast arrives here
-				e.h.RemoteBroadcast([]any{"state", map[string]any{"conversationId": "c1", "userId": "u1", "state": map[string]any{"y": 1.0}}})
+				e.h.RemoteBroadcast("n2", []any{"state", map[string]any{"conversationId": "c1", "userId": "u1", "state": map[string]any{"y": 1.0}}})
 			} else {
 				e.send("s3", "state:set", set(map[string]any{"y": 1.0}), true)
 			}

@@ -86,7 +86,7 @@ func TestResyncAfterGapStopsLostTypists(t *testing.T) {
 	// stop is lost in the gap), dave typing and then his stop, and alice
 	// typing (she still is)
 	shown := func(user string, typing bool) {
-		n.sockets.RemoteBroadcast([]any{"typing", map[string]any{"conversationId": "c1", "userId": user, "typing": typing, "ttlMs": float64(5000)}})
+		n.sockets.RemoteBroadcast("other", []any{"typing", map[string]any{"conversationId": "c1", "userId": user, "typing": typing, "ttlMs": float64(5000)}})
 	}
 	shown("carol", true)
 	shown("dave", true)
@@ -127,7 +127,7 @@ func TestResyncAfterGapMakesUpJoinsAndLeaves(t *testing.T) {
 	// (leaveOvertook)
 	time.Sleep(1100 * time.Millisecond)
 	shown := func(event, user string) {
-		n.sockets.RemoteBroadcast([]any{event, map[string]any{"conversationId": "c1", "userId": user, "at": nil, "reason": "left"}})
+		n.sockets.RemoteBroadcast("other", []any{event, map[string]any{"conversationId": "c1", "userId": user, "at": nil, "reason": "left"}})
 	}
 	shown("presence:join", "carol")
 	shown("presence:leave", "alice")

@@ -195,7 +195,7 @@ func TestLeaveOvertakingJoin(t *testing.T) {
 	if err := srv.IO().Local().To(handlers.ConversationRoom("c1")).Emit("presence:leave", handlers.LeavePayload{ConversationID: "c1", UserID: "alice", Reason: "disconnected"}); err != nil {
 		t.Fatal(err)
 	}
-	sockets.RemoteBroadcast([]any{"presence:leave", stale})
+	sockets.RemoteBroadcast("other", []any{"presence:leave", stale})
 	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
 	bob.read(`42["presence:join",{"conversationId":"c1","userId":"alice"`) // told again
 
@@ -203,7 +203,7 @@ func TestLeaveOvertakingJoin(t *testing.T) {
 	alice.emit(3, "conversation:leave", map[string]string{"conversationId": "c1"})
 	alice.read("433[")
 	bob.read(`42["presence:leave",{"conversationId":"c1","userId":"alice"`)
-	sockets.RemoteBroadcast([]any{"presence:leave", stale})
+	sockets.RemoteBroadcast("other", []any{"presence:leave", stale})
 	_ = bob.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	for {
 		_, msg, err := bob.conn.ReadMessage()

@@ -378,7 +378,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger) (a *app, err error
 			AcceptClassicEmitter: true,
 			Log:                  log,
 			Observer:             metrics.AdapterObserver{M: a.metrics},
-			Delivered:            func(p *parser.Packet) { a.sockets.RemoteBroadcast(p.Data) },
+			Delivered:            func(origin string, p *parser.Packet) { a.sockets.RemoteBroadcast(origin, p.Data) },
 			// presenced's own events (handlers.tellNodes) are answered by
 			// presenced nodes alone: those holding a lease
 			OwnEvents: handlers.OwnEvents,

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 import { sleep } from '../lib/client.js';
 import {
-  TOPOLOGIES, uid, ack, show, startPair, clusterDatabase, joinUser,
+  TOPOLOGIES, uid, ack, show, startPair, startTopology, clusterDatabase, joinUser,
 } from '../lib/presence.js';
 
 /** b sets state in conversation c; resolves, once a got it, with a mark of a's recorder. */
@@ -215,6 +215,32 @@ for (const kind of TOPOLOGIES) {
       await sleep(300);
       assert.deepEqual(stateAndLeaves(a, markClear), [['state', B, null], ['state', B, { a: 1 }]], a.rec.dump(markClear));
     });
+
+    if (kind === 'cluster') {
+      it("a user's sockets on three nodes: after one leaves, every member ends on the last state set by one still there", { timeout: 60000 }, async (t) => {
+        const topo = await startTopology(kind, { t, db: store.db, nodes: 3, tag: '23i' });
+        const c = uid('c');
+        const U = uid('U');
+        // an observer on each node, the user's three devices one per node
+        const obs = [];
+        for (const url of topo.urls) obs.push(await joinUser(url, uid('O'), c, { t }));
+        const d = [];
+        for (const url of topo.urls) d.push(await joinUser(url, U, c, { t }));
+        const mark = obs.map((o) => o.rec.mark());
+        for (const [i, v] of [[0, 'X'], [1, 'Y'], [2, 'Z']]) {
+          assert.deepEqual(await ack(d[i].socket, 'state:set', { conversationId: c, state: { v } }), { ok: true });
+          await sleep(150);
+        }
+        // the device of Z leaves: Y (node 2's) is the user's last state still there
+        assert.deepEqual(await ack(d[2].socket, 'conversation:leave', { conversationId: c }), { ok: true });
+        await sleep(800);
+        for (const [i, o] of obs.entries()) {
+          const got = o.rec.list('state', { since: mark[i] }).filter((e) => e.payload.userId === U).map((e) => e.payload.state);
+          assert.deepEqual(got[got.length - 1], { v: 'Y' }, `observer on node ${i + 1} ends on Y: ${JSON.stringify(got)}`);
+          assert.ok(!got.slice(got.indexOf(null)).some((s) => s?.v === 'X'), `node 1's older X not shown again after the null to the observer on node ${i + 1}: ${JSON.stringify(got)}`);
+        }
+      });
+    }
 
     it('disconnect clears the state: state null, then presence:leave after the grace', { timeout: 30000 }, async (t) => {
       const { c, B, a, b } = await startPair(kind, { t, db: store.db, args: ['--flap-grace', '1s'], tag: '23e' });
