@@ -1,34 +1,15 @@
 package adapter_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/presenced/presenced/adapter"
+	"github.com/presenced/presenced/internal/logbuf"
 )
-
-// lockedBuffer is a log sink safe for the adapter's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A node in the other Pub/Sub mode than the cluster's is found: at start
 // (OtherMode, which presenced turns into a configuration error) and while
@@ -59,7 +40,7 @@ func TestPubSubModeMismatchFound(t *testing.T) {
 	if other, err := adapter.OtherMode(ctx, rdb, prefix, false); err != nil || other != "" {
 		t.Fatalf("a classic node finds %q (%v), want nothing", other, err)
 	}
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	sharded, err := adapter.New(ctx, rdb, adapter.Config{Prefix: prefix, Sharded: true, Name: "n2", Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
