@@ -643,6 +643,7 @@ func (h *Sockets) queueStateLocked(c *Conn, conv string, state any) {
 				slot.timer.Stop()
 			}
 			delete(c.states, conv)
+			h.lastStates.cleared(conv, c.UserID, localSetter(c.sid))
 		}
 		return
 	}
@@ -736,15 +737,18 @@ func (h *Sockets) clearState(c *Conn, conv string) {
 // socket's null, leave or disconnect; the other node's null) or the user
 // leaves the conversation; what a crashed node showed stays until then.
 type lastStates struct {
-	mu sync.Mutex
-	m  map[stateKey]map[string]time.Time // by "s:"+socket id here, "n:"+node uid elsewhere
+	mu      sync.Mutex
+	m       map[stateKey]map[string]time.Time // by "s:"+socket id here, "n:"+node uid elsewhere
+	sweepAt int                               // the size that triggers the next sweep
 }
 
 type stateKey struct{ conv, user string }
 
 // lastStatesSweep: past this many users with records, those whose every
 // record is older than lastStatesKeep go (a crashed node's, whose users
-// stayed through other nodes).
+// stayed through other nodes); the next sweep waits until there are twice
+// as many as the sweep left, so that a node with many states sweeps
+// seldom.
 const (
 	lastStatesSweep = 4096
 	lastStatesKeep  = time.Hour
@@ -761,8 +765,9 @@ func (l *lastStates) set(conv, user, setter string, at time.Time) {
 		l.m = map[stateKey]map[string]time.Time{}
 	}
 	k := stateKey{conv, user}
-	if len(l.m) >= lastStatesSweep && l.m[k] == nil {
+	if len(l.m) >= max(l.sweepAt, lastStatesSweep) && l.m[k] == nil {
 		l.sweep(at)
+		l.sweepAt = 2 * len(l.m)
 	}
 	if l.m[k] == nil {
 		l.m[k] = map[string]time.Time{}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1386,5 +1387,39 @@ func TestStateHeldNotSentOverALaterOne(t *testing.T) {
 				t.Fatalf("state broadcasts %q, want %q (the held {a:1} not over the later {y:1})", got, want)
 			}
 		})
+	}
+}
+
+// The state records: a cleared one counts no more, another node's later
+// one holds back a restore, a leave forgets them, and a node with many
+// sweeps the old ones (seldom).
+func TestLastStates(t *testing.T) {
+	var l lastStates
+	t0 := time.Now()
+	l.set("c1", "u1", localSetter("s1"), t0)
+	l.set("c1", "u1", localSetter("s3"), t0.Add(time.Second))
+	if !l.newer("c1", "u1", "s1", t0) || l.newer("c1", "u1", "s3", t0.Add(time.Second)) {
+		t.Fatal("newer: s3's later set is newer for s1 only")
+	}
+	l.cleared("c1", "u1", localSetter("s3"))
+	if l.newer("c1", "u1", "s1", t0) {
+		t.Fatal("a cleared record still counts")
+	}
+	l.set("c1", "u1", remoteSetter("n2"), t0.Add(2*time.Second))
+	if !l.laterRemote("c1", "u1", t0) || l.laterRemote("c1", "u1", t0.Add(3*time.Second)) {
+		t.Fatal("laterRemote: n2's record is later than t0 only")
+	}
+	l.left("c1", "u1")
+	if l.newer("c1", "u1", "s1", t0.Add(-time.Hour)) || len(l.m) != 0 {
+		t.Fatalf("records after the leave: %v", l.m)
+	}
+	// old records go once there are many; recent ones stay
+	old := t0.Add(-2 * lastStatesKeep)
+	for i := range lastStatesSweep {
+		l.set("c", strconv.Itoa(i), remoteSetter("dead"), old)
+	}
+	l.set("c", "fresh", localSetter("s9"), t0)
+	if len(l.m) != 1 || l.m[stateKey{"c", "fresh"}] == nil {
+		t.Fatalf("%d users with records after the sweep, want the fresh one alone", len(l.m))
 	}
 }
