@@ -23,8 +23,9 @@ const (
 	modeLogEvery = time.Minute
 )
 
-// modeName is the name of a Pub/Sub mode in its beacon's key.
-func modeName(sharded bool) string {
+// ModeName is the name of a Pub/Sub mode: "sharded" or "classic" (as in
+// its beacon's key).
+func ModeName(sharded bool) string {
 	if sharded {
 		return "sharded"
 	}
@@ -33,7 +34,7 @@ func modeName(sharded bool) string {
 
 // modeKey is the beacon key of the nodes in a mode on prefix.
 func modeKey(prefix string, sharded bool) string {
-	return prefix + "#pubsub-mode#" + modeName(sharded)
+	return prefix + "#pubsub-mode#" + ModeName(sharded)
 }
 
 // OtherMode reports a node of the cluster on prefix that uses the other
@@ -68,16 +69,19 @@ func (b *Builder) watchMode() {
 		if name == "" {
 			name = "?"
 		}
-		err := b.client.Set(ctx, modeKey(b.cfg.Prefix, b.cfg.Sharded), name, modeTTL).Err()
-		var other string
-		if err == nil {
-			other, err = OtherMode(ctx, b.client, b.cfg.Prefix, b.cfg.Sharded)
-		}
+		// the beacon kept and the other mode's read in one round trip
+		// (whose error is redis.Nil when the other mode has no beacon)
+		var get *redis.StringCmd
+		_, err := b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, modeKey(b.cfg.Prefix, b.cfg.Sharded), name, modeTTL)
+			get = p.Get(ctx, modeKey(b.cfg.Prefix, !b.cfg.Sharded))
+			return nil
+		})
 		cancel()
-		if err == nil && other != "" && time.Since(logged) >= modeLogEvery {
+		if other := get.Val(); err == nil && time.Since(logged) >= modeLogEvery {
 			logged = time.Now()
 			b.log.Error("a node of this cluster uses the other pub/sub mode: room events do not cross between it and this node; give every node the same PRESENCE_REDIS_SHARDED",
-				"this_node_mode", modeName(b.cfg.Sharded), "other_node", other, "other_mode", modeName(!b.cfg.Sharded), "prefix", b.cfg.Prefix)
+				"this_node_mode", ModeName(b.cfg.Sharded), "other_node", other, "other_mode", ModeName(!b.cfg.Sharded), "prefix", b.cfg.Prefix)
 		}
 		// (a failure is Redis's, which the publishes and the presence
 		// engine report; the beacon is kept again at the next tick)

@@ -470,12 +470,14 @@ func validPayload(eio string, body []byte, contentType string) bool {
 
 // validV4Packets reports whether every packet of a v4 payload (without
 // empty packets) is one the library's decoder takes (its DecodePayload):
-// a known type ('0'-'6'), or 'b' and base64. It checks in place: decoding
+// a known type ('0'-'6'), or 'b' and base64. It checks in place (one
+// scratch buffer for the base64 packets' bytes): decoding
 // a 100 KiB payload of tiny events into the library's packets just to see
 // that it could made as many objects as it held packets, once more for
 // each POST, and a node under a stream of such POSTs held hundreds of MB
 // of that garbage at its peaks (a black-box re-audit, 2026-12-07).
 func validV4Packets(body []byte) bool {
+	var scratch []byte // the base64 packets' bytes, one buffer for all
 	for rest := body; len(rest) > 0; {
 		pk := rest
 		if i := bytes.IndexByte(rest, 0x1e); i >= 0 {
@@ -490,7 +492,10 @@ func validV4Packets(body []byte) bool {
 		case c == 'b':
 			// (StdEncoding.Decode skips \r and \n, as the library's
 			// streaming decoder does)
-			if _, err := base64.StdEncoding.Decode(make([]byte, base64.StdEncoding.DecodedLen(len(pk)-1)), pk[1:]); err != nil {
+			if n := base64.StdEncoding.DecodedLen(len(pk) - 1); cap(scratch) < n {
+				scratch = make([]byte, n)
+			}
+			if _, err := base64.StdEncoding.Decode(scratch[:cap(scratch)], pk[1:]); err != nil {
 				return false
 			}
 		case c < '0' || c > '6':

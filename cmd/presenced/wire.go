@@ -498,10 +498,7 @@ func checkPubSubMode(ctx context.Context, rdb redis.UniversalClient, cfg Config,
 	if err != nil || other == "" {
 		return nil // (unreachable now: the adapter checks again)
 	}
-	mode, theirs := "classic", "sharded"
-	if cfg.RedisSharded {
-		mode, theirs = theirs, mode
-	}
+	mode, theirs := adapter.ModeName(cfg.RedisSharded), adapter.ModeName(!cfg.RedisSharded)
 	return &ConfigError{Setting: "PRESENCE_REDIS_SHARDED (--redis-sharded)", Value: strconv.FormatBool(cfg.RedisSharded),
 		Err: fmt.Errorf("node %s of this cluster (PRESENCE_REDIS_PREFIX %q) uses %s pub/sub, this one %s: every node must use the same mode, or room events do not cross between them", other, cfg.RedisPrefix, theirs, mode)}
 }
